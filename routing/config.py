@@ -1,0 +1,153 @@
+"""Loading typed, frozen settings sections from ``conf/router.toml``.
+
+One TOML file holds every default. A section is described by a frozen
+dataclass; loading it:
+
+1. starts from the dataclass defaults,
+2. applies the section's table from the TOML file,
+3. applies environment variables ``ROUTER__<SECTION>__<KEY>``,
+4. applies explicit overrides (CLI flags),
+
+and rejects unknown keys and badly typed values with an error naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+ENV_PREFIX = "ROUTER__"
+CONF_ENV = "ROUTER_CONF"
+DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "router.toml"
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A settings file, variable or flag that cannot be used; names the key."""
+
+
+def conf_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """The settings file in force: the argument, else $ROUTER_CONF, else conf/router.toml."""
+    if path is not None:
+        return Path(path)
+    return Path(os.environ.get(CONF_ENV, DEFAULT_CONF))
+
+
+def read_conf(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Parse the whole settings file; a missing default file reads as empty."""
+    chosen = conf_path(path)
+    if not chosen.exists():
+        if path is None and CONF_ENV not in os.environ:
+            return {}
+        raise ConfigError(f"settings file {chosen} does not exist")
+    try:
+        with chosen.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"settings file {chosen} is not valid TOML: {error}") from None
+
+
+def _coerce(section: str, key: str, raw: object, annotation: Any, from_text: bool) -> object:
+    """Check (and, for environment text, convert) one value against its field type."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if raw is None or (from_text and raw == ""):
+            return None
+        annotation = options[0]
+        origin = typing.get_origin(annotation)
+    where = f"{section}.{key}"
+    if annotation is bool:
+        if isinstance(raw, bool):
+            return raw
+        if from_text and isinstance(raw, str) and raw.lower() in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
+            return raw.lower() in {"1", "true", "yes", "on"}
+        raise ConfigError(f"setting {where} must be a boolean, got {raw!r}")
+    if annotation is int:
+        if isinstance(raw, bool):
+            raise ConfigError(f"setting {where} must be an integer, got {raw!r}")
+        if isinstance(raw, int):
+            return raw
+        if from_text and isinstance(raw, str):
+            try:
+                return int(raw.replace("_", ""))
+            except ValueError:
+                pass
+        raise ConfigError(f"setting {where} must be an integer, got {raw!r}")
+    if annotation is float:
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return float(raw)
+        if from_text and isinstance(raw, str):
+            try:
+                return float(raw)
+            except ValueError:
+                pass
+        raise ConfigError(f"setting {where} must be a number, got {raw!r}")
+    if annotation is str:
+        if isinstance(raw, str):
+            return raw
+        raise ConfigError(f"setting {where} must be a string, got {raw!r}")
+    if origin is tuple:
+        if from_text and isinstance(raw, str):
+            raw = [item.strip() for item in raw.split(",") if item.strip()]
+        if isinstance(raw, (list, tuple)) and all(isinstance(item, str) for item in raw):
+            return tuple(raw)
+        raise ConfigError(f"setting {where} must be a list of strings, got {raw!r}")
+    if origin is dict or annotation is dict:
+        if isinstance(raw, Mapping):
+            return dict(raw)
+        raise ConfigError(f"setting {where} must be a table, got {raw!r}")
+    return raw
+
+
+def load_section(
+    cls: type[T],
+    section: str,
+    *,
+    conf: Mapping[str, Any] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> T:
+    """Build the frozen dataclass ``cls`` from defaults, file, environment and overrides."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    fields = {field.name for field in dataclasses.fields(cls)}
+    values: dict[str, object] = {}
+
+    table = (read_conf(path) if conf is None else conf).get(section, {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"settings section [{section}] must be a table")
+    for key, raw in table.items():
+        if key not in fields:
+            raise ConfigError(f"unknown setting {section}.{key} (known: {', '.join(sorted(fields))})")
+        values[key] = _coerce(section, key, raw, hints[key], from_text=False)
+
+    prefix = f"{ENV_PREFIX}{section.upper()}__"
+    for name, raw in (os.environ if env is None else env).items():
+        if not name.startswith(prefix):
+            continue
+        key = name[len(prefix) :].lower()
+        if key not in fields:
+            raise ConfigError(f"unknown setting {section}.{key} from environment variable {name}")
+        values[key] = _coerce(section, key, raw, hints[key], from_text=True)
+
+    for key, raw in (overrides or {}).items():
+        if key not in fields:
+            raise ConfigError(f"unknown setting {section}.{key} (known: {', '.join(sorted(fields))})")
+        if raw is not None:
+            values[key] = _coerce(section, key, raw, hints[key], from_text=isinstance(raw, str))
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"settings section [{section}]: {error}") from None

@@ -1,0 +1,111 @@
+"""The one exception hierarchy for topics, patterns and limits.
+
+Every error names the offending text, the rule it broke (a stable ``reason``
+code, the same one the stream writes into its dead-letter table) and, where a
+limit was involved, the limit's name and value.
+"""
+
+from __future__ import annotations
+
+
+def _shorten(text: object, keep: int = 80) -> str:
+    """Quote ``text`` for a message without echoing megabytes of it."""
+    shown = repr(text)
+    if len(shown) > keep:
+        shown = f"{shown[:keep]}... ({len(str(text))} chars)"
+    return shown
+
+
+class TopicError(ValueError):
+    """A routing key or pattern that breaks the grammar, a policy or a limit.
+
+    Attributes:
+        subject: the offending key or pattern (or subscriber id).
+        reason: stable machine-readable code, e.g. ``key_too_long``.
+        limit_name: the limit that was exceeded, if any.
+        limit_value: that limit's configured value, if any.
+    """
+
+    reason = "invalid"
+
+    def __init__(
+        self,
+        subject: object,
+        rule: str,
+        *,
+        limit_name: str | None = None,
+        limit_value: int | None = None,
+        actual: int | None = None,
+    ) -> None:
+        self.subject = subject
+        self.rule = rule
+        self.limit_name = limit_name
+        self.limit_value = limit_value
+        self.actual = actual
+        message = f"{self.kind} {_shorten(subject)}: {rule}"
+        if limit_name is not None:
+            message += f" (limit {limit_name}={limit_value}"
+            message += f", got {actual})" if actual is not None else ")"
+        message += f" [reason={self.reason}]"
+        super().__init__(message)
+
+    kind = "topic"
+
+
+class InvalidKeyError(TopicError):
+    """A routing key that the active policy does not accept."""
+
+    reason = "invalid_key"
+    kind = "routing key"
+
+
+class NullKeyError(InvalidKeyError):
+    """The message has no routing key at all (as opposed to the empty key)."""
+
+    reason = "null_key"
+
+
+class KeyTooLongError(InvalidKeyError):
+    reason = "key_too_long"
+
+
+class TooManyWordsError(InvalidKeyError):
+    reason = "too_many_words"
+
+
+class InvalidPatternError(TopicError):
+    """A subscription pattern that the active policy does not accept."""
+
+    reason = "invalid_pattern"
+    kind = "pattern"
+
+
+class PatternTooLongError(InvalidPatternError):
+    reason = "pattern_too_long"
+
+
+class PatternTooManyWordsError(InvalidPatternError):
+    reason = "pattern_too_many_words"
+
+
+class TooManyHashWordsError(InvalidPatternError):
+    reason = "too_many_hash_words"
+
+
+class InvalidSubscriberError(TopicError):
+    reason = "invalid_subscriber"
+    kind = "subscriber"
+
+
+class TooManySubscriptionsError(InvalidSubscriberError):
+    reason = "too_many_subscriptions"
+
+
+class PayloadTooLargeError(TopicError):
+    reason = "payload_too_large"
+    kind = "payload"
+
+
+class FanoutLimitError(TopicError):
+    reason = "fanout_limit"
+    kind = "routing key"

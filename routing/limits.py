@@ -1,0 +1,70 @@
+"""Explicit limits: every bound the router enforces, in one frozen object.
+
+Unbounded inputs are implicit limits that fail unpredictably; these make them
+explicit, configurable (``[limits]`` in ``conf/router.toml``, environment
+``ROUTER__LIMITS__<NAME>``, or :meth:`Limits.replace`) and testable. The
+validation layer (:mod:`routing.validation`) enforces them where data enters
+the system: the subscription table and the stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from routing.config import ConfigError, load_section
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    #: UTF-8 bytes of a routing key (AMQP short string: 255).
+    max_key_bytes: int = 255
+    #: Words in a routing key.
+    max_key_words: int = 32
+    #: UTF-8 bytes of a subscription pattern.
+    max_pattern_bytes: int = 255
+    #: Words in a subscription pattern, wildcards included.
+    max_pattern_words: int = 32
+    #: ``#`` words in one pattern.
+    max_hash_words: int = 16
+    #: UTF-8 bytes of a subscriber id.
+    max_subscriber_bytes: int = 255
+    #: Distinct patterns one subscriber may hold.
+    max_subscriptions_per_subscriber: int = 10_000
+    #: Bytes of one message payload (1 MiB, like Kafka and NATS).
+    max_payload_bytes: int = 1_048_576
+    #: Subscribers one message may fan out to; past it the message is dead-lettered whole.
+    max_fanout: int = 10_000
+    #: Rows one matcher call may take.
+    max_batch_rows: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"limit {field.name} must be a positive integer, got {value!r}")
+        if self.max_hash_words > self.max_pattern_words:
+            raise ConfigError(
+                f"limit max_hash_words={self.max_hash_words} exceeds max_pattern_words={self.max_pattern_words}"
+            )
+
+    def replace(self, **changes: int) -> Limits:
+        """A copy with some limits changed (validated like a loaded one)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        conf: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: int | None,
+    ) -> Limits:
+        """Limits from ``conf/router.toml`` (or ``path``), the environment, then ``overrides``."""
+        return load_section(cls, "limits", conf=conf, path=path, env=env, overrides=overrides)
+
+
+DEFAULT_LIMITS = Limits()

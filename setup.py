@@ -1,0 +1,37 @@
+"""spark-topic-router: a Spark-native topic router with a native (Rust) matcher.
+
+``pip install .`` builds everything, the Rust extension ``routing._native``
+included (setuptools-rust drives cargo).
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="spark-topic-router",
+    version="0.1.0",
+    description="Spark-native, horizontally scalable AMQP-style topic router",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["routing", "routing.*", "udfs", "udfs.*", "jobs", "jobs.*"]),
+    package_data={"routing": ["py.typed", "*.pyi"]},
+    install_requires=[
+        "pyspark==4.2.0",
+        "delta-spark==4.4.1",
+        "pyarrow>=18",
+        "pyroaring>=1.0",
+        "confluent-kafka>=2.6",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "hypothesis>=6.100",
+            "ruff>=0.6",
+            "mypy>=1.11",
+        ],
+        "bench": [
+            "matplotlib>=3.8",
+            "hdrhistogram>=0.10",
+        ],
+    },
+    zip_safe=False,
+)
