@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from pathlib import Path
 
@@ -52,20 +53,20 @@ def test_overrides_from_file_env_and_arguments(tmp_path: Path) -> None:
         ('max_key_bytes = "many"', "limits.max_key_bytes must be an integer"),
         ("max_key_bytes = 0", "max_key_bytes must be a positive integer"),
         ("max_key_bytes = true", "limits.max_key_bytes must be an integer"),
-        ("max_hash_words = 40", r"max_hash_words=40 exceeds max_pattern_words=32"),
+        ("max_hash_words = 40", "max_hash_words=40 exceeds max_pattern_words=32"),
     ],
 )
 def test_bad_settings_name_the_key(tmp_path: Path, table: str, message: str) -> None:
     conf = tmp_path / "router.toml"
     conf.write_text(f"[limits]\n{table}\n")
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         Limits.load(conf, env={})
 
 
 def test_bad_environment_variable_names_the_variable() -> None:
     with pytest.raises(ConfigError, match="ROUTER__LIMITS__MAX_KEYS"):
         Limits.load(env={"ROUTER__LIMITS__MAX_KEYS": "1"})
-    with pytest.raises(ConfigError, match="limits.max_key_words must be an integer"):
+    with pytest.raises(ConfigError, match=r"limits\.max_key_words must be an integer"):
         Limits.load(env={"ROUTER__LIMITS__MAX_KEY_WORDS": "lots"})
 
 
