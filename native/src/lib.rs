@@ -1,6 +1,20 @@
 //! Native core of spark-topic-router.
 //!
-//! The logic lives in plain Rust modules; this file only declares them (and,
-//! once bound, registers the private Python module `routing._native`).
+//! The logic lives in plain Rust modules; this file only declares them and,
+//! with the `python` feature, registers the private Python module
+//! `routing._native` (see [`python`]).
 
+pub mod batch;
+pub mod codec;
+pub mod errors;
+pub mod frozen;
 pub mod topic;
+
+#[cfg(feature = "python")]
+mod python;
+
+#[cfg(feature = "python")]
+#[pyo3::pymodule]
+fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+    python::register(module)
+}

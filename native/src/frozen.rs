@@ -1,0 +1,606 @@
+//! The frozen matcher: a compact, immutable trie built once from a set of
+//! (pattern, subscriber) pairs and then only read (the data plane of the
+//! Spark job, shipped to executors as bytes by [`crate::codec`]).
+//!
+//! # Layout
+//!
+//! Everything is a flat array indexed by `u32`:
+//!
+//! * `words` / `subscribers` – interned texts ([`Interned`]): one string of
+//!   all texts plus end offsets, and a hash index from text to id. Ids are in
+//!   ascending text order, so building the same pairs always gives the same
+//!   structure (and the same bytes).
+//! * `nodes` – the trie, root at index 0, numbered in depth-first preorder
+//!   (literal children in ascending word id, then the `star` child, then the
+//!   `hash` child). Preorder makes every child index larger than its parent's,
+//!   so the structure is a tree by construction and the codec can leave child
+//!   indices implicit.
+//! * `edges` – the literal children of every node, one sorted `(word, child)`
+//!   range per node (binary-searched); the wildcard children are the named
+//!   fields [`Node::star`] and [`Node::hash`], never entries of that range.
+//! * `subscriber_ids` – one ascending range per node: who subscribed to the
+//!   pattern that ends at that node.
+//!
+//! # Lookup
+//!
+//! Each key word is resolved once to its word id (a word no pattern contains
+//! can only be matched by `*` or `#`). Then an explicit-stack depth-first walk
+//! over states `(node, key position)`: a literal or `*` child consumes one
+//! word; a `#` child is entered at every position from the current one to the
+//! end. Without care, patterns such as `#.#.#` reach the same state along
+//! exponentially many paths, so for each `#` node the walk remembers the
+//! lowest position it has been entered at: later entries only add positions
+//! below it. Every other node has exactly one parent and its edge consumes
+//! exactly one word, so each `(node, position)` state is visited at most once
+//! and a lookup is O(nodes x key words²) in the worst case – usually a handful
+//! of states. No recursion, so hostile depths cannot overflow the stack.
+
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+
+use crate::topic::{split_words, PatternWord};
+
+/// "No child" in [`Node::star`] and [`Node::hash`].
+pub const NONE: u32 = u32::MAX;
+
+/// One trie node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Node {
+    /// Literal children are `edges[first_edge .. first_edge + edge_count]`,
+    /// sorted by strictly ascending word id.
+    pub first_edge: u32,
+    pub edge_count: u32,
+    /// Child reached by a `*` pattern word, or [`NONE`]. Always > own index.
+    pub star: u32,
+    /// Child reached by a `#` pattern word, or [`NONE`]. Always > own index.
+    pub hash: u32,
+    /// Subscribers of the pattern ending here are
+    /// `subscriber_ids[subs_start .. subs_start + subs_len]`, strictly ascending.
+    pub subs_start: u32,
+    pub subs_len: u32,
+}
+
+impl Node {
+    pub(crate) const EMPTY: Node =
+        Node { first_edge: 0, edge_count: 0, star: NONE, hash: NONE, subs_start: 0, subs_len: 0 };
+
+    pub fn has_children(&self) -> bool {
+        self.edge_count > 0 || self.star != NONE || self.hash != NONE
+    }
+}
+
+/// A literal child: `word` is a word id, `child` a node index (> parent's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    pub word: u32,
+    pub child: u32,
+}
+
+/// Interned texts: id -> text via `ends`, text -> id via `index`.
+#[derive(Debug, Clone, Default)]
+pub struct Interned {
+    /// All texts, concatenated in id order.
+    text: String,
+    /// `text[ends[i-1] .. ends[i]]` is text `i` (`ends[-1]` = 0); ascending.
+    ends: Vec<u32>,
+    /// Ids, hashed by their text. Texts are unique.
+    index: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+}
+
+impl Interned {
+    /// Intern `texts`, which must be unique (the caller checks; see [`Interned::push`]).
+    pub fn with_capacity(count: usize, bytes: usize) -> Self {
+        Interned {
+            text: String::with_capacity(bytes),
+            ends: Vec::with_capacity(count),
+            index: HashTable::with_capacity(count),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
+    /// Append `text` as the next id; `false` (and nothing added) if it is
+    /// already present or the total would overflow the `u32` offsets.
+    pub fn push(&mut self, text: &str) -> bool {
+        if self.find(text).is_some() || self.text.len() + text.len() > u32::MAX as usize {
+            return false;
+        }
+        let id = self.ends.len() as u32;
+        self.text.push_str(text);
+        self.ends.push(self.text.len() as u32);
+        let Interned { text: all, ends, index, hasher } = self;
+        let hash = hasher.hash_one(text);
+        // Growth re-hashes existing ids, with the same hasher as insertion.
+        index.insert_unique(hash, id, |&other| hasher.hash_one(slice(all, ends, other)));
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Text of id `id` (`id < len()`).
+    pub fn get(&self, id: u32) -> &str {
+        slice(&self.text, &self.ends, id)
+    }
+
+    pub fn find(&self, text: &str) -> Option<u32> {
+        let hash = self.hasher.hash_one(text);
+        self.index.find(hash, |&id| self.get(id) == text).copied()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.ends.len() as u32).map(move |id| self.get(id))
+    }
+
+    /// Total text bytes.
+    pub fn text_len(&self) -> usize {
+        self.text.len()
+    }
+}
+
+fn slice<'a>(all: &'a str, ends: &[u32], id: u32) -> &'a str {
+    let end = ends[id as usize] as usize;
+    let start = if id == 0 { 0 } else { ends[id as usize - 1] as usize };
+    &all[start..end]
+}
+
+/// Reusable per-thread buffers for lookups, so a batch allocates once.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// Word id of every key word, [`NONE`] when no pattern has that word.
+    key_words: Vec<u32>,
+    /// Pending `(node, key position)` states.
+    stack: Vec<(u32, usize)>,
+    /// Lowest key position each `#` node has been entered at in this lookup.
+    hash_low: HashMap<u32, usize>,
+    /// Matching subscriber ids (deduplicated by [`FrozenMatcher::lookup_ids`]).
+    found: Vec<u32>,
+}
+
+/// The immutable matcher. Invariants (established by [`FrozenMatcher::build`]
+/// and checked by the decoder in [`crate::codec`]) are stated on [`Node`],
+/// [`Edge`] and [`Interned`]; in addition every word and subscriber id in
+/// `edges`/`subscriber_ids` is in range, and `nodes` is non-empty.
+#[derive(Debug, Clone)]
+pub struct FrozenMatcher {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) edges: Vec<Edge>,
+    pub(crate) subscriber_ids: Vec<u32>,
+    pub(crate) words: Interned,
+    pub(crate) subscribers: Interned,
+}
+
+/// Mutable trie used only while building.
+#[derive(Default)]
+struct BuildNode {
+    literals: HashMap<u32, u32>,
+    star: u32,
+    hash: u32,
+    subs: Vec<u32>,
+}
+
+impl BuildNode {
+    fn new() -> Self {
+        BuildNode { literals: HashMap::new(), star: NONE, hash: NONE, subs: Vec::new() }
+    }
+}
+
+/// Temporary interning by first appearance, re-numbered in text order at the end.
+#[derive(Default)]
+struct Interner<'a> {
+    ids: HashMap<&'a str, u32>,
+    texts: Vec<&'a str>,
+}
+
+impl<'a> Interner<'a> {
+    fn intern(&mut self, text: &'a str) -> u32 {
+        let next = self.texts.len() as u32;
+        *self.ids.entry(text).or_insert_with(|| {
+            self.texts.push(text);
+            next
+        })
+    }
+
+    /// `(temporary id -> final id, interned texts in final order)`.
+    fn finish(self) -> (Vec<u32>, Interned) {
+        let mut order: Vec<u32> = (0..self.texts.len() as u32).collect();
+        order.sort_unstable_by_key(|&id| self.texts[id as usize]);
+        let mut rank = vec![0u32; order.len()];
+        let bytes = self.texts.iter().map(|t| t.len()).sum();
+        let mut interned = Interned::with_capacity(order.len(), bytes);
+        for (final_id, &temporary) in order.iter().enumerate() {
+            rank[temporary as usize] = final_id as u32;
+            let added = interned.push(self.texts[temporary as usize]);
+            debug_assert!(added, "texts are unique by construction");
+        }
+        (rank, interned)
+    }
+}
+
+/// Why [`FrozenMatcher::build`] refused its input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuildError {
+    EmptySubscriber,
+    /// More nodes, edges, ids or text bytes than `u32` indices can address.
+    TooLarge,
+}
+
+impl FrozenMatcher {
+    /// The matcher with no subscriptions.
+    pub fn empty() -> Self {
+        FrozenMatcher {
+            nodes: vec![Node::EMPTY],
+            edges: Vec::new(),
+            subscriber_ids: Vec::new(),
+            words: Interned::default(),
+            subscribers: Interned::default(),
+        }
+    }
+
+    /// Build from (pattern, subscriber) pairs; duplicates are harmless.
+    pub fn build<P, S>(pairs: impl IntoIterator<Item = (P, S)>) -> Result<Self, BuildError>
+    where
+        P: AsRef<str>,
+        S: AsRef<str>,
+    {
+        let pairs: Vec<(P, S)> = pairs.into_iter().collect();
+        let mut words = Interner::default();
+        let mut subscribers = Interner::default();
+        let mut trie = vec![BuildNode::new()];
+        for (pattern, subscriber) in &pairs {
+            let subscriber = subscriber.as_ref();
+            if subscriber.is_empty() {
+                return Err(BuildError::EmptySubscriber);
+            }
+            let mut node = 0usize;
+            for word in split_words(pattern.as_ref()) {
+                let next = trie.len() as u32;
+                let slot = match PatternWord::parse(word) {
+                    PatternWord::Star => &mut trie[node].star,
+                    PatternWord::Hash => &mut trie[node].hash,
+                    PatternWord::Literal(literal) => {
+                        let id = words.intern(literal);
+                        trie[node].literals.entry(id).or_insert(NONE)
+                    }
+                };
+                let child = if *slot == NONE {
+                    *slot = next;
+                    trie.push(BuildNode::new());
+                    if trie.len() >= NONE as usize {
+                        return Err(BuildError::TooLarge);
+                    }
+                    next
+                } else {
+                    *slot
+                };
+                node = child as usize;
+            }
+            let id = subscribers.intern(subscriber);
+            trie[node].subs.push(id);
+        }
+        let (word_rank, words) = words.finish();
+        let (subscriber_rank, subscribers) = subscribers.finish();
+
+        // Emit in preorder: pop a node, number it, push its children reversed.
+        let mut order: Vec<u32> = Vec::with_capacity(trie.len());
+        let mut final_index = vec![NONE; trie.len()];
+        let mut nodes = Vec::with_capacity(trie.len());
+        let mut edges: Vec<Edge> = Vec::new();
+        let mut subscriber_ids: Vec<u32> = Vec::new();
+        let mut stack = vec![0u32];
+        while let Some(built) = stack.pop() {
+            final_index[built as usize] = order.len() as u32;
+            order.push(built);
+            let source = &trie[built as usize];
+            let mut literals: Vec<Edge> = source
+                .literals
+                .iter()
+                .map(|(&word, &child)| Edge { word: word_rank[word as usize], child })
+                .collect();
+            literals.sort_unstable_by_key(|edge| edge.word);
+            let mut subs: Vec<u32> = source.subs.iter().map(|&id| subscriber_rank[id as usize]).collect();
+            subs.sort_unstable();
+            subs.dedup();
+            if edges.len() + literals.len() > u32::MAX as usize
+                || subscriber_ids.len() + subs.len() > u32::MAX as usize
+            {
+                return Err(BuildError::TooLarge);
+            }
+            nodes.push(Node {
+                first_edge: edges.len() as u32,
+                edge_count: literals.len() as u32,
+                star: source.star,
+                hash: source.hash,
+                subs_start: subscriber_ids.len() as u32,
+                subs_len: subs.len() as u32,
+            });
+            for child in [source.hash, source.star].into_iter().filter(|&c| c != NONE) {
+                stack.push(child);
+            }
+            stack.extend(literals.iter().rev().map(|edge| edge.child));
+            edges.extend(literals);
+            subscriber_ids.extend(subs);
+        }
+        // Children were recorded by build index; translate to preorder indices.
+        for edge in &mut edges {
+            edge.child = final_index[edge.child as usize];
+        }
+        for node in &mut nodes {
+            for child in [&mut node.star, &mut node.hash] {
+                if *child != NONE {
+                    *child = final_index[*child as usize];
+                }
+            }
+        }
+        Ok(FrozenMatcher { nodes, edges, subscriber_ids, words, subscribers })
+    }
+
+    /// Number of (pattern, subscriber) pairs.
+    pub fn len(&self) -> usize {
+        self.subscriber_ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.subscriber_ids.is_empty()
+    }
+
+    /// Number of distinct patterns (nodes where at least one pattern ends).
+    pub fn pattern_count(&self) -> usize {
+        self.nodes.iter().filter(|node| node.subs_len > 0).count()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn word_count(&self) -> usize {
+        self.words.len()
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    /// Text of subscriber id `id` (ids come from [`FrozenMatcher::lookup_ids`]).
+    pub fn subscriber(&self, id: u32) -> &str {
+        self.subscribers.get(id)
+    }
+
+    fn literal_child(&self, node: &Node, word: u32) -> Option<u32> {
+        let start = node.first_edge as usize;
+        let range = &self.edges[start..start + node.edge_count as usize];
+        range.binary_search_by_key(&word, |edge| edge.word).ok().map(|i| range[i].child)
+    }
+
+    /// Matching subscriber ids for `key`, ascending and unique, in `scratch.found`.
+    pub fn lookup_ids<'s>(&self, key: &str, scratch: &'s mut Scratch) -> &'s [u32] {
+        let Scratch { key_words, stack, hash_low, found } = scratch;
+        key_words.clear();
+        stack.clear();
+        hash_low.clear();
+        found.clear();
+        key_words.extend(split_words(key).into_iter().map(|word| self.words.find(word).unwrap_or(NONE)));
+        let end = key_words.len();
+        stack.push((0, 0));
+        while let Some((index, position)) = stack.pop() {
+            let node = &self.nodes[index as usize];
+            if position == end {
+                let start = node.subs_start as usize;
+                found.extend_from_slice(&self.subscriber_ids[start..start + node.subs_len as usize]);
+            } else {
+                let word = key_words[position];
+                if word != NONE {
+                    if let Some(child) = self.literal_child(node, word) {
+                        stack.push((child, position + 1));
+                    }
+                }
+                if node.star != NONE {
+                    stack.push((node.star, position + 1));
+                }
+            }
+            if node.hash != NONE {
+                // Enter the `#` child at every position not entered before.
+                let low = hash_low.entry(node.hash).or_insert(end + 1);
+                if position < *low {
+                    stack.extend((position..*low).map(|p| (node.hash, p)));
+                    *low = position;
+                }
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// Matching subscribers for `key`, in ascending text order.
+    pub fn lookup(&self, key: &str) -> Vec<&str> {
+        let mut scratch = Scratch::default();
+        self.lookup_ids(key, &mut scratch).iter().map(|&id| self.subscribers.get(id)).collect()
+    }
+
+    /// Every (pattern, subscriber) pair, in preorder of the patterns.
+    pub fn subscriptions(&self) -> Vec<(String, &str)> {
+        let mut pairs = Vec::with_capacity(self.subscriber_ids.len());
+        // (node, depth, word that led here); `path` holds the words above.
+        let mut stack: Vec<(u32, usize, Option<PatternWord<'_>>)> = vec![(0, 0, None)];
+        let mut path: Vec<PatternWord<'_>> = Vec::new();
+        while let Some((index, depth, word)) = stack.pop() {
+            path.truncate(depth);
+            if let Some(word) = word {
+                path.push(word);
+            }
+            let node = &self.nodes[index as usize];
+            if node.subs_len > 0 {
+                let pattern = path
+                    .iter()
+                    .map(|word| match word {
+                        PatternWord::Literal(text) => *text,
+                        PatternWord::Star => crate::topic::STAR,
+                        PatternWord::Hash => crate::topic::HASH,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(".");
+                let start = node.subs_start as usize;
+                for &id in &self.subscriber_ids[start..start + node.subs_len as usize] {
+                    pairs.push((pattern.clone(), self.subscribers.get(id)));
+                }
+            }
+            let depth = path.len();
+            if node.hash != NONE {
+                stack.push((node.hash, depth, Some(PatternWord::Hash)));
+            }
+            if node.star != NONE {
+                stack.push((node.star, depth, Some(PatternWord::Star)));
+            }
+            let start = node.first_edge as usize;
+            for edge in self.edges[start..start + node.edge_count as usize].iter().rev() {
+                stack.push((edge.child, depth, Some(PatternWord::Literal(self.words.get(edge.word)))));
+            }
+        }
+        pairs
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::topic::{matches, pattern_words, words_match};
+
+    /// Tiny deterministic generator (xorshift64*), so tests need no extra crates.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+
+        /// A pattern or key over a tiny alphabet, so collisions and wildcards are frequent.
+        pub fn topic(&mut self, wildcards: bool) -> String {
+            const WORDS: &[&str] = &["a", "b", "", "a*", "x#"];
+            let count = self.below(6);
+            let mut words = Vec::new();
+            for _ in 0..count {
+                let roll = self.below(10);
+                words.push(match roll {
+                    0 | 1 if wildcards => "*",
+                    2 | 3 if wildcards => "#",
+                    _ => WORDS[self.below(WORDS.len())],
+                });
+            }
+            words.join(".")
+        }
+    }
+
+    fn oracle(pairs: &[(String, String)], key: &str) -> Vec<String> {
+        let mut out: Vec<String> =
+            pairs.iter().filter(|(p, _)| matches(p, key)).map(|(_, s)| s.clone()).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn validity_table() {
+        let table: &[(&str, &str, bool)] = &[
+            ("#", "", true),
+            ("#", "a.b", true),
+            ("", "", true),
+            ("", "a", false),
+            ("*", "", false),
+            ("*", ".", false),
+            ("*.*", ".", true),
+            ("*.#.*", "a", false),
+            ("*.#.*", "a.b", true),
+            ("a.#.#.b", "a.b", true),
+            ("#.#", "", true),
+            ("a*", "ab", false),
+            ("a*", "a*", true),
+            ("simply#carrots", "simply#carrots", true),
+            ("#.x", ".x", true),
+            ("stock.*.msft", "stock.nasdaq.msft", true),
+            ("stock.*.msft", "stock.msft", false),
+            ("forex.#", "forex", true),
+            ("#.b.#", "a.b.c", true),
+        ];
+        for &(pattern, key, expected) in table {
+            let frozen = FrozenMatcher::build([(pattern, "s")]).unwrap();
+            assert_eq!(!frozen.lookup(key).is_empty(), expected, "{pattern:?} vs {key:?}");
+        }
+    }
+
+    #[test]
+    fn agrees_with_words_match_on_random_sets() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..300 {
+            let pairs: Vec<(String, String)> =
+                (0..rng.below(12)).map(|_| (rng.topic(true), format!("s{}", rng.below(4)))).collect();
+            let frozen = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
+            for _ in 0..20 {
+                let key = rng.topic(false);
+                let got: Vec<String> = frozen.lookup(&key).into_iter().map(String::from).collect();
+                assert_eq!(got, oracle(&pairs, &key), "key {key:?} pairs {pairs:?}");
+            }
+            // Keys containing wildcard characters are plain text.
+            let key = rng.topic(true);
+            let got: Vec<String> = frozen.lookup(&key).into_iter().map(String::from).collect();
+            assert_eq!(got, oracle(&pairs, &key));
+            let mut expected: Vec<(String, String)> = pairs.clone();
+            expected.sort();
+            expected.dedup();
+            let mut held: Vec<(String, String)> =
+                frozen.subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect();
+            held.sort();
+            assert_eq!(held, expected);
+            assert_eq!(frozen.len(), expected.len());
+        }
+    }
+
+    #[test]
+    fn many_hashes_stay_polynomial() {
+        let pattern = vec!["#"; 15].join(".") + ".x";
+        let frozen = FrozenMatcher::build([(pattern.as_str(), "s"), ("#.#.#.#.#.#.#.#", "t")]).unwrap();
+        let key = vec!["a"; 31].join(".");
+        assert_eq!(frozen.lookup(&key), vec!["t"]);
+        assert!(!words_match(&pattern_words(&pattern), &split_words(&key)));
+    }
+
+    #[test]
+    fn build_is_canonical_and_rejects_empty_subscribers() {
+        let a = FrozenMatcher::build([("x.*", "s1"), ("#", "s2"), ("x.*", "s1")]).unwrap();
+        let b = FrozenMatcher::build([("#", "s2"), ("x.*", "s1")]).unwrap();
+        assert_eq!(a.nodes, b.nodes);
+        assert_eq!(a.edges, b.edges);
+        assert_eq!(a.len(), 2);
+        assert_eq!(a.pattern_count(), 2);
+        assert_eq!(FrozenMatcher::build([("x", "")]).unwrap_err(), BuildError::EmptySubscriber);
+        assert!(FrozenMatcher::empty().lookup("").is_empty());
+    }
+
+    #[test]
+    fn children_follow_parents() {
+        let mut rng = Rng(7);
+        let pairs: Vec<(String, String)> = (0..200).map(|i| (rng.topic(true), format!("s{i}"))).collect();
+        let frozen = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
+        for (index, node) in frozen.nodes.iter().enumerate() {
+            let start = node.first_edge as usize;
+            let range = &frozen.edges[start..start + node.edge_count as usize];
+            assert!(range.windows(2).all(|w| w[0].word < w[1].word));
+            for child in range.iter().map(|e| e.child).chain([node.star, node.hash]) {
+                assert!(child == NONE || child as usize > index);
+            }
+        }
+    }
+}
