@@ -6,8 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
+# JVM jars (Kafka source + Delta for Spark, the local broker), resolved once from conf/jvm/pom.xml.
+MVN ?= mvn
+JARS_DIR := var/jars
+JARS_STAMP := $(JARS_DIR)/.resolved
 
-.PHONY: help install lint test test-fast demo bench clean
+.PHONY: help install jars lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything and route the sample workload"
@@ -22,7 +26,25 @@ $(INSTALLED): setup.py pyproject.toml
 	$(PIP) install --quiet -e ".[test,bench]"
 	touch $@
 
-install: $(INSTALLED)
+$(JARS_STAMP): conf/jvm/pom.xml
+	@command -v $(MVN) >/dev/null || { echo "error: $(MVN) not found; Maven and a JDK 17+ are required" >&2; exit 1; }
+	rm -rf $(JARS_DIR)/spark $(JARS_DIR)/kafka
+	$(MVN) -B -q -Dstyle.color=never -f conf/jvm/pom.xml -P spark -Djars.dir=$(CURDIR)/$(JARS_DIR) package
+	$(MVN) -B -q -Dstyle.color=never -f conf/jvm/pom.xml -P kafka -Djars.dir=$(CURDIR)/$(JARS_DIR) package
+	touch $@
+
+jars: $(JARS_STAMP)
+
+install: $(INSTALLED) $(JARS_STAMP)
+
+kafka-start: install
+	$(PY) -m jobs.local_kafka start
+
+kafka-stop: install
+	$(PY) -m jobs.local_kafka stop
+
+kafka-status: install
+	$(PY) -m jobs.local_kafka status
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,437 @@
+"""One ``Settings`` object for every job and test: limits, validation, Kafka, Spark, subscriptions.
+
+Each section is a frozen dataclass loaded by :func:`routing.config.load_section` from
+``conf/router.toml`` (or ``$ROUTER_CONF``), then environment variables
+``ROUTER__<SECTION>__<KEY>``, then explicit overrides (a job's ``--set section.key=value``
+flags). Every section validates itself in ``__post_init__`` and errors name the bad key.
+
+Design points:
+
+* Paths (fields ending in ``_dir``, ``_path`` or ``_file``) that are relative resolve against
+  the repository root, never the current directory, so a job behaves the same wherever it is
+  started. They are stored resolved (absolute strings).
+* The Kafka SASL password is a :class:`Secret`. It comes only from the environment variable
+  ``ROUTER_KAFKA_SASL_PASSWORD`` or from the file named by ``kafka.sasl_password_file``; a
+  password in the settings file, a ``ROUTER__KAFKA__SASL_PASSWORD`` variable or a ``--set`` flag
+  is rejected (those places end up in version control, shell history and process listings).
+  ``repr`` masks it; only :meth:`Settings.kafka_client_config` and
+  :meth:`Settings.spark_kafka_options` reveal it, to hand it to a client.
+* Table-valued fields (``spark.conf``) merge: overrides add to or replace single entries of the
+  file's table instead of replacing the whole table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from routing.config import ConfigError, load_section, read_conf
+from routing.limits import Limits
+from routing.validation import Policy, ValidationSettings, Validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SASL_PASSWORD_ENV = "ROUTER_KAFKA_SASL_PASSWORD"
+
+SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+SASL_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+STARTING_OFFSETS = frozenset({"earliest", "latest"})
+
+
+def resolve_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute: relative paths are relative to the repository root."""
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else REPO_ROOT / candidate
+
+
+class Secret:
+    """A string that never shows itself in ``repr``/``str``/logs; ``reveal()`` hands it to a client."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def _resolve_paths(section: object, names: Sequence[str]) -> None:
+    """Store the named path fields of a frozen dataclass resolved (absolute)."""
+    for name in names:
+        value = getattr(section, name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"setting {_section_name(section)}.{name} must be a non-empty path, got {value!r}")
+        object.__setattr__(section, name, str(resolve_path(value)))
+
+
+def _section_name(section: object) -> str:
+    return str(getattr(section, "SECTION", type(section).__name__))
+
+
+def _check_port(section: str, name: str, value: int) -> None:
+    if not 1 <= value <= 65535:
+        raise ConfigError(f"setting {section}.{name} must be a TCP port (1-65535), got {value}")
+
+
+def _check_positive(section: str, name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"setting {section}.{name} must be positive, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaSettings:
+    """The Kafka cluster the jobs talk to, and the local single-node broker (``jobs.local_kafka``)."""
+
+    SECTION: ClassVar[str] = "kafka"
+
+    #: Clients connect here; empty means the local broker, ``<host>:<client_port>``.
+    bootstrap_servers: str = ""
+    #: Loopback only: the local broker is a development and test tool.
+    host: str = "127.0.0.1"
+    #: Local broker's client listener; must differ from ``controller_port``.
+    client_port: int = 19092
+    #: Local broker's KRaft controller listener.
+    controller_port: int = 19093
+    #: Local broker's data (``data/``), logs (``logs/``), pid file and cluster id.
+    data_dir: str = "var/kafka"
+    #: The broker's jars (``make jars``).
+    jars_dir: str = "var/jars/kafka"
+    #: JVM heap of the local broker (``-Xmx``), e.g. ``512m``.
+    heap: str = "512m"
+    #: Partitions of auto-created topics on the local broker.
+    num_partitions: int = 2
+    #: Seconds ``start`` waits for the broker to answer a metadata request.
+    start_timeout_s: float = 90.0
+    #: Seconds ``stop`` waits after SIGTERM before killing the broker's process group.
+    stop_timeout_s: float = 30.0
+    #: One of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the local broker speaks PLAINTEXT).
+    security_protocol: str = "PLAINTEXT"
+    #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; required with a SASL protocol.
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    #: A file holding the SASL password (alternative to env ROUTER_KAFKA_SASL_PASSWORD).
+    sasl_password_file: str | None = None
+    #: Only from env ROUTER_KAFKA_SASL_PASSWORD or ``sasl_password_file`` (see module docstring).
+    sasl_password: Secret | None = None
+
+    def __post_init__(self) -> None:
+        section = self.SECTION
+        if self.sasl_password is not None and not isinstance(self.sasl_password, Secret):
+            # Never echo the value: it is a password.
+            raise ConfigError(
+                f"setting {section}.sasl_password may not be set in the settings file, a ROUTER__ variable or a "
+                f"flag; put it in the environment variable {SASL_PASSWORD_ENV} or a file named by "
+                f"{section}.sasl_password_file"
+            )
+        _check_port(section, "client_port", self.client_port)
+        _check_port(section, "controller_port", self.controller_port)
+        if self.client_port == self.controller_port:
+            raise ConfigError(f"settings {section}.client_port and {section}.controller_port must differ")
+        if not self.host:
+            raise ConfigError(f"setting {section}.host must not be empty")
+        if self.num_partitions < 1:
+            raise ConfigError(f"setting {section}.num_partitions must be at least 1, got {self.num_partitions}")
+        _check_positive(section, "start_timeout_s", self.start_timeout_s)
+        _check_positive(section, "stop_timeout_s", self.stop_timeout_s)
+        if not self.heap or not self.heap[:-1].isdigit() or self.heap[-1].lower() not in "kmg":
+            raise ConfigError(f"setting {section}.heap must look like 512m or 1g, got {self.heap!r}")
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            known = ", ".join(sorted(SECURITY_PROTOCOLS))
+            raise ConfigError(
+                f"setting {section}.security_protocol must be one of {known}, got {self.security_protocol!r}"
+            )
+        if self.uses_sasl:
+            if self.sasl_mechanism not in SASL_LOGIN_MODULES:
+                known = ", ".join(SASL_LOGIN_MODULES)
+                raise ConfigError(
+                    f"setting {section}.sasl_mechanism must be one of {known}, got {self.sasl_mechanism!r}"
+                )
+            if not self.sasl_username:
+                raise ConfigError(f"setting {section}.sasl_username is required with {self.security_protocol}")
+        if not self.bootstrap_servers:
+            object.__setattr__(self, "bootstrap_servers", f"{self.host}:{self.client_port}")
+        _resolve_paths(self, ("data_dir", "jars_dir", "sasl_password_file"))
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkSettings:
+    """The one SparkSession (:func:`routing.spark.get_spark`)."""
+
+    SECTION: ClassVar[str] = "spark"
+
+    #: ``local[N]`` runs in this process's JVM; N = cores.
+    master: str = "local[2]"
+    #: The web UI (port 4040+); off for tests and small machines.
+    ui_enabled: bool = False
+    #: ``spark.sql.shuffle.partitions``: Spark's 200 is far too many for micro-batches on 2 cores.
+    shuffle_partitions: int = 4
+    driver_memory: str = "2g"
+    #: Kafka source + Delta jars resolved by ``make jars``; the only jars a session loads.
+    jars_dir: str = "var/jars/spark"
+    #: Ivy home, kept empty: nothing is resolved at run time.
+    ivy_dir: str = "var/ivy"
+    warehouse_dir: str = "var/spark-warehouse"
+    #: Spark's scratch space (shuffle files, spills).
+    local_dir: str = "var/spark-local"
+    #: Log level of the JVM side once the session is up.
+    log_level: str = "WARN"
+    #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
+    conf: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        section = self.SECTION
+        if not self.master:
+            raise ConfigError(f"setting {section}.master must not be empty")
+        if self.shuffle_partitions < 1:
+            raise ConfigError(f"setting {section}.shuffle_partitions must be at least 1, got {self.shuffle_partitions}")
+        if self.log_level.upper() not in {"ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"}:
+            raise ConfigError(f"setting {section}.log_level is not a log4j level: {self.log_level!r}")
+        conf: dict[str, str] = {}
+        for key, value in self.conf.items():
+            if isinstance(value, (dict, list, tuple)) or value is None:
+                raise ConfigError(f"setting {section}.conf.{key} must be a scalar, got {value!r}")
+            conf[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+        object.__setattr__(self, "conf", conf)
+        _resolve_paths(self, ("jars_dir", "ivy_dir", "warehouse_dir", "local_dir"))
+
+
+@dataclasses.dataclass(frozen=True)
+class SubscriptionSettings:
+    """The Delta subscription table and the job that refreshes it from the events topic."""
+
+    SECTION: ClassVar[str] = "subscriptions"
+
+    table_path: str = "var/delta/subscriptions"
+    #: Subscription events that failed validation, with their reason codes.
+    rejects_path: str = "var/delta/subscription_rejects"
+    events_topic: str = "subscriptions"
+    checkpoint_path: str = "var/checkpoints/refresh_subscriptions"
+    #: Where a refresh job with no checkpoint starts reading: earliest or latest.
+    starting_offsets: str = "earliest"
+    #: Upper bound on events one micro-batch reads (``maxOffsetsPerTrigger``).
+    max_offsets_per_trigger: int = 100_000
+
+    def __post_init__(self) -> None:
+        section = self.SECTION
+        if not self.events_topic:
+            raise ConfigError(f"setting {section}.events_topic must not be empty")
+        if self.starting_offsets not in STARTING_OFFSETS:
+            raise ConfigError(
+                f"setting {section}.starting_offsets must be earliest or latest, got {self.starting_offsets!r}"
+            )
+        if self.max_offsets_per_trigger < 1:
+            raise ConfigError(
+                f"setting {section}.max_offsets_per_trigger must be at least 1, got {self.max_offsets_per_trigger}"
+            )
+        _resolve_paths(self, ("table_path", "rejects_path", "checkpoint_path"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Every section, loaded and validated together (:func:`load_settings`)."""
+
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    validation: ValidationSettings = dataclasses.field(default_factory=ValidationSettings)
+    kafka: KafkaSettings = dataclasses.field(default_factory=KafkaSettings)
+    spark: SparkSettings = dataclasses.field(default_factory=SparkSettings)
+    subscriptions: SubscriptionSettings = dataclasses.field(default_factory=SubscriptionSettings)
+
+    def validator(self) -> Validator:
+        """The validation layer configured by ``[limits]`` and ``[validation]``."""
+        return Validator(limits=self.limits, policy=Policy.parse(self.validation.policy))
+
+    def replace(self, **sections: Any) -> Settings:
+        """A copy with whole sections replaced."""
+        return dataclasses.replace(self, **sections)
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """confluent-kafka (librdkafka) configuration for the cluster, SASL credentials included.
+
+        The result holds the password in clear text: hand it to a client, never log it.
+        """
+        kafka = self.kafka
+        config = {"bootstrap.servers": kafka.bootstrap_servers, "security.protocol": kafka.security_protocol}
+        if kafka.uses_sasl:
+            config["sasl.mechanism"] = str(kafka.sasl_mechanism)
+            config["sasl.username"] = str(kafka.sasl_username)
+            config["sasl.password"] = _require_password(kafka).reveal()
+        return config
+
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source and sink (``kafka.``-prefixed consumer/producer configs).
+
+        The result holds the password in clear text (in the JAAS line): never log it.
+        """
+        kafka = self.kafka
+        options = {
+            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "kafka.security.protocol": kafka.security_protocol,
+        }
+        if kafka.uses_sasl:
+            module = SASL_LOGIN_MODULES[str(kafka.sasl_mechanism)]
+            username = _jaas_quote(str(kafka.sasl_username))
+            password = _jaas_quote(_require_password(kafka).reveal())
+            options["kafka.sasl.mechanism"] = str(kafka.sasl_mechanism)
+            options["kafka.sasl.jaas.config"] = f'{module} required username="{username}" password="{password}";'
+        return options
+
+
+def _jaas_quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _require_password(kafka: KafkaSettings) -> Secret:
+    if kafka.sasl_password is None:
+        raise ConfigError(
+            f"{kafka.security_protocol} needs a password: set the environment variable {SASL_PASSWORD_ENV} "
+            f"or kafka.sasl_password_file"
+        )
+    return kafka.sasl_password
+
+
+SECTIONS: dict[str, type[Any]] = {
+    field.name: typing.get_type_hints(Settings)[field.name] for field in dataclasses.fields(Settings)
+}
+
+
+def _table_fields(cls: type[Any]) -> set[str]:
+    hints = typing.get_type_hints(cls)
+    return {
+        field.name
+        for field in dataclasses.fields(cls)
+        if typing.get_origin(hints[field.name]) is dict or hints[field.name] is dict
+    }
+
+
+def _read_password(kafka: KafkaSettings, env: Mapping[str, str]) -> Secret | None:
+    from_env = env.get(SASL_PASSWORD_ENV)
+    if from_env:
+        return Secret(from_env)
+    if kafka.sasl_password_file is None:
+        return None
+    try:
+        text = Path(kafka.sasl_password_file).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(
+            f"setting kafka.sasl_password_file: cannot read {kafka.sasl_password_file}: {error.strerror}"
+        ) from None
+    password = text.rstrip("\r\n")
+    if not password:
+        raise ConfigError(f"setting kafka.sasl_password_file: {kafka.sasl_password_file} is empty")
+    return Secret(password)
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, object]] | None = None,
+) -> Settings:
+    """Every section from the settings file (``path``, else ``$ROUTER_CONF``, else conf/router.toml),
+    the environment (``env``, default ``os.environ``) and ``overrides`` ({section: {key: value}}).
+
+    Sections of the file this object does not know are left to their own loaders; unknown sections
+    in ``overrides`` are errors.
+    """
+    environment = os.environ if env is None else env
+    conf = read_conf(path)
+    overrides = overrides or {}
+    for section in overrides:
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown settings section {section!r} (known: {', '.join(SECTIONS)})")
+    loaded: dict[str, Any] = {}
+    for name, cls in SECTIONS.items():
+        section_overrides = dict(overrides.get(name, {}))
+        table = conf.get(name, {})
+        for field in _table_fields(cls):
+            if field in section_overrides and isinstance(table, Mapping) and isinstance(table.get(field), Mapping):
+                extra = section_overrides[field]
+                if not isinstance(extra, Mapping):
+                    raise ConfigError(f"setting {name}.{field} must be a table, got {extra!r}")
+                section_overrides[field] = {**table[field], **extra}
+        loaded[name] = load_section(cls, name, conf=conf, env=environment, overrides=section_overrides)
+    kafka: KafkaSettings = loaded["kafka"]
+    password = _read_password(kafka, environment)
+    if password is not None:
+        loaded["kafka"] = dataclasses.replace(kafka, sasl_password=password)
+    if kafka.uses_sasl and password is None:
+        _require_password(kafka)
+    return Settings(**loaded)
+
+
+# -- command-line flags shared by every job --------------------------------
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the standard ``--conf FILE`` and ``--set SECTION.KEY=VALUE`` flags to a job's parser."""
+    group = parser.add_argument_group("settings")
+    group.add_argument(
+        "--conf",
+        metavar="FILE",
+        help="settings file (default: $ROUTER_CONF, else conf/router.toml)",
+    )
+    group.add_argument(
+        "--set",
+        dest="settings_overrides",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one setting, e.g. --set kafka.client_port=29092 or --set spark.conf.spark.sql.ansi.enabled=true"
+        " (repeatable)",
+    )
+
+
+def parse_overrides(assignments: Sequence[str]) -> dict[str, dict[str, object]]:
+    """``["kafka.client_port=1"]`` -> ``{"kafka": {"client_port": "1"}}``.
+
+    Values stay text (the loader converts them as it does environment variables). For a table
+    field the rest of the name is the entry: ``spark.conf.spark.sql.ansi.enabled=true``.
+    """
+    overrides: dict[str, dict[str, object]] = {}
+    for assignment in assignments:
+        name, equals, value = assignment.partition("=")
+        section, dot, key = name.strip().partition(".")
+        if not equals or not dot or not section or not key:
+            raise ConfigError(f"--set expects SECTION.KEY=VALUE, got {assignment!r}")
+        if section not in SECTIONS:
+            known = ", ".join(SECTIONS)
+            raise ConfigError(f"--set {assignment!r}: unknown settings section {section!r} (known: {known})")
+        field, dot, entry = key.partition(".")
+        if dot and field in _table_fields(SECTIONS[section]):
+            table = overrides.setdefault(section, {}).setdefault(field, {})
+            assert isinstance(table, dict)
+            table[entry] = value
+        else:
+            overrides.setdefault(section, {})[key] = value
+    return overrides
+
+
+def settings_from_args(args: argparse.Namespace, *, env: Mapping[str, str] | None = None) -> Settings:
+    """The settings a job runs with, from the flags added by :func:`add_settings_arguments`."""
+    return load_settings(args.conf, env=env, overrides=parse_overrides(args.settings_overrides))

@@ -1,0 +1,123 @@
+"""The one SparkSession factory: every job and test gets its session from :func:`get_spark`.
+
+The session is local (``local[2]`` by default) and loads exactly the jars ``make jars`` resolved
+into ``spark.jars_dir`` (Kafka source + Delta). Nothing is resolved at run time:
+``spark.jars.packages`` and ``spark.jars.repositories`` are refused, and ``spark.jars.ivy`` points
+at an empty directory under var/, so a missing jar fails at once with "run `make jars`" instead of
+a download attempt.
+
+A JVM holds one SparkContext, so Spark's *static* configuration (jars, master, driver memory,
+extensions) is fixed by the first call in a process; later calls return the running session
+(``getOrCreate``) with runtime options from ``extra_conf`` applied.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from routing.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_APP_NAME = "spark-topic-router"
+#: Jar name prefixes the session cannot work without (Delta; the Kafka source and its client).
+REQUIRED_JARS = ("delta-spark_", "delta-storage-", "spark-sql-kafka-0-10_", "kafka-clients-")
+#: Run-time dependency resolution: never (see module docstring).
+FORBIDDEN_CONF = ("spark.jars.packages", "spark.jars.repositories", "spark.jars.excludes")
+
+
+class SparkJarsMissingError(RuntimeError):
+    """The jars ``make jars`` resolves are missing."""
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    """The jar files a session loads, checked to include Delta and the Kafka source."""
+    jars_dir = Path(settings.spark.jars_dir)
+    jars = sorted(jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
+    missing = [prefix for prefix in REQUIRED_JARS if not any(jar.name.startswith(prefix) for jar in jars)]
+    if missing:
+        raise SparkJarsMissingError(
+            f"Spark jars missing from {jars_dir} ({', '.join(prefix.rstrip('_-') for prefix in missing)}): "
+            "run `make jars`"
+        )
+    return jars
+
+
+def spark_conf(
+    settings: Settings,
+    *,
+    app_name: str = DEFAULT_APP_NAME,
+    master: str | None = None,
+    extra_conf: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The full Spark configuration :func:`get_spark` starts a session with."""
+    spark = settings.spark
+    for directory in (spark.ivy_dir, spark.local_dir):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    conf = {
+        "spark.master": master or spark.master,
+        "spark.app.name": app_name,
+        # Local jars only; an empty Ivy home proves nothing was fetched.
+        "spark.jars": ",".join(str(jar) for jar in spark_jars(settings)),
+        "spark.jars.ivy": spark.ivy_dir,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.ui.enabled": str(spark.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": spark.driver_memory,
+        # Loopback: no hostname lookups, nothing listens on other interfaces.
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
+        "spark.default.parallelism": str(spark.shuffle_partitions),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.warehouse.dir": spark.warehouse_dir,
+        "spark.local.dir": spark.local_dir,
+        # Python workers run this interpreter (the project's virtualenv), not whatever is on PATH.
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # Delta's defaults assume a cluster: 50 partitions to read a table's log is slow on 2 cores.
+        "spark.databricks.delta.snapshotPartitions": str(spark.shuffle_partitions),
+    }
+    conf.update(spark.conf)
+    conf.update(extra_conf or {})
+    forbidden = sorted(key for key in conf if key in FORBIDDEN_CONF)
+    if forbidden:
+        raise ValueError(
+            f"{', '.join(forbidden)}: Spark may not resolve dependencies at run time; "
+            "declare them in conf/jvm/pom.xml and run `make jars`"
+        )
+    return conf
+
+
+def get_spark(
+    settings: Settings | None = None,
+    *,
+    app_name: str = DEFAULT_APP_NAME,
+    master: str | None = None,
+    extra_conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """The process's SparkSession, started with :func:`spark_conf` if none is running."""
+    from pyspark.sql import SparkSession
+
+    settings = settings or load_settings()
+    conf = spark_conf(settings, app_name=app_name, master=master, extra_conf=extra_conf)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        for key, value in (extra_conf or {}).items():
+            active.conf.set(key, value)
+        return active
+    # The JVM reads this before any conf; without it Spark warns about the hostname and binds elsewhere.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(settings.spark.log_level.upper())
+    return session
