@@ -1,0 +1,207 @@
+//! Matching a whole Arrow batch of routing keys at once (the `mapInArrow` hot
+//! path): `string`, `large_string` or `string_view` keys in, one
+//! `list<string>` of subscribers per row out, row-aligned, a null key giving a
+//! null list.
+//!
+//! Kafka batches repeat keys heavily, so each distinct key is matched once: a
+//! hash map from key text to its result, whose subscriber ids are then spread
+//! back to every row holding that key. The output is written straight into
+//! Arrow buffers (offsets, validity, UTF-8 bytes), with no per-row allocation.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayAccessor, ListArray, StringArray};
+use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field};
+use hashbrown::HashMap;
+
+use crate::errors::NativeError;
+use crate::frozen::{FrozenMatcher, Scratch, NONE};
+
+/// What a batch held, for introspection and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    pub rows: usize,
+    pub null_rows: usize,
+    /// Distinct non-null keys, i.e. lookups actually performed.
+    pub distinct_keys: usize,
+}
+
+/// Match every key of `keys`. `max_rows`, when given, is enforced before any work.
+pub fn match_batch(
+    matcher: &FrozenMatcher,
+    keys: &dyn Array,
+    max_rows: Option<usize>,
+) -> Result<(ListArray, BatchStats), NativeError> {
+    if let Some(limit) = max_rows {
+        if keys.len() > limit {
+            return Err(NativeError::BatchTooLarge { rows: keys.len(), limit });
+        }
+    }
+    match keys.data_type() {
+        DataType::Utf8 => match_keys(matcher, keys.as_string::<i32>()),
+        DataType::LargeUtf8 => match_keys(matcher, keys.as_string::<i64>()),
+        DataType::Utf8View => match_keys(matcher, keys.as_string_view()),
+        other => Err(NativeError::UnsupportedArray(format!("an array of type {other}"))),
+    }
+}
+
+/// The list type of every result: `list<item: string>`, as `pa.list_(pa.string())`.
+pub fn result_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+}
+
+fn match_keys<'a, A>(matcher: &FrozenMatcher, keys: A) -> Result<(ListArray, BatchStats), NativeError>
+where
+    A: ArrayAccessor<Item = &'a str>,
+{
+    let rows = keys.len();
+    let mut stats = BatchStats { rows, ..BatchStats::default() };
+    let mut scratch = Scratch::default();
+    // Per distinct key: its range in `result_ids`.
+    let mut distinct: HashMap<&'a str, u32> = HashMap::new();
+    let mut result_ranges: Vec<(u32, u32)> = Vec::new();
+    let mut result_ids: Vec<u32> = Vec::new();
+    let mut row_results: Vec<u32> = Vec::with_capacity(rows);
+    for row in 0..rows {
+        if keys.is_null(row) {
+            stats.null_rows += 1;
+            row_results.push(NONE);
+            continue;
+        }
+        let key: &'a str = keys.value(row);
+        let result = *distinct.entry(key).or_insert_with(|| {
+            let ids = matcher.lookup_ids(key, &mut scratch);
+            let start = result_ids.len() as u32;
+            result_ids.extend_from_slice(ids);
+            result_ranges.push((start, ids.len() as u32));
+            (result_ranges.len() - 1) as u32
+        });
+        row_results.push(result);
+        if result_ids.len() > i32::MAX as usize {
+            return Err(NativeError::ResultTooLarge(format!("over {} distinct matches", i32::MAX)));
+        }
+    }
+    stats.distinct_keys = result_ranges.len();
+
+    // Sizes first, so each buffer is allocated once and overflow is an error.
+    let mut list_items: usize = 0;
+    let mut value_bytes: usize = 0;
+    for &result in &row_results {
+        if result != NONE {
+            let (start, len) = result_ranges[result as usize];
+            list_items += len as usize;
+            value_bytes += result_ids[start as usize..(start + len) as usize]
+                .iter()
+                .map(|&id| matcher.subscriber(id).len())
+                .sum::<usize>();
+        }
+    }
+    if list_items > i32::MAX as usize || value_bytes > i32::MAX as usize {
+        return Err(NativeError::ResultTooLarge(format!(
+            "{list_items} subscribers / {value_bytes} bytes do not fit list<string> 32-bit offsets"
+        )));
+    }
+
+    let mut list_offsets: Vec<i32> = Vec::with_capacity(rows + 1);
+    let mut value_offsets: Vec<i32> = Vec::with_capacity(list_items + 1);
+    let mut values: Vec<u8> = Vec::with_capacity(value_bytes);
+    list_offsets.push(0);
+    value_offsets.push(0);
+    for &result in &row_results {
+        if result != NONE {
+            let (start, len) = result_ranges[result as usize];
+            for &id in &result_ids[start as usize..(start + len) as usize] {
+                values.extend_from_slice(matcher.subscriber(id).as_bytes());
+                value_offsets.push(values.len() as i32);
+            }
+        }
+        list_offsets.push((value_offsets.len() - 1) as i32);
+    }
+    // SAFETY: `values` is a concatenation of whole `&str`s, so valid UTF-8 at
+    // every offset; offsets start at 0, never decrease (each push is the
+    // current length) and end at `values.len()`, checked above to fit i32.
+    let strings = unsafe {
+        StringArray::new_unchecked(
+            OffsetBuffer::new_unchecked(ScalarBuffer::from(value_offsets)),
+            Buffer::from_vec(values),
+            None,
+        )
+    };
+    let validity = (stats.null_rows > 0).then(|| NullBuffer::from_iter(row_results.iter().map(|&r| r != NONE)));
+    let field = Arc::new(Field::new_list_field(DataType::Utf8, true));
+    let list = ListArray::try_new(field, OffsetBuffer::new(ScalarBuffer::from(list_offsets)), Arc::new(strings), validity)
+        .map_err(|error| NativeError::ResultTooLarge(error.to_string()))?;
+    Ok((list, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frozen::tests::Rng;
+    use arrow_array::{Int32Array, LargeStringArray, StringViewArray};
+
+    fn rows(list: &ListArray) -> Vec<Option<Vec<String>>> {
+        (0..list.len())
+            .map(|i| {
+                (!list.is_null(i)).then(|| {
+                    let value = list.value(i);
+                    let strings = value.as_string::<i32>();
+                    strings.iter().map(|s| s.unwrap().to_string()).collect()
+                })
+            })
+            .collect()
+    }
+
+    fn expected(matcher: &FrozenMatcher, keys: &[Option<String>]) -> Vec<Option<Vec<String>>> {
+        keys.iter()
+            .map(|key| key.as_ref().map(|k| matcher.lookup(k).into_iter().map(String::from).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn rows_agree_with_lookup_for_every_string_type() {
+        let mut rng = Rng(11);
+        for _ in 0..60 {
+            let pairs: Vec<(String, String)> =
+                (0..rng.below(15)).map(|_| (rng.topic(true), format!("sub-{}", rng.below(6)))).collect();
+            let matcher = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
+            let keys: Vec<Option<String>> =
+                (0..rng.below(40)).map(|_| (rng.below(5) != 0).then(|| rng.topic(false))).collect();
+            let want = expected(&matcher, &keys);
+            let utf8 = StringArray::from(keys.clone());
+            let large = LargeStringArray::from(keys.clone());
+            let view = StringViewArray::from(keys.iter().map(|k| k.as_deref()).collect::<Vec<_>>());
+            for array in [&utf8 as &dyn Array, &large, &view] {
+                let (list, stats) = match_batch(&matcher, array, None).unwrap();
+                assert_eq!(list.data_type(), &result_type());
+                assert_eq!(rows(&list), want);
+                assert_eq!(stats.null_rows, keys.iter().filter(|k| k.is_none()).count());
+                let distinct: std::collections::HashSet<_> = keys.iter().flatten().collect();
+                assert_eq!(stats.distinct_keys, distinct.len());
+            }
+            // A slice has a non-zero offset into the same buffers.
+            if keys.len() > 4 {
+                let sliced = utf8.slice(2, keys.len() - 3);
+                let (list, _) = match_batch(&matcher, &sliced, None).unwrap();
+                assert_eq!(rows(&list), want[2..keys.len() - 1].to_vec());
+            }
+        }
+    }
+
+    #[test]
+    fn limits_and_types_are_errors() {
+        let matcher = FrozenMatcher::build([("#", "s")]).unwrap();
+        let keys = StringArray::from(vec!["a", "b", "c"]);
+        assert_eq!(
+            match_batch(&matcher, &keys, Some(2)).unwrap_err(),
+            NativeError::BatchTooLarge { rows: 3, limit: 2 }
+        );
+        assert!(match_batch(&matcher, &keys, Some(3)).is_ok());
+        let numbers = Int32Array::from(vec![1, 2]);
+        assert!(matches!(match_batch(&matcher, &numbers, None), Err(NativeError::UnsupportedArray(_))));
+        let (empty, _) = match_batch(&matcher, &StringArray::from(Vec::<&str>::new()), None).unwrap();
+        assert_eq!(empty.len(), 0);
+    }
+}
