@@ -97,3 +97,14 @@ def workloads(draw: st.DrawFn) -> tuple[list[tuple[str, str, str]], list[str]]:
     hits = [draw(keys_matching(p)) for p in subscribed[:10]]
     misses = draw(st.lists(keys, max_size=10))
     return ops, hits + misses
+
+
+#: One step of a script: ("subscribe" | "unsubscribe", pattern, subscriber) or ("lookup", key, "").
+script_steps = st.one_of(
+    operations,
+    keys.map(lambda key: ("lookup", key, "")),
+    patterns.flatmap(keys_matching).map(lambda key: ("lookup", key, "")),
+)
+#: Subscribes, unsubscribes and lookups interleaved, so a matcher's index is
+#: exercised while it changes (not only after the last write).
+scripts = st.lists(script_steps, max_size=50)
