@@ -236,6 +236,8 @@ class SubscriptionSettings:
     starting_offsets: str = "earliest"
     #: Upper bound on events one micro-batch reads (``maxOffsetsPerTrigger``).
     max_offsets_per_trigger: int = 100_000
+    #: Bytes of one subscription event (Kafka value or import line); larger ones are rejected.
+    max_event_bytes: int = 65_536
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -249,6 +251,8 @@ class SubscriptionSettings:
             raise ConfigError(
                 f"setting {section}.max_offsets_per_trigger must be at least 1, got {self.max_offsets_per_trigger}"
             )
+        if self.max_event_bytes < 1:
+            raise ConfigError(f"setting {section}.max_event_bytes must be at least 1, got {self.max_event_bytes}")
         _resolve_paths(self, ("table_path", "rejects_path", "checkpoint_path"))
 
 

@@ -1,0 +1,119 @@
+"""The plain-Python model of the subscription table: the oracle for the Spark MERGE.
+
+Deliberately written without anything from :mod:`routing.subscriptions.table`:
+sequential dictionary updates instead of windows, joins and a MERGE. Only the
+per-event rules (:func:`~routing.subscriptions.events.judge`) are shared; they
+are pinned by their own unit tests.
+
+Semantics of one batch (the unit the refresh job commits atomically):
+
+1. Invalid events are rejected with their reason code.
+2. Per (subscriber, pattern) only the valid event with the greatest
+   ``(ts, change_id)`` counts; the others are *superseded*.
+3. That event applies only if its ``(ts, change_id)`` is greater than the row's
+   (last writer wins); otherwise it is *stale* (so re-applying a change, or an
+   old subscribe arriving after an unsubscribe, is a no-op).
+4. Unsubscribes apply first (soft delete: the row stays, inactive). Then the
+   subscribes that would activate a row are taken in ``(ts, change_id)`` order,
+   each accepted while the subscriber holds fewer active patterns than
+   ``max_subscriptions_per_subscriber``; the rest are rejected with
+   ``too_many_subscriptions``. Subscribes to rows already active only refresh
+   ``ts``/``change_id`` and never count against the limit.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Iterable
+
+from routing.errors import TooManySubscriptionsError
+from routing.subscriptions.events import (
+    REFRESHED,
+    STALE,
+    SUBSCRIBED,
+    SUPERSEDED,
+    TOMBSTONED,
+    UNSUBSCRIBED,
+    ChangeEvent,
+    Op,
+    Received,
+    judge,
+)
+from routing.validation import Validator
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRow:
+    active: bool
+    ts_millis: int
+    change_id: str
+
+
+@dataclasses.dataclass
+class SubscriptionModel:
+    """Rows keyed by (subscriber, pattern), plus every rejected change id and its reason."""
+
+    validator: Validator
+    max_event_bytes: int
+    rows: dict[tuple[str, str], ModelRow] = dataclasses.field(default_factory=dict)
+    rejects: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def apply_batch(self, batch: Iterable[Received]) -> collections.Counter[str]:
+        """Apply one batch; returns how many events had each outcome (kinds and reject reasons)."""
+        counts: collections.Counter[str] = collections.Counter()
+        latest: dict[tuple[str, str], ChangeEvent] = {}
+        for received in batch:
+            outcome = judge(received, self.validator, max_event_bytes=self.max_event_bytes)
+            if outcome.rejection is not None:
+                self.rejects[received.change_id] = outcome.rejection.reason
+                counts[outcome.rejection.reason] += 1
+                continue
+            event = outcome.event
+            assert event is not None
+            key = (event.subscriber, event.pattern)
+            held = latest.get(key)
+            if held is None or event.order > held.order:
+                latest[key] = event
+            counts[SUPERSEDED] += held is not None
+
+        activations: list[ChangeEvent] = []
+        for key, event in latest.items():
+            row = self.rows.get(key)
+            if row is not None and event.order <= (row.ts_millis, row.change_id):
+                counts[STALE] += 1
+            elif event.op is Op.UNSUBSCRIBE:
+                counts[UNSUBSCRIBED if row is not None and row.active else TOMBSTONED] += 1
+                self.rows[key] = ModelRow(False, event.ts_millis, event.change_id)
+            elif row is not None and row.active:
+                counts[REFRESHED] += 1
+                self.rows[key] = ModelRow(True, event.ts_millis, event.change_id)
+            else:
+                activations.append(event)
+
+        held_now = collections.Counter(subscriber for (subscriber, _), row in self.rows.items() if row.active)
+        for event in sorted(activations, key=lambda candidate: candidate.order):
+            try:
+                self.validator.check_subscription_count(event.subscriber, held_now[event.subscriber] + 1)
+            except TooManySubscriptionsError as error:
+                self.rejects[event.change_id] = error.reason
+                counts[error.reason] += 1
+                continue
+            held_now[event.subscriber] += 1
+            counts[SUBSCRIBED] += 1
+            self.rows[(event.subscriber, event.pattern)] = ModelRow(True, event.ts_millis, event.change_id)
+        return counts
+
+    def active_pairs(self) -> frozenset[tuple[str, str]]:
+        """(pattern, subscriber) of every active row: what the router would match against."""
+        return frozenset((pattern, subscriber) for (subscriber, pattern), row in self.rows.items() if row.active)
+
+
+def apply_events_model(
+    batches: Iterable[Iterable[Received]], validator: Validator, *, max_event_bytes: int
+) -> SubscriptionModel:
+    """The table (and rejects) after applying ``batches`` in order to an empty table."""
+    model = SubscriptionModel(validator, max_event_bytes)
+    for batch in batches:
+        model.apply_batch(batch)
+    return model

@@ -1,0 +1,512 @@
+"""The Spark side: the Delta tables, validating a micro-batch, and the MERGE.
+
+Every transform takes and returns DataFrames, so the refresh job
+(``jobs/refresh_subscriptions.py``) is only plumbing: Kafka micro-batch or
+import file -> :func:`validate_kafka_batch` / :func:`validated_frame` ->
+:func:`apply_validated`.
+
+Validation runs the pure-Python rules of :mod:`routing.subscriptions.events`
+through ``mapInArrow``: one Python call per Arrow batch rather than per row, no
+per-row UDF serialisation. Subscription events are few (bounded per batch by
+``subscriptions.max_offsets_per_trigger``), so correctness and sharing the one
+rule set with the import path and the model matter more than speed here.
+
+:func:`apply_validated` is set-based (windows and joins against the table
+pinned at one Delta version) and implements the semantics spelled out
+sequentially in :mod:`routing.subscriptions.model`: reduce within the batch,
+last writer wins by ``(ts, change_id)``, unsubscribes before subscribes,
+subscribes over ``max_subscriptions_per_subscriber`` rejected in
+``(ts, change_id)`` order.
+
+Crash safety. Each batch writes at most two Delta commits: the MERGE (only
+when something changes) and the rejects append. Re-running a batch after a
+crash is harmless: the MERGE only applies events newer than the row, so
+changes already merged are stale no-ops (and with nothing to change no commit
+is made); the rejects append carries ``txnAppId``/``txnVersion`` (query id,
+batch id), so Delta skips it if it already committed; and the subscription
+limit re-evaluated against the merged table rejects exactly the same events.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import signal
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from routing.subscriptions.events import (
+    APPLIED_KINDS,
+    NOOP_KINDS,
+    REFRESHED,
+    STALE,
+    SUBSCRIBED,
+    SUPERSEDED,
+    TOMBSTONED,
+    TOO_MANY_SUBSCRIPTIONS,
+    UNSUBSCRIBED,
+    Op,
+    Outcome,
+    judge,
+    kafka_received,
+)
+from routing.validation import Validator
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+#: Test-only fault injection: a batch id after whose Delta writes the process SIGKILLs itself,
+#: before Spark commits the batch to the checkpoint (proves re-runs after a crash are safe).
+CRASH_AFTER_BATCH_ENV = "ROUTER_TEST_CRASH_AFTER_BATCH"
+
+# -- schemas ------------------------------------------------------------------------
+
+#: The subscription table. Key: (subscriber_id, pattern); one row per pair ever seen.
+TABLE_DDL = ", ".join(
+    [
+        "subscriber_id STRING NOT NULL",
+        "pattern STRING NOT NULL",
+        # Soft delete: an unsubscribe keeps the row (active = false) so an older subscribe cannot resurrect it.
+        "active BOOLEAN NOT NULL",
+        # The winning event's ts; with change_id it orders writes (last writer wins).
+        "updated_at TIMESTAMP NOT NULL",
+        # The change that last touched the row (deterministic: Kafka coordinates or import file hash + line).
+        "change_id STRING NOT NULL",
+        # kafka | import
+        "source STRING NOT NULL",
+        # When the refresh job wrote the row (wall clock, for operators; never used for ordering).
+        "applied_at TIMESTAMP NOT NULL",
+        # Words in the pattern and whether one is * or #, so readers need not re-parse.
+        "pattern_word_count INT NOT NULL",
+        "has_wildcard BOOLEAN NOT NULL",
+    ]
+)
+
+#: Rejected events: one row per rejected change id (appends are idempotent per batch).
+REJECTS_DDL = ", ".join(
+    [
+        "change_id STRING NOT NULL",
+        "reason STRING NOT NULL",
+        "detail STRING NOT NULL",
+        "source STRING NOT NULL",
+        "kafka_topic STRING",
+        "kafka_partition INT",
+        "kafka_offset BIGINT",
+        "import_file STRING",
+        "import_line BIGINT",
+        # The event exactly as received, and a best-effort UTF-8 reading of it (U+FFFD for bad bytes).
+        "raw BINARY",
+        "raw_text STRING",
+        # Set when the event itself was valid (e.g. too_many_subscriptions).
+        "op STRING",
+        "subscriber_id STRING",
+        "pattern STRING",
+        "ts TIMESTAMP",
+        # Streaming batch id (null for imports).
+        "batch_id BIGINT",
+        "rejected_at TIMESTAMP NOT NULL",
+    ]
+)
+
+#: Output of validation: one row per received event, valid (reject_reason null) or not.
+VALIDATED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("change_id", "string"),
+    ("source", "string"),
+    ("op", "string"),
+    ("subscriber_id", "string"),
+    ("pattern", "string"),
+    ("ts_millis", "int64"),
+    ("pattern_word_count", "int32"),
+    ("has_wildcard", "bool"),
+    ("reject_reason", "string"),
+    ("reject_detail", "string"),
+    ("raw", "binary"),
+    ("raw_text", "string"),
+    ("kafka_topic", "string"),
+    ("kafka_partition", "int32"),
+    ("kafka_offset", "int64"),
+    ("import_file", "string"),
+    ("import_line", "int64"),
+)
+_SPARK_TYPES = {"string": "STRING", "int64": "BIGINT", "int32": "INT", "bool": "BOOLEAN", "binary": "BINARY"}
+VALIDATED_DDL = ", ".join(f"{name} {_SPARK_TYPES[kind]}" for name, kind in VALIDATED_FIELDS)
+
+KEY = ("subscriber_id", "pattern")
+_CANDIDATE = "candidate"  # a subscribe that would activate a row, before the limit decides
+
+
+def _arrow_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_(),
+             "binary": pa.binary()}
+    return pa.schema([(name, types[kind]) for name, kind in VALIDATED_FIELDS])
+
+
+def _struct(ddl: str) -> StructType:
+    from pyspark.sql.types import StructType
+
+    parsed = StructType.fromDDL(ddl)
+    assert isinstance(parsed, StructType)
+    return parsed
+
+
+# -- tables -----------------------------------------------------------------------
+
+
+def _create_if_absent(spark: SparkSession, path: str, ddl: str) -> None:
+    from delta.tables import DeltaTable
+
+    if DeltaTable.isDeltaTable(spark, path):
+        return
+    builder = DeltaTable.createIfNotExists(spark).location(path)
+    for field in _struct(ddl).fields:
+        builder = builder.addColumn(field.name, field.dataType, nullable=field.nullable)
+    builder.execute()
+
+
+def create_table_if_absent(spark: SparkSession, path: str) -> None:
+    """Create the (empty) subscription table at ``path`` unless a Delta table is there."""
+    _create_if_absent(spark, path, TABLE_DDL)
+
+
+def create_rejects_table_if_absent(spark: SparkSession, path: str) -> None:
+    _create_if_absent(spark, path, REJECTS_DDL)
+
+
+def latest_version(spark: SparkSession, path: str) -> int:
+    """The table's newest Delta version: the snapshot version the router broadcasts."""
+    from delta.tables import DeltaTable
+
+    newest = DeltaTable.forPath(spark, path).history(1).select("version").head()
+    assert newest is not None, f"Delta table {path} has no history"
+    return int(newest[0])
+
+
+def _read(spark: SparkSession, path: str, version: int | None) -> DataFrame:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(path)
+
+
+def read_active(spark: SparkSession, path: str, version: int | None = None) -> list[tuple[str, str]]:
+    """Sorted (pattern, subscriber) of every active row, at ``version`` (default: latest)."""
+    rows = _read(spark, path, version).where("active").select("pattern", "subscriber_id").collect()
+    return sorted((row["pattern"], row["subscriber_id"]) for row in rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The active subscriptions at one table version (what the router broadcasts)."""
+
+    version: int
+    pairs: tuple[tuple[str, str], ...]
+
+
+def read_snapshot(spark: SparkSession, path: str, version: int | None = None) -> Snapshot:
+    """Version and active pairs read consistently (the latest version is pinned first)."""
+    pinned = latest_version(spark, path) if version is None else version
+    return Snapshot(pinned, tuple(read_active(spark, path, pinned)))
+
+
+def read_rows(
+    spark: SparkSession, path: str, version: int | None = None
+) -> dict[tuple[str, str], tuple[bool, int, str]]:
+    """Every row as {(subscriber, pattern): (active, ts_millis, change_id)} (for checks and tests)."""
+    from pyspark.sql import functions as F
+
+    frame = _read(spark, path, version).select(
+        "subscriber_id", "pattern", "active", F.unix_millis("updated_at").alias("ts_millis"), "change_id"
+    )
+    return {
+        (row["subscriber_id"], row["pattern"]): (row["active"], row["ts_millis"], row["change_id"])
+        for row in frame.collect()
+    }
+
+
+# -- validation -------------------------------------------------------------------
+
+
+def validated_record(outcome: Outcome) -> dict[str, Any]:
+    """One row of the validated frame (``VALIDATED_FIELDS``) for an outcome."""
+    received = outcome.received
+    record: dict[str, Any] = {
+        "change_id": received.change_id,
+        "source": received.source,
+        "raw": received.raw,
+        "kafka_topic": received.kafka_topic,
+        "kafka_partition": received.kafka_partition,
+        "kafka_offset": received.kafka_offset,
+        "import_file": None if received.import_file is None else _printable(received.import_file),
+        "import_line": received.import_line,
+    }
+    event = outcome.event
+    if event is not None:
+        record.update(
+            op=event.op.value, subscriber_id=event.subscriber, pattern=event.pattern, ts_millis=event.ts_millis,
+            pattern_word_count=event.pattern_word_count, has_wildcard=event.has_wildcard,
+        )
+    else:
+        assert outcome.rejection is not None
+        raw = received.raw
+        record.update(
+            reject_reason=outcome.rejection.reason,
+            reject_detail=_printable(outcome.rejection.detail),
+            raw_text=None if raw is None else raw.decode("utf-8", errors="replace"),
+        )
+    return record
+
+
+def _printable(text: str) -> str:
+    # Lone surrogates (from file names or JSON escapes) cannot go into Arrow/UTF-8.
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
+def _validate_arrow(validator: Validator, max_event_bytes: int) -> Any:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        schema = _arrow_schema()
+        for batch in batches:
+            columns = batch.to_pydict()
+            records = [
+                validated_record(
+                    judge(kafka_received(topic, partition, offset, value), validator, max_event_bytes=max_event_bytes)
+                )
+                for value, topic, partition, offset in zip(
+                    columns["value"], columns["topic"], columns["partition"], columns["offset"], strict=True
+                )
+            ]
+            yield pa.RecordBatch.from_pylist(records, schema=schema)
+
+    return run
+
+
+def validate_kafka_batch(batch: DataFrame, validator: Validator, *, max_event_bytes: int) -> DataFrame:
+    """Kafka rows (``value``, ``topic``, ``partition``, ``offset``) -> the validated frame."""
+    source = batch.select("value", "topic", "partition", "offset")
+    return source.mapInArrow(_validate_arrow(validator, max_event_bytes), _struct(VALIDATED_DDL))
+
+
+def validated_frame(spark: SparkSession, outcomes: Sequence[Outcome]) -> DataFrame:
+    """The validated frame for outcomes judged in Python (the import path)."""
+    rows = [tuple(record.get(name) for name, _ in VALIDATED_FIELDS) for record in map(validated_record, outcomes)]
+    return spark.createDataFrame(rows, schema=_struct(VALIDATED_DDL))
+
+
+# -- the MERGE --------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class BatchSummary:
+    """What one batch did: outcome counts (kinds of :mod:`events` and reject reasons)."""
+
+    batch_id: int | None
+    counts: collections.Counter[str]
+    table_version: int
+    merged: bool
+
+    @property
+    def events(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def rejected(self) -> dict[str, int]:
+        known = set(APPLIED_KINDS) | set(NOOP_KINDS)
+        return {reason: n for reason, n in sorted(self.counts.items()) if reason not in known}
+
+
+def _ordered_after(ts: Column, change_id: Column, other_ts: Column, other_change_id: Column) -> Column:
+    """(ts, change_id) > (other_ts, other_change_id), the last-writer-wins order."""
+    return (ts > other_ts) | ((ts == other_ts) & (change_id > other_change_id))
+
+
+def decide(current: DataFrame, validated: DataFrame, limit: int) -> DataFrame:
+    """Each valid event's fate against the table snapshot ``current``, in column ``_kind``.
+
+    Returns the batch's valid events, one row per (subscriber, pattern) winner,
+    ``_kind`` one of subscribed/unsubscribed/refreshed/tombstoned/stale/too_many_subscriptions,
+    plus ``_holds`` (patterns the subscriber would hold, for activations).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    valid = validated.where(F.col("reject_reason").isNull())
+    newest_first = Window.partitionBy(*KEY).orderBy(F.col("ts_millis").desc(), F.col("change_id").desc())
+    winners = valid.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
+    rows = current.select(
+        *KEY,
+        F.col("active").alias("_row_active"),
+        F.unix_millis("updated_at").alias("_row_ts"),
+        F.col("change_id").alias("_row_change_id"),
+    )
+    joined = winners.join(rows, list(KEY), "left")
+    newer = F.col("_row_ts").isNull() | _ordered_after(
+        F.col("ts_millis"), F.col("change_id"), F.col("_row_ts"), F.col("_row_change_id")
+    )
+    was_active = F.coalesce(F.col("_row_active"), F.lit(False))
+    subscribe = F.col("op") == Op.SUBSCRIBE.value
+    kind = (
+        F.when(~newer, STALE)
+        .when(subscribe & was_active, REFRESHED)
+        .when(subscribe, _CANDIDATE)
+        .when(was_active, UNSUBSCRIBED)
+        .otherwise(TOMBSTONED)
+    )
+    classified = joined.withColumn("_kind", kind).withColumn("_holds", F.lit(None).cast("long"))
+
+    held = current.where("active").groupBy("subscriber_id").agg(F.count(F.lit(1)).alias("_held"))
+    released = (
+        classified.where(F.col("_kind") == UNSUBSCRIBED)
+        .groupBy("subscriber_id")
+        .agg(F.count(F.lit(1)).alias("_released"))
+    )
+    oldest_first = Window.partitionBy("subscriber_id").orderBy("ts_millis", "change_id")
+    candidates = (
+        classified.where(F.col("_kind") == _CANDIDATE)
+        .join(held, "subscriber_id", "left")
+        .join(released, "subscriber_id", "left")
+        .withColumn(
+            "_holds",
+            F.coalesce("_held", F.lit(0)) - F.coalesce("_released", F.lit(0)) + F.row_number().over(oldest_first),
+        )
+        .withColumn("_kind", F.when(F.col("_holds") <= limit, SUBSCRIBED).otherwise(TOO_MANY_SUBSCRIPTIONS))
+        .drop("_held", "_released")
+    )
+    return classified.where(F.col("_kind") != _CANDIDATE).unionByName(candidates)
+
+
+def apply_validated(
+    spark: SparkSession,
+    validated: DataFrame,
+    *,
+    table_path: str,
+    rejects_path: str,
+    validator: Validator,
+    txn_app_id: str,
+    txn_version: int,
+    batch_id: int | None,
+) -> BatchSummary:
+    """MERGE one validated batch into the table and append its rejects; see the module doc."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    limit = validator.limits.max_subscriptions_per_subscriber
+    validated = validated.persist()
+    try:
+        version = latest_version(spark, table_path)
+        current = _read(spark, table_path, version)
+        decided = decide(current, validated, limit).persist()
+        try:
+            counts: collections.Counter[str] = collections.Counter()
+            for row in decided.groupBy("_kind").count().collect():
+                counts[row["_kind"]] = row["count"]
+            for row in validated.groupBy("reject_reason").count().collect():
+                if row["reject_reason"] is None:
+                    counts[SUPERSEDED] = row["count"] - decided.count()
+                else:
+                    counts[row["reject_reason"]] = row["count"]
+
+            merged = False
+            if any(counts[kind] for kind in APPLIED_KINDS):
+                changes = decided.where(F.col("_kind").isin(*APPLIED_KINDS)).select(
+                    *KEY,
+                    (F.col("op") == Op.SUBSCRIBE.value).alias("active"),
+                    F.timestamp_millis("ts_millis").alias("updated_at"),
+                    "change_id",
+                    "source",
+                    F.current_timestamp().alias("applied_at"),
+                    "pattern_word_count",
+                    "has_wildcard",
+                )
+                target = DeltaTable.forPath(spark, table_path).alias("t")
+                (
+                    target.merge(changes.alias("s"), "t.subscriber_id = s.subscriber_id AND t.pattern = s.pattern")
+                    # Re-checked here, not only in decide(): a concurrent writer can never be overwritten by older data.
+                    .whenMatchedUpdateAll(
+                        condition=_ordered_after(
+                            F.col("s.updated_at"), F.col("s.change_id"), F.col("t.updated_at"), F.col("t.change_id")
+                        )
+                    )
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                )
+                merged = True
+
+            if sum(counts.values()) - sum(counts[kind] for kind in (*APPLIED_KINDS, *NOOP_KINDS)):
+                _append_rejects(spark, validated, decided, rejects_path, limit, txn_app_id, txn_version, batch_id)
+        finally:
+            decided.unpersist()
+    finally:
+        validated.unpersist()
+    _maybe_crash(batch_id)
+    return BatchSummary(batch_id, counts, latest_version(spark, table_path), merged)
+
+
+def _append_rejects(
+    spark: SparkSession,
+    validated: DataFrame,
+    decided: DataFrame,
+    rejects_path: str,
+    limit: int,
+    txn_app_id: str,
+    txn_version: int,
+    batch_id: int | None,
+) -> None:
+    from pyspark.sql import functions as F
+
+    invalid = validated.where(F.col("reject_reason").isNotNull()).select(
+        "change_id",
+        F.col("reject_reason").alias("reason"),
+        F.col("reject_detail").alias("detail"),
+        "source", "kafka_topic", "kafka_partition", "kafka_offset", "import_file", "import_line", "raw", "raw_text",
+        F.lit(None).cast("string").alias("op"),
+        F.lit(None).cast("string").alias("subscriber_id"),
+        F.lit(None).cast("string").alias("pattern"),
+        F.lit(None).cast("timestamp").alias("ts"),
+    )
+    over_limit = decided.where(F.col("_kind") == TOO_MANY_SUBSCRIPTIONS).select(
+        "change_id",
+        F.lit(TOO_MANY_SUBSCRIPTIONS).alias("reason"),
+        F.format_string(
+            "subscriber '%s' would hold %d patterns (limit max_subscriptions_per_subscriber=%d) [reason=%s]",
+            F.col("subscriber_id"), F.col("_holds"), F.lit(limit), F.lit(TOO_MANY_SUBSCRIPTIONS),
+        ).alias("detail"),
+        "source", "kafka_topic", "kafka_partition", "kafka_offset", "import_file", "import_line", "raw",
+        F.col("raw").cast("string").alias("raw_text"),
+        "op", "subscriber_id", "pattern",
+        F.timestamp_millis("ts_millis").alias("ts"),
+    )
+    rejects = invalid.unionByName(over_limit).select(
+        "*",
+        F.lit(batch_id).cast("long").alias("batch_id"),
+        F.current_timestamp().alias("rejected_at"),
+    )
+    (
+        rejects.write.format("delta")
+        .mode("append")
+        # Idempotent: Delta skips this append if (app id, version) already committed.
+        .option("txnAppId", txn_app_id)
+        .option("txnVersion", txn_version)
+        .save(rejects_path)
+    )
+
+
+def _maybe_crash(batch_id: int | None) -> None:
+    target = os.environ.get(CRASH_AFTER_BATCH_ENV)
+    if target is not None and batch_id is not None and int(target) == batch_id:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- summaries --------------------------------------------------------------------
+
+
+def total_counts(summaries: Iterable[BatchSummary]) -> collections.Counter[str]:
+    totals: collections.Counter[str] = collections.Counter()
+    for summary in summaries:
+        totals.update(summary.counts)
+    return totals
