@@ -6,6 +6,7 @@
 
 pub mod batch;
 pub mod codec;
+pub mod cstrie;
 pub mod errors;
 pub mod frozen;
 pub mod topic;

@@ -1,0 +1,177 @@
+//! GCAS (generation-compare-and-swap) on I-nodes and RDCSS on the root, after
+//! Prokopec et al., "Concurrent Tries with Efficient Non-Blocking Snapshots".
+//!
+//! GCAS(in, old, new): store `new` (with `new.prev = Pending(old)`) in
+//! `in.main` by CAS, then *commit*: re-read the root and, if its generation is
+//! still `in.gen`, clear `new.prev` (committed; this CAS is the linearization
+//! point); otherwise mark it `Failed(old)` and CAS `in.main` back to `old`.
+//! Anyone who reads a main node with a non-null `prev` finishes this protocol
+//! before using it (`gcas_read`), so nobody ever acts on an undecided node.
+//! Read-only snapshots always decide "failed": a pending proposal on an I-node
+//! a snapshot can reach was made under a generation that is no longer the
+//! root's (taking the snapshot replaced the root), so it must not commit.
+//!
+//! RDCSS(root, old, expected_main, new): replace the root I-node `old` by
+//! `new` only if `old.main` is still `expected_main`. A descriptor is CAS-ed
+//! into the root slot; whoever finds it decides once (an atomic decision byte)
+//! and swings the slot to `new` or back to `old`. A writer committing a GCAS on
+//! the old root meanwhile aborts the descriptor, so a root write is never lost
+//! between reading `expected_main` and swapping the root.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use crossbeam_epoch::Guard;
+
+use super::atomic_arc::{AtomicArc, Guarded};
+use super::node::{GcasPrev, INode, MainKind, MainNode};
+
+/// The content of the root slot.
+pub(crate) enum RootState {
+    Stable(Arc<INode>),
+    /// A snapshot is swapping the root.
+    Swapping(RdcssDescriptor),
+}
+
+pub(crate) struct RdcssDescriptor {
+    pub(crate) old: Arc<INode>,
+    /// The main node `old` must still hold for the swap to happen.
+    pub(crate) expected_main: Arc<MainNode>,
+    /// The replacement root; its generation is fresh.
+    pub(crate) new: Arc<INode>,
+    /// `UNDECIDED`, then exactly one CAS moves it to `COMMITTED` or `ABORTED`
+    /// and it never changes again; the root slot follows the decision.
+    decision: AtomicU8,
+}
+
+const UNDECIDED: u8 = 0;
+const COMMITTED: u8 = 1;
+const ABORTED: u8 = 2;
+
+/// Whose rules decide a pending GCAS.
+#[derive(Clone, Copy)]
+pub(crate) enum Ctx<'t> {
+    /// The live trie: commit iff the root's generation is the I-node's.
+    Live(&'t AtomicArc<RootState>),
+    /// A read-only snapshot: always roll back (see module docs).
+    ReadOnly,
+}
+
+/// The current root I-node, completing any snapshot swap in progress. With
+/// `abort`, an undecided swap is aborted rather than checked (used while
+/// committing a GCAS, which may be a write to the old root itself).
+pub(crate) fn read_root<'g>(root: &AtomicArc<RootState>, abort: bool, guard: &'g Guard) -> &'g INode {
+    loop {
+        let state = root.load(guard).expect("the root slot is never null");
+        match state.get() {
+            RootState::Stable(inode) => return inode,
+            RootState::Swapping(_) => complete_rdcss(root, state, abort, guard),
+        }
+    }
+}
+
+/// Start an RDCSS. Returns whether the root was swapped to `new`.
+pub(crate) fn rdcss_root(
+    root: &AtomicArc<RootState>,
+    old_state: Guarded<'_, RootState>,
+    old: Arc<INode>,
+    expected_main: Arc<MainNode>,
+    new: Arc<INode>,
+    guard: &Guard,
+) -> bool {
+    let descriptor =
+        Arc::new(RootState::Swapping(RdcssDescriptor { old, expected_main, new, decision: AtomicU8::new(UNDECIDED) }));
+    match root.compare_exchange(Some(old_state), Some(descriptor), guard) {
+        Ok(installed) => {
+            let installed = installed.expect("just installed");
+            complete_rdcss(root, installed, false, guard);
+            match installed.get() {
+                RootState::Swapping(descriptor) => descriptor.decision.load(Ordering::Acquire) == COMMITTED,
+                RootState::Stable(_) => unreachable!("installed a descriptor"),
+            }
+        }
+        Err(_) => false,
+    }
+}
+
+fn complete_rdcss(root: &AtomicArc<RootState>, state: Guarded<'_, RootState>, abort: bool, guard: &Guard) {
+    let RootState::Swapping(descriptor) = state.get() else { return };
+    let mut decision = descriptor.decision.load(Ordering::Acquire);
+    if decision == UNDECIDED {
+        let proposal = if abort {
+            ABORTED
+        } else {
+            let main = gcas_read(&descriptor.old, Ctx::Live(root), guard);
+            if std::ptr::eq(main.as_ptr(), Arc::as_ptr(&descriptor.expected_main)) {
+                COMMITTED
+            } else {
+                ABORTED
+            }
+        };
+        decision = match descriptor.decision.compare_exchange(UNDECIDED, proposal, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => proposal,
+            Err(actual) => actual,
+        };
+    }
+    let next = if decision == COMMITTED { descriptor.new.clone() } else { descriptor.old.clone() };
+    // Failure means a helper already swung the slot, to the same decision.
+    let _ = root.compare_exchange(Some(state), Some(Arc::new(RootState::Stable(next))), guard);
+}
+
+/// The committed main node of `inode`, finishing any GCAS in progress on it.
+pub(crate) fn gcas_read<'g>(inode: &INode, ctx: Ctx<'_>, guard: &'g Guard) -> Guarded<'g, MainNode> {
+    let main = inode.main.load(guard).expect("a reachable I-node has a main node");
+    if main.prev.load(guard).is_none() {
+        main
+    } else {
+        gcas_commit(inode, main, ctx, guard)
+    }
+}
+
+/// Propose `kind` as the main node of `inode` in place of `old`. Returns
+/// whether the proposal committed (false: retry from a fresh read).
+pub(crate) fn gcas(inode: &INode, old: Guarded<'_, MainNode>, kind: MainKind, ctx: Ctx<'_>, guard: &Guard) -> bool {
+    let proposal =
+        Arc::new(MainNode { kind, prev: AtomicArc::new(Some(Arc::new(GcasPrev::Pending(old.to_arc())))) });
+    match inode.main.compare_exchange(Some(old), Some(proposal), guard) {
+        Ok(installed) => {
+            let installed = installed.expect("just installed");
+            gcas_commit(inode, installed, ctx, guard);
+            installed.prev.load(guard).is_none()
+        }
+        Err(_) => false,
+    }
+}
+
+fn gcas_commit<'g>(
+    inode: &INode,
+    mut main: Guarded<'g, MainNode>,
+    ctx: Ctx<'_>,
+    guard: &'g Guard,
+) -> Guarded<'g, MainNode> {
+    loop {
+        let Some(prev) = main.prev.load(guard) else { return main };
+        match prev.get() {
+            GcasPrev::Failed(old) => match inode.main.compare_exchange(Some(main), Some(old.clone()), guard) {
+                Ok(restored) => return restored.expect("restored a main node"),
+                Err(_) => main = inode.main.load(guard).expect("a reachable I-node has a main node"),
+            },
+            GcasPrev::Pending(old) => {
+                let generation_holds = match ctx {
+                    Ctx::Live(root) => read_root(root, true, guard).gen == inode.gen,
+                    Ctx::ReadOnly => false,
+                };
+                if generation_holds {
+                    if main.prev.compare_exchange(Some(prev), None, guard).is_ok() {
+                        return main;
+                    }
+                } else {
+                    let failed = Arc::new(GcasPrev::Failed(old.clone()));
+                    let _ = main.prev.compare_exchange(Some(prev), Some(failed), guard);
+                    main = inode.main.load(guard).expect("a reachable I-node has a main node");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! A lock-free concurrent subscription trie with O(1) snapshots ("CS-trie").
+//!
+//! # Structure
+//!
+//! The Ctrie of Prokopec et al. (Scala's `TrieMap`), generalised to topic
+//! patterns the way Workiva's matchbox does it:
+//!
+//! * **I-node** ([`node::INode`]): an indirection cell with an atomic pointer
+//!   to its main node and a *generation*. I-nodes never move; every update is a
+//!   GCAS of one I-node's main pointer, so concurrent updates elsewhere in the
+//!   trie (above or below) are never lost.
+//! * **C-node** ([`node::CNode`]): an immutable branch table. Literal words are
+//!   a sorted table; the wildcards are the named fields `star` and `hash` (as in
+//!   nats' `sublist.go`), never magic keys. Each branch holds the subscribers
+//!   whose pattern ends with that word and optionally the child I-node for
+//!   longer patterns. The root C-node also holds the empty pattern's
+//!   subscribers (zero words end at the root).
+//! * **T-node** ([`node::MainKind::Tomb`]): when an unsubscribe leaves a
+//!   non-root C-node with no branches, the I-node is tombed instead. A tomb is
+//!   final: nothing is ever inserted below it, so an insert racing with the
+//!   removal cannot be lost. Whoever meets a tomb (writers always, live
+//!   lookups opportunistically) compresses it out of the parent; a parent left
+//!   empty is tombed in turn, up the path, so unsubscribing everything returns
+//!   the trie to a lone root ([`CsTrie::node_count`]).
+//!
+//! # Updates (GCAS) and snapshots (RDCSS)
+//!
+//! A writer reads the root I-node and its generation `g`, walks down, copies
+//! the C-node it must change and proposes the copy by GCAS (`gcas.rs`), which
+//! commits only if the root still has generation `g`. A snapshot replaces the
+//! root I-node by a fresh-generation copy pointing to the same C-node, using
+//! RDCSS so that the swap happens only if the root's main node did not change
+//! meanwhile; the old root becomes the snapshot. That is O(1): nothing is
+//! copied up front. Afterwards writers meeting an I-node of an older
+//! generation first copy the C-node above it with its child I-nodes renewed
+//! into the current generation ("copy on access"), so the snapshot's nodes
+//! are never written again; pending GCASes on them are rolled back.
+//!
+//! # Memory reclamation
+//!
+//! Nodes are reference counted (`Arc`) because snapshots share C-nodes with
+//! the live trie; the atomic slots (`atomic_arc.rs`) release their count
+//! through `crossbeam_epoch`'s deferred destruction, so a pointer loaded under
+//! a pinned guard stays valid. No locks anywhere on the update, lookup or
+//! snapshot paths.
+//!
+//! # Simplifications (deliberate)
+//!
+//! * C-nodes are copied whole on write (Ctrie does the same, but its C-nodes
+//!   are bounded by 32 entries). A node with very many distinct next words
+//!   costs O(width) per update there; lookups stay O(log width).
+//! * Subscriber sets are immutable sorted arrays, copied on change: O(set) per
+//!   subscribe/unsubscribe of a hot pattern.
+//! * Live lookups do not renew old-generation I-nodes (they only read;
+//!   renewal is a write-side duty). Reading an old I-node is correct because
+//!   it can only differ from its renewed copy after the parent was renewed.
+//! * `len()` of the live trie is a counter updated after each successful
+//!   update: exact when quiescent. `Snapshot::len` counts the frozen trie.
+//!
+//! # Concurrency contract
+//!
+//! `subscribe`/`unsubscribe` are linearizable (at the committing GCAS, or at
+//! the read that found the pair already present/absent). `snapshot` is
+//! linearizable (at the RDCSS decision). A live `lookup` is linearizable per
+//! subscription but not as a whole: a pair present for the whole call is
+//! returned, one absent for the whole call is not; for an atomic view of all
+//! pairs, look up in a snapshot.
+
+mod atomic_arc;
+mod gcas;
+mod node;
+mod traverse;
+
+use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_epoch::{self as epoch, Guard};
+
+use self::atomic_arc::AtomicArc;
+use self::gcas::{gcas, gcas_read, rdcss_root, read_root, Ctx, RootState};
+use self::node::{Branch, CNode, Generation, INode, MainKind, MainNode, SubscriberSet};
+use crate::topic::{pattern_words, split_words, PatternWord};
+
+/// The live, concurrently updatable subscription trie.
+pub struct CsTrie {
+    /// Always a `RootState`: a stable root I-node or a snapshot swap in
+    /// progress. The root I-node is never tombed.
+    root: AtomicArc<RootState>,
+    /// Source of fresh generations; each root I-node takes a new one.
+    next_generation: AtomicU64,
+    /// Successful subscribes minus successful unsubscribes. Each change lands
+    /// after its update's linearization point, so it can lag (and, in a race,
+    /// transiently dip below zero); exact when quiescent.
+    pairs: AtomicIsize,
+}
+
+/// What one walk of an update reports.
+enum Attempt {
+    /// Finished: whether the trie changed.
+    Done(bool),
+    /// A GCAS lost a race or the generation moved: start again from the root.
+    Restart,
+}
+
+impl Default for CsTrie {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CsTrie {
+    pub fn new() -> Self {
+        let root = INode::new(0, MainNode::committed(MainKind::Branches(CNode::default())));
+        CsTrie {
+            root: AtomicArc::new(Some(Arc::new(RootState::Stable(root)))),
+            next_generation: AtomicU64::new(1),
+            pairs: AtomicIsize::new(0),
+        }
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx::Live(&self.root)
+    }
+
+    /// Add `subscriber` to `pattern`. Returns true if the pair was new
+    /// (idempotent). Linearizes at the committing GCAS, or at the read that
+    /// found the pair present.
+    pub fn subscribe(&self, pattern: &str, subscriber: &str) -> bool {
+        let words = pattern_words(pattern);
+        let subscriber: Arc<str> = Arc::from(subscriber);
+        loop {
+            let guard = epoch::pin();
+            if let Attempt::Done(added) = self.try_subscribe(&words, &subscriber, &guard) {
+                if added {
+                    self.pairs.fetch_add(1, Ordering::Relaxed);
+                }
+                return added;
+            }
+        }
+    }
+
+    /// Remove `subscriber` from `pattern`. Returns true if the pair was
+    /// present (absent is a no-op). Linearizes like `subscribe`.
+    pub fn unsubscribe(&self, pattern: &str, subscriber: &str) -> bool {
+        let words = pattern_words(pattern);
+        loop {
+            let guard = epoch::pin();
+            if let Attempt::Done(removed) = self.try_unsubscribe(&words, subscriber, &guard) {
+                if removed {
+                    self.pairs.fetch_sub(1, Ordering::Relaxed);
+                }
+                return removed;
+            }
+        }
+    }
+
+    /// Deduplicated subscribers whose patterns match `key` (sorted by text).
+    /// Per-subscription linearizable (see the module docs); use
+    /// `snapshot().lookup` for an atomic view.
+    pub fn lookup(&self, key: &str) -> Vec<Arc<str>> {
+        let guard = epoch::pin();
+        let root = read_root(&self.root, false, &guard);
+        let help = |parent: &INode, word: PatternWord<'_>, tombed: &INode| {
+            if parent.gen == root.gen {
+                self.compress(root, parent, word, tombed, root.gen, &guard);
+            }
+        };
+        traverse::matching(root, &split_words(key), self.ctx(), &guard, Some(&help))
+    }
+
+    /// Number of (pattern, subscriber) pairs; exact when no update is running.
+    pub fn len(&self) -> usize {
+        usize::try_from(self.pairs.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// An O(1), read-only, linearizable view: later writes never change it.
+    /// Linearizes at the RDCSS decision that swaps the root.
+    pub fn snapshot(&self) -> Snapshot {
+        loop {
+            let guard = epoch::pin();
+            let state = self.root.load(&guard).expect("the root slot is never null");
+            let RootState::Stable(old_root) = state.get() else {
+                read_root(&self.root, false, &guard);
+                continue;
+            };
+            let expected_main = gcas_read(old_root, self.ctx(), &guard);
+            let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+            let new_root = Arc::new(INode { main: AtomicArc::new(Some(expected_main.to_arc())), gen: generation });
+            if rdcss_root(&self.root, state, old_root.clone(), expected_main.to_arc(), new_root, &guard) {
+                return Snapshot { root: old_root.clone(), pairs: Arc::new(OnceLock::new()) };
+            }
+        }
+    }
+
+    /// Number of I-nodes reachable in the live trie (1 for an empty trie).
+    /// For tests of pruning; not part of the stable API.
+    #[doc(hidden)]
+    pub fn node_count(&self) -> usize {
+        let guard = epoch::pin();
+        traverse::count_inodes(read_root(&self.root, false, &guard), self.ctx(), &guard)
+    }
+
+    fn try_subscribe(&self, words: &[PatternWord<'_>], subscriber: &Arc<str>, guard: &Guard) -> Attempt {
+        let ctx = self.ctx();
+        let root = read_root(&self.root, false, guard);
+        let start_gen = root.gen;
+        let mut parent: Option<&INode> = None;
+        let mut inode = root;
+        let mut depth = 0;
+        loop {
+            let main = gcas_read(inode, ctx, guard);
+            let Some(cnode) = main.get().cnode() else {
+                // Tombed: it is no longer part of the trie; help remove it.
+                if let Some(parent) = parent {
+                    self.compress(root, parent, words[depth - 1], inode, start_gen, guard);
+                }
+                return Attempt::Restart;
+            };
+            let commit = |new: CNode| match gcas(inode, main, MainKind::Branches(new), ctx, guard) {
+                true => Attempt::Done(true),
+                false => Attempt::Restart,
+            };
+            let Some(&word) = words.get(depth) else {
+                // Only the empty pattern ends at the root itself.
+                return match cnode.empty_pattern.with(subscriber) {
+                    None => Attempt::Done(false),
+                    Some(set) => commit(CNode { empty_pattern: set, ..cnode.clone() }),
+                };
+            };
+            let rest = &words[depth + 1..];
+            let Some(branch) = cnode.branch(word) else {
+                let branch = new_branch(rest, subscriber, start_gen);
+                return commit(cnode.with_branch(word, Some(branch)));
+            };
+            if rest.is_empty() {
+                return match branch.subscribers.with(subscriber) {
+                    None => Attempt::Done(false),
+                    Some(set) => commit(cnode.with_branch(
+                        word,
+                        Some(Branch { subscribers: set, child: branch.child.clone() }),
+                    )),
+                };
+            }
+            match &branch.child {
+                None => {
+                    let child = new_branch(rest, subscriber, start_gen).child;
+                    let branch = Branch { subscribers: branch.subscribers.clone(), child };
+                    return commit(cnode.with_branch(word, Some(branch)));
+                }
+                Some(child) if child.gen == start_gen => {
+                    parent = Some(inode);
+                    inode = child;
+                    depth += 1;
+                }
+                Some(_) => {
+                    if !self.renew(inode, main, cnode, start_gen, guard) {
+                        return Attempt::Restart;
+                    }
+                }
+            }
+        }
+    }
+
+    fn try_unsubscribe(&self, words: &[PatternWord<'_>], subscriber: &str, guard: &Guard) -> Attempt {
+        let ctx = self.ctx();
+        let root = read_root(&self.root, false, guard);
+        let start_gen = root.gen;
+        // The I-nodes above `inode`; path[i] reached the next through words[i].
+        let mut path: Vec<&INode> = Vec::new();
+        let mut inode = root;
+        loop {
+            let depth = path.len();
+            let main = gcas_read(inode, ctx, guard);
+            let Some(cnode) = main.get().cnode() else {
+                if let Some(parent) = path.last() {
+                    self.compress(root, parent, words[depth - 1], inode, start_gen, guard);
+                }
+                return Attempt::Restart;
+            };
+            let Some(&word) = words.get(depth) else {
+                let Some(set) = cnode.empty_pattern.without(subscriber) else { return Attempt::Done(false) };
+                let new = CNode { empty_pattern: set, ..cnode.clone() };
+                return match gcas(inode, main, MainKind::Branches(new), ctx, guard) {
+                    true => Attempt::Done(true),
+                    false => Attempt::Restart,
+                };
+            };
+            let Some(branch) = cnode.branch(word) else { return Attempt::Done(false) };
+            if depth + 1 == words.len() {
+                let Some(set) = branch.subscribers.without(subscriber) else { return Attempt::Done(false) };
+                let child = branch.child.clone().filter(|child| !is_tombed(child, ctx, guard));
+                let remaining = match (set.is_empty(), child) {
+                    (true, None) => None,
+                    (_, child) => Some(Branch { subscribers: set, child }),
+                };
+                let new = cnode.with_branch(word, remaining);
+                let tomb = depth > 0 && new.is_empty();
+                let kind = if tomb { MainKind::Tomb } else { MainKind::Branches(new) };
+                if !gcas(inode, main, kind, ctx, guard) {
+                    return Attempt::Restart;
+                }
+                if tomb {
+                    self.prune_path(root, &path, words, inode, start_gen, guard);
+                }
+                return Attempt::Done(true);
+            }
+            match &branch.child {
+                None => return Attempt::Done(false),
+                Some(child) if child.gen == start_gen => {
+                    path.push(inode);
+                    inode = child;
+                }
+                Some(_) => {
+                    if !self.renew(inode, main, cnode, start_gen, guard) {
+                        return Attempt::Restart;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copy `inode`'s C-node with every child I-node copied into generation
+    /// `gen` (same main nodes: O(width), not O(subtree)).
+    fn renew(&self, inode: &INode, main: atomic_arc::Guarded<'_, MainNode>, cnode: &CNode, gen: Generation, guard: &Guard) -> bool {
+        let mut renewed = cnode.clone();
+        for (_, branch) in renewed.literals.iter_mut() {
+            renew_branch(branch, gen, self.ctx(), guard);
+        }
+        for branch in renewed.star.iter_mut().chain(renewed.hash.iter_mut()) {
+            renew_branch(branch, gen, self.ctx(), guard);
+        }
+        gcas(inode, main, MainKind::Branches(renewed), self.ctx(), guard)
+    }
+
+    /// After `tombed` (reached from `path.last()` through the word before it)
+    /// became a T-node, compress it out of its parent; if that empties the
+    /// parent, the parent is tombed and compressed out of its own parent.
+    fn prune_path(
+        &self,
+        root: &INode,
+        path: &[&INode],
+        words: &[PatternWord<'_>],
+        tombed: &INode,
+        start_gen: Generation,
+        guard: &Guard,
+    ) {
+        let mut tombed = tombed;
+        for (level, parent) in path.iter().enumerate().rev() {
+            if !self.compress(root, parent, words[level], tombed, start_gen, guard) {
+                return;
+            }
+            tombed = parent;
+        }
+    }
+
+    /// Remove the tombed child under `word` from `parent` (keeping the branch
+    /// if it still has subscribers). Returns whether `parent` itself was
+    /// tombed by this, because it became empty (never the root).
+    fn compress(
+        &self,
+        root: &INode,
+        parent: &INode,
+        word: PatternWord<'_>,
+        tombed: &INode,
+        start_gen: Generation,
+        guard: &Guard,
+    ) -> bool {
+        let ctx = self.ctx();
+        loop {
+            let main = gcas_read(parent, ctx, guard);
+            let Some(cnode) = main.get().cnode() else { return false };
+            let Some(branch) = cnode.branch(word) else { return false };
+            match &branch.child {
+                Some(child) if std::ptr::eq(&**child, tombed) => {}
+                _ => return false,
+            }
+            if !is_tombed(tombed, ctx, guard) {
+                return false;
+            }
+            let remaining = match branch.subscribers.is_empty() {
+                true => None,
+                false => Some(Branch { subscribers: branch.subscribers.clone(), child: None }),
+            };
+            let new = cnode.with_branch(word, remaining);
+            let tomb = !std::ptr::eq(parent, root) && new.is_empty();
+            let kind = if tomb { MainKind::Tomb } else { MainKind::Branches(new) };
+            if gcas(parent, main, kind, ctx, guard) {
+                return tomb;
+            }
+            if read_root(&self.root, false, guard).gen != start_gen {
+                // A snapshot intervened; writers of the new generation will
+                // meet the tomb and compress it there.
+                return false;
+            }
+        }
+    }
+}
+
+fn is_tombed(inode: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
+    gcas_read(inode, ctx, guard).get().cnode().is_none()
+}
+
+fn renew_branch(branch: &mut Branch, gen: Generation, ctx: Ctx<'_>, guard: &Guard) {
+    if let Some(child) = &branch.child {
+        let main = gcas_read(child, ctx, guard).to_arc();
+        branch.child = Some(INode::new(gen, main));
+    }
+}
+
+/// The branch for the first of the remaining words: `rest` empty means the
+/// pattern ends here; otherwise a fresh chain of I-nodes for `rest` (built
+/// bottom-up, without recursion) carries the subscriber at its end.
+fn new_branch(rest: &[PatternWord<'_>], subscriber: &Arc<str>, gen: Generation) -> Branch {
+    let mut branch = Branch { subscribers: SubscriberSet::single(subscriber.clone()), child: None };
+    for &word in rest.iter().rev() {
+        let cnode = CNode::single(word, branch);
+        let child = INode::new(gen, MainNode::committed(MainKind::Branches(cnode)));
+        branch = Branch { subscribers: SubscriberSet::default(), child: Some(child) };
+    }
+    branch
+}
+
+/// A frozen, read-only view of a [`CsTrie`]. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Snapshot {
+    /// The root I-node the trie had before the snapshot swapped it out. Its
+    /// generation is no longer the live root's, so no write ever commits to
+    /// any I-node reachable from here.
+    root: Arc<INode>,
+    /// `len()`, computed on first use.
+    pairs: Arc<OnceLock<usize>>,
+}
+
+impl Snapshot {
+    /// Deduplicated subscribers whose patterns match `key` (sorted by text).
+    pub fn lookup(&self, key: &str) -> Vec<Arc<str>> {
+        let guard = epoch::pin();
+        traverse::matching(&self.root, &split_words(key), Ctx::ReadOnly, &guard, None)
+    }
+
+    /// Subscribers of exactly this pattern text (no wildcard matching).
+    pub fn subscribers(&self, pattern: &str) -> Vec<Arc<str>> {
+        let guard = epoch::pin();
+        traverse::exact(&self.root, &pattern_words(pattern), Ctx::ReadOnly, &guard)
+    }
+
+    /// Patterns held by `subscriber` (sorted).
+    pub fn topics(&self, subscriber: &str) -> Vec<String> {
+        let guard = epoch::pin();
+        let mut topics = Vec::new();
+        traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |pattern, ids| {
+            if ids.binary_search_by(|id| (**id).cmp(subscriber)).is_ok() {
+                topics.push(pattern.to_owned());
+            }
+        });
+        topics.sort_unstable();
+        topics
+    }
+
+    /// Every (pattern, subscriber) pair (sorted).
+    pub fn subscriptions(&self) -> Vec<(String, Arc<str>)> {
+        let guard = epoch::pin();
+        let mut pairs = Vec::new();
+        traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |pattern, ids| {
+            pairs.extend(ids.iter().map(|id| (pattern.to_owned(), id.clone())));
+        });
+        pairs.sort_unstable();
+        pairs
+    }
+
+    /// Number of (pattern, subscriber) pairs in this snapshot (exact).
+    pub fn len(&self) -> usize {
+        *self.pairs.get_or_init(|| {
+            let guard = epoch::pin();
+            let mut count = 0;
+            traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |_, ids| count += ids.len());
+            count
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests;

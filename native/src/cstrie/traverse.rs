@@ -1,0 +1,160 @@
+//! Read-side traversals shared by the live trie and snapshots: wildcard
+//! matching, exact pattern lookup and enumeration.
+//!
+//! Matching walks states `(C-node, key position)` with an explicit stack (no
+//! recursion, so deep tries cannot overflow the stack). A `#` branch can
+//! consume any number of words, so the same state can be reached along many
+//! paths (`#.#.#...`); every `#` expansion is remembered as
+//! `(C-node address, position)` and expanded once. Between two `#` edges each
+//! edge consumes exactly one word, so deduplicating at `#` edges bounds the
+//! whole walk by O(nodes x (key words + 1)).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crossbeam_epoch::Guard;
+
+use super::gcas::{gcas_read, Ctx};
+use super::node::{Branch, CNode, INode};
+use crate::topic::PatternWord;
+
+/// Called with `(parent I-node, pattern word, tombed child)` when a traversal
+/// meets a T-node, so live readers can help compress it.
+pub(crate) type TombHelper<'h> = &'h dyn Fn(&INode, PatternWord<'_>, &INode);
+
+/// The state of one matching walk (the part `follow` needs).
+struct Walk<'w, 'g, 'h> {
+    key_len: usize,
+    ctx: Ctx<'w>,
+    guard: &'g Guard,
+    on_tomb: Option<TombHelper<'h>>,
+    found: &'w mut Vec<&'g Arc<str>>,
+    /// States discovered by `follow`, moved to the main stack by the caller.
+    stack: Vec<(&'g INode, &'g CNode, usize)>,
+}
+
+impl<'g> Walk<'_, 'g, '_> {
+    /// Take `branch` of `inode`'s C-node, arriving at key position `next`.
+    fn follow(&mut self, inode: &INode, word: PatternWord<'_>, branch: &'g Branch, next: usize) {
+        if next == self.key_len {
+            self.found.extend(branch.subscribers.as_slice());
+        }
+        if let Some(child) = &branch.child {
+            match gcas_read(child, self.ctx, self.guard).get().cnode() {
+                Some(child_cnode) => self.stack.push((child, child_cnode, next)),
+                None => {
+                    if let Some(help) = self.on_tomb {
+                        help(inode, word, child);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Subscribers whose pattern matches `key`, deduplicated (sorted by text).
+pub(crate) fn matching<'g>(
+    root: &'g INode,
+    key: &[&str],
+    ctx: Ctx<'_>,
+    guard: &'g Guard,
+    on_tomb: Option<TombHelper<'_>>,
+) -> Vec<Arc<str>> {
+    let mut found: Vec<&'g Arc<str>> = Vec::new();
+    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else { return Vec::new() };
+    if key.is_empty() {
+        found.extend(root_cnode.empty_pattern.as_slice());
+    }
+    // States still to expand: (I-node owning the C-node, its C-node, key position).
+    let mut stack: Vec<(&INode, &CNode, usize)> = vec![(root, root_cnode, 0)];
+    let mut hash_expanded: HashSet<(usize, usize)> = HashSet::new();
+    let mut walk = Walk { key_len: key.len(), ctx, guard, on_tomb, found: &mut found, stack: Vec::new() };
+    while let Some((inode, cnode, at)) = stack.pop() {
+        if at < key.len() {
+            if let Some(branch) = cnode.literal(key[at]) {
+                walk.follow(inode, PatternWord::Literal(key[at]), branch, at + 1);
+            }
+            if let Some(branch) = &cnode.star {
+                walk.follow(inode, PatternWord::Star, branch, at + 1);
+            }
+        }
+        if let Some(branch) = &cnode.hash {
+            let address = cnode as *const CNode as usize;
+            for next in at..=key.len() {
+                // Expanding (cnode, at) covers every later position too, so
+                // the first one already seen means the rest were as well.
+                if !hash_expanded.insert((address, next)) {
+                    break;
+                }
+                walk.follow(inode, PatternWord::Hash, branch, next);
+            }
+        }
+        stack.append(&mut walk.stack);
+    }
+    let mut ids: Vec<Arc<str>> = found.into_iter().cloned().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The subscribers stored under exactly `pattern` (no matching).
+pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, guard: &Guard) -> Vec<Arc<str>> {
+    let Some(mut cnode) = gcas_read(root, ctx, guard).get().cnode() else { return Vec::new() };
+    let Some((last, inner)) = pattern.split_last() else { return cnode.empty_pattern.as_slice().to_vec() };
+    for word in inner {
+        let next = cnode.branch(*word).and_then(|branch| branch.child.as_ref());
+        match next.and_then(|child| gcas_read(child, ctx, guard).get().cnode()) {
+            Some(child_cnode) => cnode = child_cnode,
+            None => return Vec::new(),
+        }
+    }
+    cnode.branch(*last).map(|branch| branch.subscribers.as_slice().to_vec()).unwrap_or_default()
+}
+
+/// Visit every stored `(pattern text, subscribers)` with a non-empty set.
+pub(crate) fn for_each_pattern(
+    root: &INode,
+    ctx: Ctx<'_>,
+    guard: &Guard,
+    mut visit: impl FnMut(&str, &[Arc<str>]),
+) {
+    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else { return };
+    if !root_cnode.empty_pattern.is_empty() {
+        visit("", root_cnode.empty_pattern.as_slice());
+    }
+    // (C-node, text of the pattern prefix leading to it; None at the root).
+    let mut stack: Vec<(&CNode, Option<String>)> = vec![(root_cnode, None)];
+    while let Some((cnode, prefix)) = stack.pop() {
+        for (word, branch) in cnode.branches() {
+            let word_text = match word {
+                PatternWord::Literal(literal) => literal,
+                PatternWord::Star => crate::topic::STAR,
+                PatternWord::Hash => crate::topic::HASH,
+            };
+            let pattern = match &prefix {
+                None => word_text.to_owned(),
+                Some(prefix) => format!("{prefix}{}{word_text}", crate::topic::SEPARATOR),
+            };
+            if !branch.subscribers.is_empty() {
+                visit(&pattern, branch.subscribers.as_slice());
+            }
+            if let Some(child_cnode) = branch.child.as_ref().and_then(|child| gcas_read(child, ctx, guard).get().cnode())
+            {
+                stack.push((child_cnode, Some(pattern)));
+            }
+        }
+    }
+}
+
+/// Number of I-nodes reachable from `root` (tombed ones included).
+pub(crate) fn count_inodes(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> usize {
+    let mut count = 0;
+    let mut stack: Vec<&INode> = vec![root];
+    while let Some(inode) = stack.pop() {
+        count += 1;
+        if let Some(cnode) = gcas_read(inode, ctx, guard).get().cnode() {
+            stack.extend(cnode.branches().filter_map(|(_, branch)| branch.child.as_deref()));
+        }
+    }
+    count
+}
