@@ -274,13 +274,16 @@ class Settings:
         """A copy with whole sections replaced."""
         return dataclasses.replace(self, **sections)
 
-    def kafka_client_config(self) -> dict[str, str]:
+    def kafka_client_config(self) -> dict[str, str | int | float | bool]:
         """confluent-kafka (librdkafka) configuration for the cluster, SASL credentials included.
 
         The result holds the password in clear text: hand it to a client, never log it.
         """
         kafka = self.kafka
-        config = {"bootstrap.servers": kafka.bootstrap_servers, "security.protocol": kafka.security_protocol}
+        config: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "security.protocol": kafka.security_protocol,
+        }
         if kafka.uses_sasl:
             config["sasl.mechanism"] = str(kafka.sasl_mechanism)
             config["sasl.username"] = str(kafka.sasl_username)

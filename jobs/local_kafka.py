@@ -1,0 +1,464 @@
+"""A real single-node Kafka broker (KRaft, no ZooKeeper) on loopback, for development and tests.
+
+``python -m jobs.local_kafka start|stop|status`` (``--help`` for flags); the same operations are
+importable (:func:`start`, :func:`stop`, :func:`status`, :func:`ensure_running`) for fixtures and
+jobs. Everything lives under ``kafka.data_dir`` (default ``var/kafka/``)::
+
+    server.properties   rendered from conf/kafka/server.properties with the [kafka] settings
+    cluster.id          generated once; storage is formatted with it on the first start
+    data/               the broker's log dirs (topics and the KRaft metadata log)
+    logs/server.log     broker log (log4j2, conf/kafka/log4j2.properties)
+    logs/broker.out     the JVM's stdout/stderr
+    broker.pid          pid of the running broker's JVM (the leader of its own process group)
+
+Start-up checks come first so failures are clear: Java present, jars resolved (``make jars``),
+both ports free. ``start`` returns once the broker answers a metadata request; if it exits or
+does not answer within ``kafka.start_timeout_s`` its process group is killed and the error
+carries the tail of its logs. ``stop`` sends SIGTERM to the process group (a clean shutdown),
+then SIGKILL after ``kafka.stop_timeout_s``, and returns only when no process of the group is
+left, so nothing is orphaned. The pid file is trusted only if that pid's command line is a
+broker started with this data directory's configuration (pids get reused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, settings_from_args
+
+SERVER_PROPERTIES_TEMPLATE = REPO_ROOT / "conf" / "kafka" / "server.properties"
+LOG4J2_CONFIG = REPO_ROOT / "conf" / "kafka" / "log4j2.properties"
+BROKER_MAIN = "kafka.Kafka"
+STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
+#: Lines of the broker's logs an error message carries.
+LOG_TAIL_LINES = 30
+#: Seconds one metadata request may take while waiting for start-up.
+PROBE_TIMEOUT_S = 2.0
+#: Seconds to wait for the process group to vanish after SIGKILL.
+KILL_WAIT_S = 10.0
+
+# Brokers started by this process: kept referenced so they are reaped and never garbage-collected.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be started, stopped or reached; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerPaths:
+    """Where one broker keeps its state (all under ``kafka.data_dir``)."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "server.properties"
+
+    @property
+    def cluster_id(self) -> Path:
+        return self.root / "cluster.id"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def server_log(self) -> Path:
+        return self.logs / "server.log"
+
+    @property
+    def console_log(self) -> Path:
+        return self.logs / "broker.out"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "broker.pid"
+
+
+@dataclasses.dataclass(frozen=True)
+class Broker:
+    """A broker that answers at ``bootstrap_servers``."""
+
+    bootstrap_servers: str
+    #: The JVM's pid; None for a broker this module does not manage (found already answering).
+    pid: int | None
+    data_dir: Path
+    #: Whether this call started it (so the caller is the one to stop it).
+    started: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerStatus:
+    #: ``running`` (managed, answers), ``unresponsive`` (managed JVM alive, does not answer),
+    #: ``external`` (something not managed here answers at the bootstrap address) or ``stopped``.
+    state: str
+    pid: int | None
+    bootstrap_servers: str
+    data_dir: Path
+
+    def describe(self) -> str:
+        where = f"{self.bootstrap_servers}, data in {self.data_dir}"
+        if self.state == "running":
+            return f"running (pid {self.pid}) at {where}"
+        if self.state == "unresponsive":
+            return f"unresponsive: pid {self.pid} is alive but {self.bootstrap_servers} does not answer ({where})"
+        if self.state == "external":
+            return f"a broker not started by this tool answers at {self.bootstrap_servers}"
+        return f"stopped ({where})"
+
+
+# -- checks -------------------------------------------------------------------
+
+
+def find_java(env: Mapping[str, str] | None = None) -> str:
+    """The ``java`` to run: ``$JAVA_HOME/bin/java``, else ``java`` on ``$PATH``."""
+    environment = os.environ if env is None else env
+    java_home = environment.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+        raise BrokerError(f"Java not found: JAVA_HOME={java_home} has no bin/java; install a JDK 17+ or fix JAVA_HOME")
+    found = shutil.which("java", path=environment.get("PATH", ""))
+    if found is None:
+        raise BrokerError("Java not found: no java on PATH and JAVA_HOME unset; install a JDK 17+ or set JAVA_HOME")
+    return found
+
+
+def broker_classpath(settings: Settings) -> str:
+    jars_dir = Path(settings.kafka.jars_dir)
+    if not any(jars_dir.glob("kafka_2.13-*.jar")):
+        raise BrokerError(f"Kafka broker jars missing from {jars_dir}: run `make jars`")
+    return str(jars_dir / "*")
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether a listening socket holds ``host:port`` (reuse allowed, as the broker's JVM does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _check_ports_free(settings: Settings) -> None:
+    kafka = settings.kafka
+    for name, port in (("client_port", kafka.client_port), ("controller_port", kafka.controller_port)):
+        if port_in_use(kafka.host, port):
+            raise BrokerError(
+                f"port {port} on {kafka.host} (kafka.{name}) is already in use; stop whatever holds it or "
+                f"choose another port, e.g. --set kafka.{name}=<port> or ROUTER__KAFKA__{name.upper()}=<port>"
+            )
+
+
+def answers(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a broker at ``kafka.bootstrap_servers`` answers a metadata request."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: connection-refused noise while a broker is starting is expected, not news.
+    admin = AdminClient({**settings.kafka_client_config(), "log_level": 0, "socket.connection.setup.timeout.ms": 1000})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return True
+
+
+# -- process bookkeeping ------------------------------------------------------
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (zombies count as dead; our own children are reaped)."""
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is None:
+            return True
+        del _CHILDREN[pid]
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The state letter follows the parenthesised command name, which may itself hold spaces.
+    return stat.rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process is left in process group ``pgid``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # Fields after the command name: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] not in {"Z", "X"}:
+            return True
+    return False
+
+
+def _is_our_broker(pid: int, paths: BrokerPaths) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return BROKER_MAIN.encode() in cmdline and str(paths.config).encode() in cmdline
+
+
+def _managed_pid(paths: BrokerPaths) -> int | None:
+    """The pid in the pid file if it is alive and is this data directory's broker; else None."""
+    try:
+        record = json.loads(paths.pid_file.read_text())
+        pid = int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if _process_alive(pid) and _is_our_broker(pid, paths):
+        return pid
+    return None
+
+
+def log_tail(paths: BrokerPaths, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of the broker's logs, for error messages."""
+    parts = []
+    for log in (paths.console_log, paths.server_log):
+        if log.exists():
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            if text:
+                parts.append(f"--- {log} (last {len(text)} lines) ---\n" + "\n".join(text))
+    return "\n".join(parts) if parts else "(the broker wrote no log)"
+
+
+# -- start / stop / status ----------------------------------------------------
+
+
+def _jvm_options(settings: Settings, paths: BrokerPaths) -> list[str]:
+    return [
+        f"-Xmx{settings.kafka.heap}",
+        "-Xms64m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+        f"-Dkafka.logs.dir={paths.logs}",
+    ]
+
+
+def _render_config(settings: Settings, paths: BrokerPaths) -> None:
+    kafka = settings.kafka
+    template = string.Template(SERVER_PROPERTIES_TEMPLATE.read_text())
+    paths.config.write_text(
+        template.substitute(
+            host=kafka.host,
+            client_port=kafka.client_port,
+            controller_port=kafka.controller_port,
+            log_dirs=paths.data,
+            num_partitions=kafka.num_partitions,
+        )
+    )
+
+
+def _cluster_id(paths: BrokerPaths) -> str:
+    """The persisted cluster id, generated on first use (Kafka's format: base64url of a UUID)."""
+    if paths.cluster_id.exists():
+        return paths.cluster_id.read_text().strip()
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    paths.cluster_id.write_text(cluster_id + "\n")
+    return cluster_id
+
+
+def _format_storage(java: str, settings: Settings, paths: BrokerPaths, env: Mapping[str, str]) -> None:
+    if (paths.data / "meta.properties").exists():
+        return
+    command = [
+        java,
+        *_jvm_options(settings, paths),
+        "-cp",
+        broker_classpath(settings),
+        STORAGE_TOOL_MAIN,
+        "format",
+        "--cluster-id",
+        _cluster_id(paths),
+        "--config",
+        str(paths.config),
+        "--ignore-formatted",
+    ]
+    result = subprocess.run(command, env=dict(env), capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BrokerError(
+            f"formatting Kafka storage in {paths.data} failed (exit {result.returncode}):\n"
+            f"{result.stdout}{result.stderr}"
+        )
+
+
+def _kill_group(pid: int, deadline_s: float) -> None:
+    """SIGKILL the process group led by ``pid`` and wait until none of it is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    _wait_gone(pid, deadline_s)
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _process_alive(pid) and not _group_alive(pid):
+            return True
+        time.sleep(0.1)
+    return not _process_alive(pid) and not _group_alive(pid)
+
+
+def start(settings: Settings | None = None, *, env: Mapping[str, str] | None = None) -> Broker:
+    """Start the broker and wait until it answers; :class:`BrokerError` if it is already running."""
+    settings = settings or load_settings()
+    environment = dict(os.environ if env is None else env)
+    paths = BrokerPaths(Path(settings.kafka.data_dir))
+    running = _managed_pid(paths)
+    if running is not None:
+        raise BrokerError(f"the broker in {paths.root} is already running (pid {running})")
+    java = find_java(environment)
+    classpath = broker_classpath(settings)
+    _check_ports_free(settings)
+    for directory in (paths.root, paths.data, paths.logs):
+        directory.mkdir(parents=True, exist_ok=True)
+    _render_config(settings, paths)
+    _format_storage(java, settings, paths, environment)
+
+    command = [java, *_jvm_options(settings, paths), "-cp", classpath, BROKER_MAIN, str(paths.config)]
+    with paths.console_log.open("ab") as console:
+        process = subprocess.Popen(
+            command,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() signals the whole group
+        )
+    _CHILDREN[process.pid] = process
+    paths.pid_file.write_text(json.dumps({"pid": process.pid, "bootstrap_servers": settings.kafka.bootstrap_servers}))
+
+    deadline = time.monotonic() + settings.kafka.start_timeout_s
+    while True:
+        code = process.poll()
+        if code is not None:
+            _kill_group(process.pid, KILL_WAIT_S)
+            paths.pid_file.unlink(missing_ok=True)
+            raise BrokerError(f"the Kafka broker exited with code {code} during start-up\n{log_tail(paths)}")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if answers(settings, timeout_s=min(PROBE_TIMEOUT_S, max(remaining, 0.1))):
+            return Broker(settings.kafka.bootstrap_servers, process.pid, paths.root, started=True)
+        time.sleep(min(0.25, max(deadline - time.monotonic(), 0)))
+    _kill_group(process.pid, KILL_WAIT_S)
+    _CHILDREN.pop(process.pid, None)
+    paths.pid_file.unlink(missing_ok=True)
+    raise BrokerError(
+        f"the Kafka broker did not answer at {settings.kafka.bootstrap_servers} within "
+        f"{settings.kafka.start_timeout_s:g} s (kafka.start_timeout_s); it was killed\n{log_tail(paths)}"
+    )
+
+
+def stop(settings: Settings | None = None) -> bool:
+    """Stop the managed broker (SIGTERM, then SIGKILL); True if one was running."""
+    settings = settings or load_settings()
+    paths = BrokerPaths(Path(settings.kafka.data_dir))
+    pid = _managed_pid(paths)
+    if pid is None:
+        paths.pid_file.unlink(missing_ok=True)
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    if not _wait_gone(pid, settings.kafka.stop_timeout_s):
+        _kill_group(pid, KILL_WAIT_S)
+    if _process_alive(pid) or _group_alive(pid):
+        raise BrokerError(f"the Kafka broker (pid {pid}) survived SIGKILL")
+    _CHILDREN.pop(pid, None)
+    paths.pid_file.unlink(missing_ok=True)
+    return True
+
+
+def status(settings: Settings | None = None) -> BrokerStatus:
+    """The broker's state (see :class:`BrokerStatus`)."""
+    settings = settings or load_settings()
+    paths = BrokerPaths(Path(settings.kafka.data_dir))
+    pid = _managed_pid(paths)
+    bootstrap = settings.kafka.bootstrap_servers
+    if pid is not None:
+        state = "running" if answers(settings) else "unresponsive"
+    else:
+        state = "external" if answers(settings, timeout_s=1.0) else "stopped"
+    return BrokerStatus(state, pid, bootstrap, paths.root)
+
+
+def ensure_running(settings: Settings | None = None, *, env: Mapping[str, str] | None = None) -> Broker:
+    """A broker that answers: the managed one, one already answering at the bootstrap address, or a
+    newly started one (``started=True``)."""
+    settings = settings or load_settings()
+    current = status(settings)
+    if current.state in {"running", "external"}:
+        return Broker(current.bootstrap_servers, current.pid, current.data_dir, started=False)
+    if current.state == "unresponsive":
+        raise BrokerError(f"the local broker is {current.describe()}; run `python -m jobs.local_kafka stop` first")
+    return start(settings, env=env)
+
+
+# -- command line --------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.local_kafka",
+        description="Start, stop or inspect the local single-node KRaft Kafka broker (data under kafka.data_dir).",
+    )
+    parser.add_argument(
+        "command",
+        choices=("start", "stop", "status"),
+        help="start: start and wait until it answers (no-op if running); stop: stop gracefully, then kill; "
+        "status: print the state (exit 0 if running, 3 if not)",
+    )
+    add_settings_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        if args.command == "start":
+            broker = ensure_running(settings)
+            verb = "started" if broker.started else "already running"
+            print(f"kafka {verb}: {status(settings).describe()}")
+            return 0
+        if args.command == "stop":
+            print("kafka stopped" if stop(settings) else "kafka was not running")
+            return 0
+        current = status(settings)
+        print(f"kafka {current.describe()}")
+        return 0 if current.state in {"running", "external"} else 3
+    except (BrokerError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Shared fixtures: test settings, the real Kafka broker, the one SparkSession, Kafka topics.
+
+Everything heavy is lazy: a unit test that requests none of ``kafka_broker``, ``kafka_admin``,
+``topic_factory`` or ``spark`` starts neither a JVM nor a broker.
+
+* ``settings`` puts every var/ path (broker data, Delta tables, checkpoints, Spark scratch, Ivy
+  home) under the session's pytest tmp dir; only the jars come from the real ``var/jars``.
+  Its Kafka ports are the configured ones if something already listens there (a broker from
+  ``make kafka-start``, reused), otherwise two free ports, so concurrent test sessions on one
+  machine each get their own broker instead of stopping each other's.
+* ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
+  end of the session only if it started it.
+* ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from routing.settings import REPO_ROOT, Settings, load_settings
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+    from pyspark.sql import SparkSession
+
+    from jobs.local_kafka import Broker
+
+#: Seconds an AdminClient operation in a fixture may take.
+ADMIN_TIMEOUT_S = 30.0
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports nothing listens on right now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probe.bind((host, 0))
+            sockets.append(probe)
+        return [probe.getsockname()[1] for probe in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+def make_test_settings(root: Path, *, client_port: int, controller_port: int) -> Settings:
+    """Settings with every var/ path under ``root`` (jars from the real var/jars)."""
+    base = load_settings()
+    return load_settings(
+        overrides={
+            "kafka": {
+                "data_dir": str(root / "kafka"),
+                "client_port": client_port,
+                "controller_port": controller_port,
+                # An explicit bootstrap address would point the tests at another broker.
+                "bootstrap_servers": f"{base.kafka.host}:{client_port}",
+            },
+            "spark": {
+                "ivy_dir": str(root / "ivy"),
+                "warehouse_dir": str(root / "spark-warehouse"),
+                "local_dir": str(root / "spark-local"),
+                "jars_dir": str(REPO_ROOT / "var" / "jars" / "spark"),
+            },
+            "subscriptions": {
+                "table_path": str(root / "delta" / "subscriptions"),
+                "rejects_path": str(root / "delta" / "subscription_rejects"),
+                "checkpoint_path": str(root / "checkpoints" / "refresh_subscriptions"),
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    from jobs.local_kafka import port_in_use
+
+    configured = load_settings().kafka
+    if port_in_use(configured.host, configured.client_port):
+        client_port, controller_port = configured.client_port, configured.controller_port
+    else:
+        client_port, controller_port = free_ports(2, configured.host)
+    root = tmp_path_factory.mktemp("var")
+    return make_test_settings(root, client_port=client_port, controller_port=controller_port)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(settings: Settings) -> Iterator[Broker]:
+    from jobs.local_kafka import ensure_running, stop
+
+    broker = ensure_running(settings)
+    try:
+        yield broker
+    finally:
+        if broker.started:
+            stop(settings)
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(settings: Settings, kafka_broker: Broker) -> AdminClient:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(settings.kafka_client_config())
+
+
+@pytest.fixture
+def topic_factory(kafka_admin: AdminClient, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """``topic_factory(partitions=1, **topic_config) -> name``: a new topic, deleted after the test."""
+    from confluent_kafka.admin import NewTopic
+
+    created: list[str] = []
+    counter = itertools.count()
+    test_name = "".join(ch if ch.isalnum() else "-" for ch in request.node.name)[:80]
+
+    def create(partitions: int = 1, **config: Any) -> str:
+        name = f"test-{test_name}-{next(counter)}-{uuid.uuid4().hex[:8]}"
+        settings = {key: str(value) for key, value in config.items()}
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=settings)
+        kafka_admin.create_topics([topic], operation_timeout=ADMIN_TIMEOUT_S)[name].result(timeout=ADMIN_TIMEOUT_S)
+        created.append(name)
+        return name
+
+    yield create
+    if created:
+        for future in kafka_admin.delete_topics(created, operation_timeout=ADMIN_TIMEOUT_S).values():
+            future.result(timeout=ADMIN_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings) -> Iterator[SparkSession]:
+    from routing.spark import get_spark
+
+    session = get_spark(settings, app_name="spark-topic-router-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
