@@ -5,6 +5,7 @@ included (setuptools-rust drives cargo).
 """
 
 from setuptools import find_packages, setup
+from setuptools_rust import Binding, RustExtension
 
 setup(
     name="spark-topic-router",
@@ -33,5 +34,16 @@ setup(
             "hdrhistogram>=0.10",
         ],
     },
+    # The `extension-module` cargo feature is enabled only here, so plain
+    # `cargo test` binaries link against libpython normally.
+    rust_extensions=[
+        RustExtension(
+            "routing._native",
+            path="native/Cargo.toml",
+            binding=Binding.PyO3,
+            features=["extension-module"],
+            debug=False,
+        )
+    ],
     zip_safe=False,
 )

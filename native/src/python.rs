@@ -1,0 +1,143 @@
+//! The PyO3 classes of the private module `routing._native`. Thin: argument
+//! conversion, GIL release and result conversion only; the logic is in the
+//! plain Rust modules and errors map through [`crate::errors`].
+//!
+//! The GIL is released (`Python::detach`) around every CS-trie operation,
+//! freeze, (de)serialization and batch, so Python threads run them in
+//! parallel. A single frozen lookup keeps the GIL: it takes less time than
+//! releasing and re-taking it.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use arrow_array::{make_array, Array};
+use arrow_data::ArrayData;
+use arrow_pyarrow::{FromPyArrowUnchecked, ToPyArrow};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyFrozenSet};
+
+use crate::errors::python::{BatchLimitError, FrozenFormatError};
+use crate::errors::NativeError;
+use crate::frozen::{FrozenMatcher, Scratch};
+use crate::{batch, codec};
+
+thread_local! {
+    /// Lookup buffers reused across calls on this thread.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Matching subscribers of `key` as a Python frozenset.
+fn frozen_lookup<'py>(py: Python<'py>, matcher: &FrozenMatcher, key: &str) -> PyResult<Bound<'py, PyFrozenSet>> {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            let ids = matcher.lookup_ids(key, &mut scratch);
+            PyFrozenSet::new(py, ids.iter().map(|&id| matcher.subscriber(id)))
+        }
+        // Only reachable by re-entrance; a fresh buffer keeps it correct.
+        Err(_) => PyFrozenSet::new(py, matcher.lookup(key)),
+    })
+}
+
+/// Compact read-only matcher (see `routing.matchers.native.FrozenMatcher`).
+#[pyclass(frozen, module = "routing._native", name = "FrozenMatcher")]
+pub struct PyFrozenMatcher {
+    pub(crate) inner: Arc<FrozenMatcher>,
+}
+
+impl PyFrozenMatcher {
+    pub(crate) fn wrap(inner: FrozenMatcher) -> Self {
+        PyFrozenMatcher { inner: Arc::new(inner) }
+    }
+}
+
+#[pymethods]
+impl PyFrozenMatcher {
+    /// The matcher with no subscriptions.
+    #[new]
+    fn new() -> Self {
+        PyFrozenMatcher::wrap(FrozenMatcher::empty())
+    }
+
+    /// Build from (pattern, subscriber) pairs.
+    #[staticmethod]
+    fn build(py: Python<'_>, pairs: Vec<(String, String)>) -> PyResult<Self> {
+        let matcher = py.detach(|| FrozenMatcher::build(pairs)).map_err(NativeError::from)?;
+        Ok(PyFrozenMatcher::wrap(matcher))
+    }
+
+    /// Decode bytes from `to_bytes`; raises FrozenFormatError on anything else.
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
+        let matcher = py.detach(|| codec::decode(data))?;
+        Ok(PyFrozenMatcher::wrap(matcher))
+    }
+
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let bytes = py.detach(|| codec::encode(&self.inner));
+        PyBytes::new(py, &bytes)
+    }
+
+    fn lookup<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyFrozenSet>> {
+        frozen_lookup(py, &self.inner, key)
+    }
+
+    /// Match a pyarrow string/large_string/string_view array; returns a
+    /// row-aligned `list<string>` array (null key -> null row).
+    #[pyo3(signature = (keys, max_rows = None))]
+    fn match_batch<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        max_rows: Option<usize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: the imported buffers are validated by `validate_full` below
+        // (with the GIL released) before any value is read.
+        let data = unsafe { ArrayData::from_pyarrow_bound_unchecked(keys)? };
+        let result = py.detach(|| -> Result<ArrayData, NativeError> {
+            data.validate_full().map_err(|error| NativeError::UnsupportedArray(format!("an invalid array ({error})")))?;
+            let array = make_array(data);
+            let (list, _) = batch::match_batch(&self.inner, array.as_ref(), max_rows)?;
+            Ok(list.to_data())
+        })?;
+        result.to_pyarrow(py)
+    }
+
+    /// Every (pattern, subscriber) pair.
+    fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
+        py.detach(|| self.inner.subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect())
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    #[getter]
+    fn subscriber_count(&self) -> usize {
+        self.inner.subscriber_count()
+    }
+
+    #[getter]
+    fn pattern_count(&self) -> usize {
+        self.inner.pattern_count()
+    }
+
+    #[getter]
+    fn node_count(&self) -> usize {
+        self.inner.node_count()
+    }
+
+    #[getter]
+    fn word_count(&self) -> usize {
+        self.inner.word_count()
+    }
+}
+
+/// Register every class, exception and constant of `routing._native`.
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.add_class::<PyFrozenMatcher>()?;
+    module.add("FrozenFormatError", py.get_type::<FrozenFormatError>())?;
+    module.add("BatchLimitError", py.get_type::<BatchLimitError>())?;
+    module.add("FORMAT_VERSION", codec::FORMAT_VERSION)?;
+    Ok(())
+}
