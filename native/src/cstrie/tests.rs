@@ -1,12 +1,329 @@
-//! Unit tests: the validity table, idempotence, queries, snapshot isolation
-//! and pruning back to the empty trie.
+//! Unit tests: the validity table, idempotence, queries, snapshot isolation,
+//! pruning back to the empty trie, and a seeded property test against the
+//! in-crate oracle `words_match`.
+
+use std::collections::BTreeSet;
 
 use super::*;
-use crate::topic::matches;
+use crate::topic::{matches, words_match};
+
+fn ids(values: &[&str]) -> Vec<Arc<str>> {
+    values.iter().map(|value| Arc::from(*value)).collect()
+}
+
+/// (pattern, key, matches): the cases of `topic.rs` plus more edge cases.
+const VALIDITY: &[(&str, &str, bool)] = &[
+    ("#", "", true),
+    ("#", "a.b", true),
+    ("", "", true),
+    ("", "a", false),
+    ("a", "", false),
+    ("*", "", false),
+    ("*", ".", false),
+    ("*.*", ".", true),
+    ("*.#.*", "a", false),
+    ("*.#.*", "a.b", true),
+    ("*.#.*", "a.b.c.d", true),
+    ("a.#.#.b", "a.b", true),
+    ("a.#.#.b", "a.x.y.b", true),
+    ("#.#", "", true),
+    ("#.#", "a.b.c", true),
+    ("a*", "ab", false),
+    ("a*", "a*", true),
+    ("a#", "a#", true),
+    ("a#", "a.b", false),
+    ("simply#carrots", "simply#carrots", true),
+    ("#.x", ".x", true),
+    ("#.x", "x", true),
+    ("#.x", "x.y", false),
+    ("x.#", "x", true),
+    ("x.#", "x.", true),
+    ("x.*", "x", false),
+    ("x.*", "x.", true),
+    ("stock.*.msft", "stock.nasdaq.msft", true),
+    ("stock.*.msft", "stock.msft", false),
+    ("stock.*.msft", "stock.nasdaq.nyse.msft", false),
+    ("stock.#.msft", "stock.nasdaq.nyse.msft", true),
+    ("Stock.msft", "stock.msft", false),
+    ("a..b", "a..b", true),
+    ("a.*.b", "a..b", true),
+    (".", ".", true),
+    (".", "", false),
+    ("*", "*", true),
+    ("*", "#", true),
+    ("#", "#", true),
+    ("a.b", "a.b.c", false),
+    ("a.b.c", "a.b", false),
+    ("é.*", "é.ü", true),
+    ("e.*", "é.ü", false),
+];
 
 #[test]
-fn placeholder_compiles() {
+fn validity_table_one_pattern_at_a_time() {
+    for &(pattern, key, expected) in VALIDITY {
+        assert_eq!(matches(pattern, key), expected, "the table itself disagrees with the oracle: {pattern:?} {key:?}");
+        let trie = CsTrie::new();
+        trie.subscribe(pattern, "s");
+        let expected_ids = if expected { ids(&["s"]) } else { Vec::new() };
+        assert_eq!(trie.lookup(key), expected_ids, "live: {pattern:?} vs {key:?}");
+        assert_eq!(trie.snapshot().lookup(key), expected_ids, "snapshot: {pattern:?} vs {key:?}");
+    }
+}
+
+#[test]
+fn validity_table_all_patterns_together() {
     let trie = CsTrie::new();
-    assert!(trie.subscribe("a.b", "s"));
-    assert!(matches("a.b", "a.b"));
+    let patterns: BTreeSet<&str> = VALIDITY.iter().map(|case| case.0).collect();
+    for pattern in &patterns {
+        // The pattern is its own subscriber id, so results name the patterns.
+        assert!(trie.subscribe(pattern, pattern));
+    }
+    let snapshot = trie.snapshot();
+    for &(_, key, _) in VALIDITY {
+        let expected: Vec<Arc<str>> =
+            patterns.iter().filter(|pattern| matches(pattern, key)).map(|pattern| Arc::from(*pattern)).collect();
+        assert_eq!(trie.lookup(key), expected, "live, key {key:?}");
+        assert_eq!(snapshot.lookup(key), expected, "snapshot, key {key:?}");
+    }
+}
+
+#[test]
+fn subscribe_is_idempotent_and_unsubscribe_of_absent_is_a_no_op() {
+    let trie = CsTrie::new();
+    assert!(trie.is_empty());
+    assert!(trie.subscribe("a.*", "s1"));
+    assert!(!trie.subscribe("a.*", "s1"));
+    assert!(trie.subscribe("a.*", "s2"));
+    assert!(trie.subscribe("", "s1"));
+    assert!(!trie.subscribe("", "s1"));
+    assert_eq!(trie.len(), 3);
+    assert!(!trie.unsubscribe("a.*", "s3"));
+    assert!(!trie.unsubscribe("a.b", "s1"));
+    assert!(!trie.unsubscribe("a", "s1"));
+    assert!(!trie.unsubscribe("a.*.c", "s1"));
+    assert!(!trie.unsubscribe("#", "s1"));
+    assert_eq!(trie.len(), 3);
+    assert!(trie.unsubscribe("a.*", "s1"));
+    assert!(!trie.unsubscribe("a.*", "s1"));
+    assert!(trie.unsubscribe("", "s1"));
+    assert_eq!(trie.len(), 1);
+    assert_eq!(trie.lookup("a.x"), ids(&["s2"]));
+    assert_eq!(trie.lookup(""), Vec::<Arc<str>>::new());
+}
+
+#[test]
+fn one_subscriber_on_many_matching_patterns_is_returned_once() {
+    let trie = CsTrie::new();
+    for pattern in ["#", "a.#", "*.b", "a.b", "#.b", "#.#"] {
+        trie.subscribe(pattern, "s");
+    }
+    trie.subscribe("a.b", "t");
+    assert_eq!(trie.lookup("a.b"), ids(&["s", "t"]));
+    assert_eq!(trie.snapshot().lookup("a.b"), ids(&["s", "t"]));
+}
+
+#[test]
+fn subscribers_topics_and_subscriptions() {
+    let trie = CsTrie::new();
+    let pairs = [
+        ("stock.*.msft", "alice"),
+        ("stock.*.msft", "bob"),
+        ("stock.#", "alice"),
+        ("", "carol"),
+        ("a..b", "carol"),
+        (".", "alice"),
+        ("*", "bob"),
+        ("#", "dave"),
+    ];
+    for (pattern, subscriber) in pairs {
+        trie.subscribe(pattern, subscriber);
+    }
+    let snapshot = trie.snapshot();
+    assert_eq!(snapshot.subscribers("stock.*.msft"), ids(&["alice", "bob"]));
+    // Exact text, no matching: a key-like text finds nothing.
+    assert_eq!(snapshot.subscribers("stock.nasdaq.msft"), Vec::<Arc<str>>::new());
+    assert_eq!(snapshot.subscribers("stock"), Vec::<Arc<str>>::new());
+    assert_eq!(snapshot.subscribers("#"), ids(&["dave"]));
+    assert_eq!(snapshot.subscribers(""), ids(&["carol"]));
+    assert_eq!(snapshot.topics("alice"), vec![".", "stock.#", "stock.*.msft"]);
+    assert_eq!(snapshot.topics("carol"), vec!["", "a..b"]);
+    assert_eq!(snapshot.topics("nobody"), Vec::<String>::new());
+    let mut expected: Vec<(String, Arc<str>)> =
+        pairs.iter().map(|(pattern, subscriber)| (pattern.to_string(), Arc::from(*subscriber))).collect();
+    expected.sort();
+    assert_eq!(snapshot.subscriptions(), expected);
+    assert_eq!(snapshot.len(), pairs.len());
+    assert_eq!(trie.len(), pairs.len());
+}
+
+#[test]
+fn snapshot_is_isolated_from_later_writes() {
+    let trie = CsTrie::new();
+    trie.subscribe("a.b", "s1");
+    trie.subscribe("a.#", "s2");
+    let before = trie.snapshot();
+    trie.subscribe("a.b", "s3");
+    trie.unsubscribe("a.#", "s2");
+    trie.subscribe("x.y.z", "s4");
+    let after = trie.snapshot();
+    trie.unsubscribe("a.b", "s1");
+
+    assert_eq!(before.lookup("a.b"), ids(&["s1", "s2"]));
+    assert_eq!(before.lookup("x.y.z"), Vec::<Arc<str>>::new());
+    assert_eq!(before.len(), 2);
+    assert_eq!(after.lookup("a.b"), ids(&["s1", "s3"]));
+    assert_eq!(after.lookup("x.y.z"), ids(&["s4"]));
+    assert_eq!(after.len(), 3);
+    assert_eq!(trie.lookup("a.b"), ids(&["s3"]));
+    assert_eq!(trie.len(), 2);
+    // A clone is the same frozen view, and survives the trie itself.
+    let clone = before.clone();
+    drop(trie);
+    drop(before);
+    assert_eq!(clone.lookup("a.b"), ids(&["s1", "s2"]));
+}
+
+#[test]
+fn unsubscribing_everything_prunes_back_to_the_empty_trie() {
+    let trie = CsTrie::new();
+    assert_eq!(trie.node_count(), 1);
+    let patterns = ["a.b.c.d", "a.b", "a.*.c", "#", "a.#.d", "#.#.#", "*.*.*.*.*", "", "x..y", "a.b.c.e"];
+    for pattern in patterns {
+        trie.subscribe(pattern, "s1");
+        trie.subscribe(pattern, "s2");
+    }
+    assert!(trie.node_count() > 10);
+    // Remove in an order that empties inner nodes before leaves and back.
+    for pattern in patterns.iter().rev() {
+        assert!(trie.unsubscribe(pattern, "s1"));
+    }
+    for pattern in patterns {
+        assert!(trie.unsubscribe(pattern, "s2"));
+    }
+    assert_eq!(trie.node_count(), 1);
+    assert!(trie.is_empty());
+    assert!(trie.snapshot().subscriptions().is_empty());
+}
+
+#[test]
+fn pruning_also_works_across_snapshots() {
+    let trie = CsTrie::new();
+    let patterns = ["a.b.c", "a.b", "a.#.c", "#.x", "a.b.c.d"];
+    let mut snapshots = Vec::new();
+    for pattern in patterns {
+        trie.subscribe(pattern, "s");
+        snapshots.push(trie.snapshot());
+    }
+    for pattern in patterns {
+        assert!(trie.unsubscribe(pattern, "s"));
+        snapshots.push(trie.snapshot());
+    }
+    assert_eq!(trie.node_count(), 1);
+    for (taken, snapshot) in snapshots.iter().enumerate() {
+        let expected = if taken < patterns.len() { taken + 1 } else { 2 * patterns.len() - taken - 1 };
+        assert_eq!(snapshot.len(), expected, "snapshot {taken}");
+    }
+}
+
+#[test]
+fn many_hash_words_stay_polynomial() {
+    // Backtracking would explore ~C(46, 15) paths; the memoised walk ~15 x 32.
+    let trie = CsTrie::new();
+    let pattern = format!("{}.x", vec!["#"; 15].join("."));
+    trie.subscribe(&pattern, "s");
+    trie.subscribe(&vec!["#"; 15].join("."), "t");
+    let key = vec!["a"; 31].join(".");
+    assert_eq!(trie.lookup(&key), ids(&["t"]));
+    assert_eq!(trie.lookup(&format!("{key}.x")), ids(&["s", "t"]));
+}
+
+#[test]
+fn very_deep_patterns_do_not_overflow_the_stack() {
+    // Everything (insert, lookup, enumerate, prune, drop) is iterative.
+    let words = 100_000;
+    let pattern = vec!["w"; words].join(".");
+    let trie = CsTrie::new();
+    assert!(trie.subscribe(&pattern, "s"));
+    let snapshot = trie.snapshot();
+    assert_eq!(trie.lookup(&pattern), ids(&["s"]));
+    assert_eq!(snapshot.topics("s").len(), 1);
+    assert_eq!(trie.node_count(), words);
+    assert!(trie.subscribe(&format!("{pattern}.#"), "t"));
+    assert!(trie.unsubscribe(&pattern, "s"));
+    assert!(trie.unsubscribe(&format!("{pattern}.#"), "t"));
+    assert_eq!(trie.node_count(), 1);
+    drop(trie);
+    drop(snapshot);
+}
+
+/// SplitMix64: a tiny seeded generator so failures reproduce exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, bound: usize) -> usize {
+        (self.next() % bound as u64) as usize
+    }
+
+    fn text(&mut self, alphabet: &[&str], max_words: usize) -> String {
+        let count = self.below(max_words + 1);
+        (0..count).map(|_| alphabet[self.below(alphabet.len())]).collect::<Vec<_>>().join(".")
+    }
+}
+
+#[test]
+fn random_operations_agree_with_a_sequential_model_and_the_oracle() {
+    let pattern_alphabet = ["a", "b", "", "*", "#", "a*"];
+    let key_alphabet = ["a", "b", "", "*", "#", "a*"];
+    let subscribers = ["s0", "s1", "s2", "s3"];
+    for seed in 0..40u64 {
+        let mut rng = Rng(seed);
+        let trie = CsTrie::new();
+        let mut model: BTreeSet<(String, Arc<str>)> = BTreeSet::new();
+        for _ in 0..150 {
+            let pattern = rng.text(&pattern_alphabet, 4);
+            let subscriber: Arc<str> = Arc::from(subscribers[rng.below(subscribers.len())]);
+            if rng.below(3) == 0 {
+                let present = model.remove(&(pattern.clone(), subscriber.clone()));
+                assert_eq!(trie.unsubscribe(&pattern, &subscriber), present, "seed {seed}");
+            } else {
+                let added = model.insert((pattern.clone(), subscriber.clone()));
+                assert_eq!(trie.subscribe(&pattern, &subscriber), added, "seed {seed}");
+            }
+        }
+        let snapshot = trie.snapshot();
+        assert_eq!(snapshot.subscriptions(), model.iter().cloned().collect::<Vec<_>>(), "seed {seed}");
+        assert_eq!(trie.len(), model.len());
+        for _ in 0..60 {
+            let key = rng.text(&key_alphabet, 5);
+            let key_words = split_words(&key);
+            let expected: BTreeSet<Arc<str>> = model
+                .iter()
+                .filter(|(pattern, _)| words_match(&pattern_words(pattern), &key_words))
+                .map(|(_, subscriber)| subscriber.clone())
+                .collect();
+            let expected: Vec<Arc<str>> = expected.into_iter().collect();
+            assert_eq!(trie.lookup(&key), expected, "seed {seed}, key {key:?}");
+            assert_eq!(snapshot.lookup(&key), expected, "seed {seed}, key {key:?}");
+        }
+        for (pattern, subscriber) in &model {
+            assert!(trie.unsubscribe(pattern, subscriber));
+        }
+        assert_eq!(trie.node_count(), 1, "seed {seed}");
+        assert_eq!(snapshot.len(), model.len(), "the snapshot kept its pairs");
+    }
+}
+
+#[test]
+fn trie_and_snapshot_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CsTrie>();
+    assert_send_sync::<Snapshot>();
 }
