@@ -11,7 +11,7 @@ MVN ?= mvn
 JARS_DIR := var/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
 
-.PHONY: help install jars lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars native native-test lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything and route the sample workload"
@@ -46,20 +46,28 @@ kafka-stop: install
 kafka-status: install
 	$(PY) -m jobs.local_kafka status
 
+# The Rust extension routing._native: rebuilt every run (cargo makes it cheap when unchanged).
+native: install
+	$(PY) setup.py --quiet build_rust --inplace --release
+
+# Rust unit tests and the bounded fuzz smoke runs (plain cargo test: no libpython, no nightly).
+native-test:
+	cd native && cargo test --quiet
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: install lint
+test: install native lint native-test
 	$(PY) -m pytest
 
-test-fast: install
+test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"
 
-demo: install
+demo: install native
 	$(PY) -m routing demo
 
-bench: install
+bench: install native
 	$(PY) bench/matchers.py
 
 clean:

@@ -16,6 +16,7 @@ use arrow_pyarrow::{FromPyArrowUnchecked, ToPyArrow};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFrozenSet};
 
+use crate::cstrie::{CsTrie, Snapshot};
 use crate::errors::python::{BatchLimitError, FrozenFormatError};
 use crate::errors::NativeError;
 use crate::frozen::{FrozenMatcher, Scratch};
@@ -132,9 +133,112 @@ impl PyFrozenMatcher {
     }
 }
 
+fn to_strings(subscribers: Vec<Arc<str>>) -> Vec<String> {
+    subscribers.iter().map(|s| s.to_string()).collect()
+}
+
+fn freeze(snapshot: &Snapshot) -> Result<FrozenMatcher, NativeError> {
+    Ok(FrozenMatcher::build(snapshot.subscriptions())?)
+}
+
+/// The live lock-free trie (see `routing.matchers.native.CSTrieMatcher`).
+#[pyclass(frozen, module = "routing._native", name = "CsTrie")]
+pub struct PyCsTrie {
+    inner: CsTrie,
+}
+
+#[pymethods]
+impl PyCsTrie {
+    #[new]
+    fn new() -> Self {
+        PyCsTrie { inner: CsTrie::new() }
+    }
+
+    /// Add the pair; `True` if it was absent.
+    fn subscribe(&self, py: Python<'_>, pattern: &str, subscriber: &str) -> bool {
+        py.detach(|| self.inner.subscribe(pattern, subscriber))
+    }
+
+    /// Remove the pair; `True` if it was present.
+    fn unsubscribe(&self, py: Python<'_>, pattern: &str, subscriber: &str) -> bool {
+        py.detach(|| self.inner.unsubscribe(pattern, subscriber))
+    }
+
+    fn lookup<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyFrozenSet>> {
+        let found = py.detach(|| to_strings(self.inner.lookup(key)));
+        PyFrozenSet::new(py, found)
+    }
+
+    /// Every pair, read from an O(1) snapshot so the set is consistent.
+    fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
+        py.detach(|| self.inner.snapshot().subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect())
+    }
+
+    fn snapshot(&self, py: Python<'_>) -> PySnapshot {
+        PySnapshot { inner: py.detach(|| self.inner.snapshot()) }
+    }
+
+    /// `snapshot().freeze()`.
+    fn freeze(&self, py: Python<'_>) -> PyResult<PyFrozenMatcher> {
+        let matcher = py.detach(|| freeze(&self.inner.snapshot()))?;
+        Ok(PyFrozenMatcher::wrap(matcher))
+    }
+
+    /// I-nodes reachable in the live trie (1 when empty): a pruning check for tests.
+    fn node_count(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.inner.node_count())
+    }
+
+    /// Exact when no update is in flight.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+/// A read-only O(1) view of a CsTrie (see `routing.matchers.native.Snapshot`).
+#[pyclass(frozen, module = "routing._native", name = "Snapshot")]
+pub struct PySnapshot {
+    inner: Snapshot,
+}
+
+#[pymethods]
+impl PySnapshot {
+    fn lookup<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyFrozenSet>> {
+        let found = py.detach(|| to_strings(self.inner.lookup(key)));
+        PyFrozenSet::new(py, found)
+    }
+
+    /// Subscribers of exactly this pattern.
+    fn subscribers<'py>(&self, py: Python<'py>, pattern: &str) -> PyResult<Bound<'py, PyFrozenSet>> {
+        let found = py.detach(|| to_strings(self.inner.subscribers(pattern)));
+        PyFrozenSet::new(py, found)
+    }
+
+    /// Patterns held by `subscriber`.
+    fn topics<'py>(&self, py: Python<'py>, subscriber: &str) -> PyResult<Bound<'py, PyFrozenSet>> {
+        let found = py.detach(|| self.inner.topics(subscriber));
+        PyFrozenSet::new(py, found)
+    }
+
+    fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
+        py.detach(|| self.inner.subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect())
+    }
+
+    fn freeze(&self, py: Python<'_>) -> PyResult<PyFrozenMatcher> {
+        let matcher = py.detach(|| freeze(&self.inner))?;
+        Ok(PyFrozenMatcher::wrap(matcher))
+    }
+
+    fn __len__(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.inner.len())
+    }
+}
+
 /// Register every class, exception and constant of `routing._native`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
+    module.add_class::<PyCsTrie>()?;
+    module.add_class::<PySnapshot>()?;
     module.add_class::<PyFrozenMatcher>()?;
     module.add("FrozenFormatError", py.get_type::<FrozenFormatError>())?;
     module.add("BatchLimitError", py.get_type::<BatchLimitError>())?;
