@@ -75,7 +75,8 @@ class SubscriptionModel:
             held = latest.get(key)
             if held is None or event.order > held.order:
                 latest[key] = event
-            counts[SUPERSEDED] += held is not None
+            if held is not None:
+                counts[SUPERSEDED] += 1
 
         activations: list[ChangeEvent] = []
         for key, event in latest.items():

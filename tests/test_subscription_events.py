@@ -1,0 +1,410 @@
+"""Subscription events without Spark: parsing, reason codes, change ids, import files, the model.
+
+The model (:func:`routing.subscriptions.apply_events_model`) is the oracle of the Spark
+integration tests, so it is pinned here against hand-worked scenarios and against a second,
+even simpler formulation (without a subscription limit the final table is just the newest
+event per (subscriber, pattern)).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from routing.errors import TooManySubscriptionsError
+from routing.limits import Limits
+from routing.subscriptions.events import (
+    EMPTY_EVENT,
+    EVENT_TOO_LARGE,
+    INVALID_FIELD_TYPE,
+    INVALID_TS,
+    MALFORMED_CSV,
+    MALFORMED_JSON,
+    MAX_TS_MILLIS,
+    MISSING_FIELD,
+    NOT_AN_OBJECT,
+    REFRESHED,
+    SOURCE_IMPORT,
+    STALE,
+    SUBSCRIBED,
+    SUPERSEDED,
+    TOMBSTONED,
+    UNKNOWN_OP,
+    UNSUBSCRIBED,
+    EventRejected,
+    ImportFileError,
+    Op,
+    Received,
+    file_sha256,
+    import_change_id,
+    judge,
+    kafka_change_id,
+    parse_event,
+    parse_ts,
+    read_import_file,
+)
+from routing.subscriptions.model import ModelRow, apply_events_model
+from routing.validation import Policy, Validator
+
+MAX_EVENT_BYTES = 512
+VALIDATOR = Validator(limits=Limits(max_pattern_bytes=40, max_pattern_words=5, max_hash_words=2,
+                                    max_subscriber_bytes=12, max_subscriptions_per_subscriber=3))
+SAMPLES = Path(__file__).resolve().parent.parent / "conf" / "samples"
+
+
+def event(op: str = "subscribe", subscriber: str = "s1", pattern: str = "a.*", ts: object = 1000) -> bytes:
+    return json.dumps({"op": op, "subscriber": subscriber, "pattern": pattern, "ts": ts}).encode()
+
+
+def reason_of(raw: bytes | None, validator: Validator = VALIDATOR) -> str | None:
+    try:
+        parse_event(raw, "kafka:t:000000:00000000000000000000", validator, max_event_bytes=MAX_EVENT_BYTES)
+    except EventRejected as rejection:
+        return rejection.reason
+    return None
+
+
+# -- parsing and reason codes ------------------------------------------------------
+
+REASONS = [
+    (event(), None),
+    (event(op="unsubscribe", pattern="#"), None),
+    (event(pattern=""), None),  # the empty pattern: zero words, matches only the empty key
+    (event(pattern="a..b"), None),  # empty words are real words under amqp
+    (None, EMPTY_EVENT),
+    (b"", EMPTY_EVENT),
+    (b"  \n", EMPTY_EVENT),
+    (b"{" + b" " * MAX_EVENT_BYTES + b"}", EVENT_TOO_LARGE),
+    (b"\xff\xfe{}", MALFORMED_JSON),
+    (b"{not json", MALFORMED_JSON),
+    (b'{"op": "subscribe"', MALFORMED_JSON),
+    (b"[1, 2]", NOT_AN_OBJECT),
+    (b'"subscribe"', NOT_AN_OBJECT),
+    (b"null", NOT_AN_OBJECT),
+    (b'{"subscriber": "s1", "pattern": "a", "ts": 1}', MISSING_FIELD),
+    (b'{"op": "subscribe", "pattern": "a", "ts": 1}', MISSING_FIELD),
+    (b'{"op": "subscribe", "subscriber": "s1", "ts": 1}', MISSING_FIELD),
+    (b'{"op": "subscribe", "subscriber": "s1", "pattern": "a"}', MISSING_FIELD),
+    (b'{"op": "subscribe", "subscriber": "s1", "pattern": null, "ts": 1}', MISSING_FIELD),
+    (event(op=1), INVALID_FIELD_TYPE),  # type: ignore[arg-type]
+    (event(subscriber=["s1"]), INVALID_FIELD_TYPE),  # type: ignore[arg-type]
+    (event(pattern=7), INVALID_FIELD_TYPE),  # type: ignore[arg-type]
+    (event(op="Subscribe"), UNKNOWN_OP),
+    (event(op="delete"), UNKNOWN_OP),
+    (event(subscriber=""), "invalid_subscriber"),
+    (event(subscriber="x" * 13), "invalid_subscriber"),
+    (b'{"op": "subscribe", "subscriber": "s\\ud800", "pattern": "a", "ts": 1}', "invalid_subscriber"),
+    (b'{"op": "subscribe", "subscriber": "s1", "pattern": "a.\\udfff", "ts": 1}', "invalid_pattern"),
+    (event(pattern="a" * 41), "pattern_too_long"),
+    (event(pattern="a.b.c.d.e.f"), "pattern_too_many_words"),
+    (event(pattern="#.a.#.#"), "too_many_hash_words"),
+    (event(ts=1.5), INVALID_TS),
+    (event(ts=True), INVALID_TS),
+    (event(ts=-1), INVALID_TS),
+    (event(ts="1000"), INVALID_TS),  # digits are millis only in CSV, where every cell is text
+    (event(ts="2026-01-05T09:00:00"), INVALID_TS),  # naive: ambiguous
+    (event(ts="yesterday"), INVALID_TS),
+    (event(ts=[1]), INVALID_TS),
+    (b'{"op": "subscribe", "subscriber": "s1", "pattern": "a", "ts": NaN}', INVALID_TS),
+]
+
+
+@pytest.mark.parametrize(("raw", "reason"), REASONS)
+def test_reason_codes(raw: bytes | None, reason: str | None) -> None:
+    assert reason_of(raw) == reason
+
+
+def test_checks_run_in_a_fixed_order() -> None:
+    # Everything wrong at once: the first check in the documented order names the reason.
+    assert reason_of(event(op="nope", subscriber="", pattern="#.#.#", ts="bad")) == UNKNOWN_OP
+    assert reason_of(event(subscriber="", pattern="#.#.#", ts="bad")) == "invalid_subscriber"
+    assert reason_of(event(pattern="#.#.#", ts="bad")) == "too_many_hash_words"
+
+
+def test_event_size_limit_is_inclusive() -> None:
+    body = event()
+    padded = body[:-1] + b" " * (MAX_EVENT_BYTES - len(body)) + b"}"
+    assert len(padded) == MAX_EVENT_BYTES
+    assert reason_of(padded) is None
+    assert reason_of(padded[:-1] + b" }") == EVENT_TOO_LARGE
+
+
+def test_strict_policy_rejects_what_amqp_accepts() -> None:
+    strict = Validator(limits=VALIDATOR.limits, policy=Policy.STRICT)
+    for pattern in ("a..b", ".a", "caf\u00e9.*", "tab\t"):
+        assert reason_of(event(pattern=pattern)) is None
+        assert reason_of(event(pattern=pattern), strict) == "invalid_pattern"
+
+
+def test_rejection_detail_names_the_problem() -> None:
+    with pytest.raises(EventRejected, match=r"max_hash_words=2") as caught:
+        parse_event(event(pattern="#.#.#"), "id", VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+    assert caught.value.reason == "too_many_hash_words"
+
+
+def test_valid_event_fields() -> None:
+    parsed = parse_event(event(op="unsubscribe", subscriber="s2", pattern="a.*.#", ts="1970-01-01T00:00:01.5+00:00"),
+                         "cid", VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+    assert (parsed.op, parsed.subscriber, parsed.pattern, parsed.ts_millis) == (Op.UNSUBSCRIBE, "s2", "a.*.#", 1500)
+    assert (parsed.pattern_word_count, parsed.has_wildcard, parsed.change_id) == (3, True, "cid")
+    literal = parse_event(event(pattern="a*.#b"), "cid", VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+    assert (literal.pattern_word_count, literal.has_wildcard) == (2, False)
+
+
+def test_unknown_fields_are_ignored() -> None:
+    raw = json.dumps({"op": "subscribe", "subscriber": "s", "pattern": "a", "ts": 5, "note": "hi"}).encode()
+    assert reason_of(raw) is None
+
+
+# -- timestamps ---------------------------------------------------------------------
+
+TIMESTAMPS = [
+    (0, 0),
+    (1_767_603_600_000, 1_767_603_600_000),
+    (MAX_TS_MILLIS, MAX_TS_MILLIS),
+    ("1970-01-01T00:00:00Z", 0),
+    ("2026-01-05T09:00:00Z", 1_767_603_600_000),
+    ("2026-01-05T10:00:00+01:00", 1_767_603_600_000),
+    ("2026-01-05T08:30:00-00:30", 1_767_603_600_000),
+    ("2026-01-05T09:00:00.123Z", 1_767_603_600_123),
+    ("9999-12-31T23:59:59.999Z", MAX_TS_MILLIS),
+]
+
+
+@pytest.mark.parametrize(("value", "millis"), TIMESTAMPS)
+def test_timestamps(value: object, millis: int) -> None:
+    assert parse_ts(value) == millis
+
+
+@pytest.mark.parametrize(
+    "value",
+    [-1, MAX_TS_MILLIS + 1, 1.0, False, None, "", "2026-01-05", "2026-01-05T09:00:00",
+     "2026-01-05T09:00:00.000001Z", "1969-12-31T23:59:59.999Z", "1000"],
+)
+def test_invalid_timestamps(value: object) -> None:
+    with pytest.raises(EventRejected) as caught:
+        parse_ts(value)
+    assert caught.value.reason == INVALID_TS
+
+
+def test_csv_digit_strings_are_millis() -> None:
+    assert parse_ts("1000", digits_are_millis=True) == 1000
+    with pytest.raises(EventRejected):
+        parse_ts("-1000", digits_are_millis=True)
+
+
+# -- change ids -------------------------------------------------------------------------
+
+
+def test_change_id_formats() -> None:
+    assert kafka_change_id("subscriptions", 3, 42) == "kafka:subscriptions:000003:00000000000000000042"
+    assert import_change_id("ab" * 32, 7) == "import:" + "ab" * 10 + ":000000000007"
+    with pytest.raises(ValueError):
+        kafka_change_id("t", 0, -1)
+    with pytest.raises(ValueError):
+        import_change_id("ab" * 32, 0)
+
+
+@settings(max_examples=200)
+@given(
+    st.tuples(st.integers(0, 10_000), st.integers(0, 2**62)), st.tuples(st.integers(0, 10_000), st.integers(0, 2**62))
+)
+def test_change_id_order_is_coordinate_order(left: tuple[int, int], right: tuple[int, int]) -> None:
+    # Ties on ts are broken by change id: string order must be (partition, offset) order.
+    assert (kafka_change_id("t", *left) < kafka_change_id("t", *right)) == (left < right)
+
+
+# -- import files -----------------------------------------------------------------------
+
+
+def test_csv_import(tmp_path: Path) -> None:
+    path = tmp_path / "subs.csv"
+    path.write_text(
+        "ts,op,subscriber,pattern,comment\n"  # any column order, extra columns ignored
+        "1000,subscribe,s1,a.*,ok\n"
+        "\n"
+        "2000,subscribe,s1,\"multi\nline\",ok\n"
+        "3000,subscribe,s1\n"
+        ",subscribe,s1,b,no ts\n"
+        "2026-01-05T09:00:00Z,unsubscribe,s1,a.*,iso\n",
+        encoding="utf-8",
+    )
+    digest, outcomes = read_import_file(path, VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+    assert digest == file_sha256(path.read_bytes())
+    lines = [outcome.received.import_line for outcome in outcomes]
+    assert lines == [2, 3, 4, 6, 7, 8]
+    verdicts = [outcome.rejection.reason if outcome.rejection else outcome.event.pattern for outcome in outcomes]
+    assert verdicts == ["a.*", EMPTY_EVENT, "multi\nline", MALFORMED_CSV, MISSING_FIELD, "a.*"]
+    assert outcomes[2].received.raw == b'2000,subscribe,s1,"multi\nline",ok'
+    assert outcomes[3].received.raw == b"3000,subscribe,s1"
+    assert all(outcome.received.change_id == import_change_id(digest, line)
+               for outcome, line in zip(outcomes, lines, strict=True))
+    assert {outcome.received.source for outcome in outcomes} == {SOURCE_IMPORT}
+
+
+def test_jsonl_import(tmp_path: Path) -> None:
+    path = tmp_path / "subs.jsonl"
+    path.write_bytes(event() + b"\n\n" + b"{oops\r\n" + event(op="unsubscribe", ts=2000))
+    _, outcomes = read_import_file(path, VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+    reasons = [outcome.rejection.reason if outcome.rejection else None for outcome in outcomes]
+    assert reasons == [None, EMPTY_EVENT, MALFORMED_JSON, None]
+    assert [outcome.received.import_line for outcome in outcomes] == [1, 2, 3, 4]
+    assert outcomes[2].received.raw == b"{oops"
+    assert outcomes[3].event is not None and outcomes[3].event.op is Op.UNSUBSCRIBE
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("subs.txt", b"", "unknown format"),
+        ("subs.csv", b"", "needs a header"),
+        ("subs.csv", b"op,subscriber,ts\n", "lacks column"),
+        ("subs.csv", b"op,subscriber,pattern,ts\n\xff\n", "not UTF-8"),
+    ],
+)
+def test_unreadable_import_files(tmp_path: Path, name: str, content: bytes, message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ImportFileError, match=message):
+        read_import_file(path, VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+
+
+def test_sample_files_are_valid() -> None:
+    for name in ("subscriptions.csv", "subscriptions.json"):
+        _, outcomes = read_import_file(SAMPLES / name, Validator(), max_event_bytes=65_536)
+        assert outcomes and all(outcome.event is not None for outcome in outcomes), name
+
+
+# -- the model --------------------------------------------------------------------------
+
+
+def kafka(offset: int, raw: bytes | None, partition: int = 0) -> Received:
+    return Received(kafka_change_id("t", partition, offset), "kafka", raw,
+                    kafka_topic="t", kafka_partition=partition, kafka_offset=offset)
+
+
+def run_model(*batches: list[Received], validator: Validator = VALIDATOR) -> tuple[dict, dict, list]:  # type: ignore[type-arg]
+    model = apply_events_model([], validator, max_event_bytes=MAX_EVENT_BYTES)
+    counts = [model.apply_batch(batch) for batch in batches]
+    return model.rows, model.rejects, counts
+
+
+def test_model_soft_delete_blocks_older_subscribe() -> None:
+    rows, rejects, counts = run_model(
+        [kafka(0, event(ts=10)), kafka(1, event(op="unsubscribe", ts=20))],
+        [kafka(2, event(ts=15))],  # older than the unsubscribe: must not resurrect
+        [kafka(3, event(ts=30))],  # a genuinely newer subscribe does
+    )
+    assert rejects == {}
+    assert counts[0] == {TOMBSTONED: 1, SUPERSEDED: 1}
+    assert counts[1] == {STALE: 1}
+    assert counts[2] == {SUBSCRIBED: 1}
+    assert rows == {("s1", "a.*"): ModelRow(True, 30, kafka_change_id("t", 0, 3))}
+
+
+def test_model_transitions() -> None:
+    rows, _, counts = run_model(
+        [kafka(0, event(ts=10))],
+        [kafka(1, event(ts=11))],
+        [kafka(2, event(op="unsubscribe", ts=12))],
+        [kafka(3, event(op="unsubscribe", ts=13))],
+        [kafka(4, event(ts=11))],
+    )
+    assert [dict(batch) for batch in counts] == [
+        {SUBSCRIBED: 1}, {REFRESHED: 1}, {UNSUBSCRIBED: 1}, {TOMBSTONED: 1}, {STALE: 1},
+    ]
+    assert rows[("s1", "a.*")] == ModelRow(False, 13, kafka_change_id("t", 0, 3))
+
+
+def test_model_ts_tie_goes_to_greater_change_id() -> None:
+    rows, _, _ = run_model([kafka(5, event(op="unsubscribe", ts=7)), kafka(9, event(ts=7))])
+    assert rows[("s1", "a.*")].active
+    rows, _, _ = run_model([kafka(9, event(op="unsubscribe", ts=7)), kafka(5, event(ts=7))])
+    assert not rows[("s1", "a.*")].active
+
+
+def test_model_reapplying_a_batch_changes_nothing() -> None:
+    batch = [kafka(i, event(op=random.Random(i).choice(["subscribe", "unsubscribe"]), pattern=f"p{i % 4}", ts=i))
+             for i in range(12)]
+    model = apply_events_model([batch], VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+    before = (dict(model.rows), dict(model.rejects))
+    again = model.apply_batch(batch)
+    assert (model.rows, model.rejects) == before
+    assert set(again) <= {STALE, SUPERSEDED, "too_many_subscriptions"}
+
+
+def test_model_subscription_limit() -> None:
+    # Limit 3. s1 holds p0, p1; the batch frees p0 and adds p2..p5: p2 and p3 fit (earliest ts first).
+    first = [kafka(0, event(pattern="p0", ts=1)), kafka(1, event(pattern="p1", ts=1))]
+    second = [
+        kafka(2, event(pattern="p5", ts=50)),
+        kafka(3, event(pattern="p2", ts=20)),
+        kafka(4, event(op="unsubscribe", pattern="p0", ts=60)),
+        kafka(5, event(pattern="p4", ts=40)),
+        kafka(6, event(pattern="p3", ts=30)),
+        kafka(7, event(pattern="p1", ts=70)),  # already active: a refresh, not a new slot
+        kafka(8, event(subscriber="s2", pattern="p9", ts=1)),  # another subscriber's own budget
+    ]
+    rows, rejects, counts = run_model(first, second)
+    active = sorted(key[1] for key, row in rows.items() if row.active and key[0] == "s1")
+    assert active == ["p1", "p2", "p3"]
+    assert rejects == {kafka_change_id("t", 0, 5): "too_many_subscriptions",
+                       kafka_change_id("t", 0, 2): "too_many_subscriptions"}
+    assert counts[1] == {SUBSCRIBED: 3, UNSUBSCRIBED: 1, REFRESHED: 1, "too_many_subscriptions": 2}
+    assert ("s1", "p5") not in rows  # a rejected subscribe leaves no row behind
+    # The limit is the validator's: same error type as everywhere else.
+    with pytest.raises(TooManySubscriptionsError):
+        VALIDATOR.check_subscription_count("s1", 4)
+
+
+OPS = st.tuples(
+    st.sampled_from(["subscribe", "unsubscribe"]),
+    st.sampled_from(["s1", "s2"]),
+    st.sampled_from(["a", "a.*", "#", ""]),
+    st.integers(0, 5),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(OPS, max_size=25), st.randoms(use_true_random=False))
+def test_model_without_limit_is_newest_event_per_row(ops: list[tuple[str, str, str, int]], rng: random.Random) -> None:
+    """Independent of batching and arrival order: each row is its newest (ts, change id) event."""
+    received = [kafka(offset, event(op, subscriber, pattern, ts)) for offset, (op, subscriber, pattern, ts)
+                in enumerate(ops)]
+    unlimited = Validator()
+    shuffled = received[:]
+    rng.shuffle(shuffled)
+    cuts = sorted(rng.sample(range(len(shuffled) + 1), k=min(3, len(shuffled) + 1)))
+    batches = [shuffled[start:end] for start, end in zip([0, *cuts], [*cuts, len(shuffled)], strict=True)]
+    model = apply_events_model(batches, unlimited, max_event_bytes=MAX_EVENT_BYTES)
+
+    newest: dict[tuple[str, str], ModelRow] = {}
+    for item in received:
+        outcome = judge(item, unlimited, max_event_bytes=MAX_EVENT_BYTES)
+        assert outcome.event is not None
+        parsed = outcome.event
+        row = ModelRow(parsed.op is Op.SUBSCRIBE, parsed.ts_millis, parsed.change_id)
+        held = newest.get((parsed.subscriber, parsed.pattern))
+        if held is None or (row.ts_millis, row.change_id) > (held.ts_millis, held.change_id):
+            newest[(parsed.subscriber, parsed.pattern)] = row
+    assert model.rows == newest
+    assert model.rejects == {}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(OPS, max_size=25))
+def test_model_never_exceeds_the_limit(ops: list[tuple[str, str, str, int]]) -> None:
+    limit = 2
+    validator = Validator(limits=Limits(max_subscriptions_per_subscriber=limit))
+    model = apply_events_model(
+        [[kafka(offset, event(*op)) for offset, op in enumerate(ops)][i:i + 5] for i in range(0, len(ops), 5)],
+        validator, max_event_bytes=MAX_EVENT_BYTES,
+    )
+    for subscriber in ("s1", "s2"):
+        assert sum(row.active for key, row in model.rows.items() if key[0] == subscriber) <= limit
+    assert set(model.rejects.values()) <= {"too_many_subscriptions"}
