@@ -1,0 +1,236 @@
+"""Python faces of the Rust core (``routing._native``): the CS-trie, its snapshots and the frozen matcher.
+
+=====================  =================================================================
+``CSTrieMatcher``      the live lock-free trie; a :class:`~routing.matchers.base.Matcher`
+``Snapshot``           an O(1), read-only, consistent view of a ``CSTrieMatcher``
+``FrozenMatcher``      a compact immutable matcher frozen from a snapshot: bytes for a
+                       Spark broadcast, ``match_batch`` for ``mapInArrow``
+=====================  =================================================================
+
+The wrappers add what the native classes leave out: the grammar checks of
+:mod:`routing.topic` with the same exceptions as the pure-Python matchers
+(non-``str`` -> ``TypeError``; a lone surrogate, which is not UTF-8 ->
+``InvalidKeyError``/``InvalidPatternError``/``InvalidSubscriberError``; an empty
+subscriber -> ``InvalidSubscriberError``), ``frozenset`` results, and pickling
+of a ``FrozenMatcher`` through its bytes. Lookups call straight into Rust and
+only fall back to the Python checks when the native argument conversion
+fails, so the checks cost nothing on the hot path.
+
+The native side releases the GIL around every trie operation, freeze,
+(de)serialization and batch, so Python threads using these objects run in
+parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from routing import _native
+from routing._native import FORMAT_VERSION, BatchLimitError, FrozenFormatError
+from routing.topic import check_subscriber, key_words, pattern_words
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "FORMAT_VERSION",
+    "NATIVE_WRAPPERS",
+    "PRIVATE_NATIVE",
+    "BatchLimitError",
+    "CSTrieMatcher",
+    "FrozenFormatError",
+    "FrozenMatcher",
+    "Snapshot",
+]
+
+#: Every public name of ``routing._native`` -> the name that exposes it here
+#: (a wrapper class, or the same object re-exported).
+NATIVE_WRAPPERS: dict[str, str] = {
+    "CsTrie": "CSTrieMatcher",
+    "Snapshot": "Snapshot",
+    "FrozenMatcher": "FrozenMatcher",
+    "FrozenFormatError": "FrozenFormatError",
+    "BatchLimitError": "BatchLimitError",
+    "FORMAT_VERSION": "FORMAT_VERSION",
+}
+#: Public names of ``routing._native`` deliberately not exposed (none so far).
+PRIVATE_NATIVE: frozenset[str] = frozenset()
+
+
+def _key_error(key: object, error: Exception) -> NoReturn:
+    """Re-raise a failed native key conversion as the grammar error :mod:`routing.topic` gives."""
+    key_words(key)
+    raise error
+
+
+def _checked_pair(pattern: object, subscriber: object) -> None:
+    pattern_words(pattern)
+    check_subscriber(subscriber)
+
+
+class Snapshot:
+    """A frozen, consistent view of a :class:`CSTrieMatcher` at one instant; taking it is O(1)."""
+
+    __slots__ = ("_snapshot",)
+
+    def __init__(self, snapshot: _native.Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def lookup(self, key: str) -> frozenset[str]:
+        try:
+            return self._snapshot.lookup(key)
+        except (TypeError, UnicodeEncodeError) as error:
+            _key_error(key, error)
+
+    def subscribers(self, pattern: str) -> frozenset[str]:
+        """Subscribers of exactly ``pattern`` (its text, no wildcard matching)."""
+        pattern_words(pattern)
+        return self._snapshot.subscribers(pattern)
+
+    def topics(self, subscriber: str) -> frozenset[str]:
+        """Patterns held by ``subscriber``."""
+        check_subscriber(subscriber)
+        return self._snapshot.topics(subscriber)
+
+    def subscriptions(self) -> frozenset[tuple[str, str]]:
+        return frozenset(self._snapshot.subscriptions())
+
+    def freeze(self) -> FrozenMatcher:
+        return FrozenMatcher._wrap(self._snapshot.freeze())
+
+    def __len__(self) -> int:
+        return len(self._snapshot)
+
+    def __repr__(self) -> str:
+        return f"Snapshot(len={len(self)})"
+
+
+class CSTrieMatcher:
+    """The lock-free concurrent subscription trie (Rust), behind the matcher protocol.
+
+    ``len()`` is exact when no update is in flight; for an atomic view of all
+    pairs under concurrent updates use :meth:`snapshot`.
+    """
+
+    __slots__ = ("_trie",)
+
+    def __init__(self) -> None:
+        self._trie = _native.CsTrie()
+
+    def subscribe(self, pattern: str, subscriber: str) -> None:
+        _checked_pair(pattern, subscriber)
+        self._trie.subscribe(pattern, subscriber)
+
+    def unsubscribe(self, pattern: str, subscriber: str) -> None:
+        _checked_pair(pattern, subscriber)
+        self._trie.unsubscribe(pattern, subscriber)
+
+    def lookup(self, key: str) -> frozenset[str]:
+        try:
+            return self._trie.lookup(key)
+        except (TypeError, UnicodeEncodeError) as error:
+            _key_error(key, error)
+
+    def subscriptions(self) -> frozenset[tuple[str, str]]:
+        return frozenset(self._trie.subscriptions())
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self._trie.snapshot())
+
+    def freeze(self) -> FrozenMatcher:
+        """The same as ``self.snapshot().freeze()``."""
+        return FrozenMatcher._wrap(self._trie.freeze())
+
+    def node_count(self) -> int:
+        """Trie nodes currently reachable (1 when empty): unsubscribing everything prunes back to 1."""
+        return self._trie.node_count()
+
+    def __len__(self) -> int:
+        return len(self._trie)
+
+    def __repr__(self) -> str:
+        return f"CSTrieMatcher(len={len(self)})"
+
+
+class FrozenMatcher:
+    """A compact immutable matcher for the data plane.
+
+    ``FrozenMatcher(pairs)`` builds from (pattern, subscriber) pairs (grammar
+    checked); usually it comes from :meth:`CSTrieMatcher.freeze`. Pickles as
+    its :meth:`to_bytes` form, so a Spark broadcast ships the compact format.
+    """
+
+    __slots__ = ("_frozen",)
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = ()) -> None:
+        checked = list(pairs)
+        for pattern, subscriber in checked:
+            _checked_pair(pattern, subscriber)
+        self._frozen = _native.FrozenMatcher.build(checked)
+
+    @classmethod
+    def _wrap(cls, frozen: _native.FrozenMatcher) -> FrozenMatcher:
+        matcher = cls.__new__(cls)
+        matcher._frozen = frozen
+        return matcher
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> FrozenMatcher:
+        """Decode :meth:`to_bytes` output; anything else raises :class:`FrozenFormatError`."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"frozen matcher data must be bytes, not {type(data).__name__}")
+        return cls._wrap(_native.FrozenMatcher.from_bytes(bytes(data)))
+
+    def to_bytes(self) -> bytes:
+        """The versioned, checksummed binary form (deterministic for equal contents)."""
+        return self._frozen.to_bytes()
+
+    def lookup(self, key: str) -> frozenset[str]:
+        try:
+            return self._frozen.lookup(key)
+        except (TypeError, UnicodeEncodeError) as error:
+            _key_error(key, error)
+
+    def match_batch(self, keys: pa.Array, max_rows: int | None = None) -> pa.ListArray:
+        """Subscribers of every key of a ``string``/``large_string``/``string_view`` array.
+
+        Returns a row-aligned ``list<string>`` array; a null key gives a null
+        row. Each distinct key is matched once. ``max_rows`` (normally
+        ``Limits.max_batch_rows``) rejects a longer batch with
+        :class:`BatchLimitError` before any work.
+        """
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+            raise ValueError(f"max_rows must be a non-negative int or None, not {max_rows!r}")
+        return self._frozen.match_batch(keys, max_rows)
+
+    def subscriptions(self) -> frozenset[tuple[str, str]]:
+        return frozenset(self._frozen.subscriptions())
+
+    @property
+    def subscriber_count(self) -> int:
+        """Distinct subscribers."""
+        return self._frozen.subscriber_count
+
+    @property
+    def pattern_count(self) -> int:
+        """Distinct patterns."""
+        return self._frozen.pattern_count
+
+    @property
+    def node_count(self) -> int:
+        return self._frozen.node_count
+
+    @property
+    def word_count(self) -> int:
+        """Distinct literal pattern words."""
+        return self._frozen.word_count
+
+    def __len__(self) -> int:
+        return len(self._frozen)
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (FrozenMatcher.from_bytes, (self.to_bytes(),))
+
+    def __repr__(self) -> str:
+        return f"FrozenMatcher(len={len(self)}, subscribers={self.subscriber_count}, patterns={self.pattern_count})"
