@@ -1,0 +1,278 @@
+"""The native matchers (CS-trie, snapshots, frozen matcher) against independent oracles.
+
+Oracles: the regex :class:`routing.reference.ReferenceMatcher`, the four classic
+pure-Python matchers, and a plain ``set`` model of the pairs. The frozen
+matcher and its bytes are checked against the CS-trie they came from.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import keys, patterns, scripts, subscribers
+
+from routing.errors import InvalidKeyError, InvalidPatternError, InvalidSubscriberError
+from routing.matchers import (
+    CLASSIC_MATCHERS,
+    CSTrieMatcher,
+    FrozenMatcher,
+    InvertedBitmapMatcher,
+    Matcher,
+    NaiveMatcher,
+    OptimizedInvertedBitmapMatcher,
+    Snapshot,
+    TrieMatcher,
+)
+from routing.matchers.native import FORMAT_VERSION, FrozenFormatError
+from routing.reference import ReferenceMatcher
+
+CLASSIC = (NaiveMatcher, InvertedBitmapMatcher, OptimizedInvertedBitmapMatcher, TrieMatcher)
+
+
+def test_classic_list_is_complete() -> None:
+    assert {cls.__name__ for cls in CLASSIC} == set(CLASSIC_MATCHERS)
+
+
+def test_cstrie_is_a_matcher() -> None:
+    assert isinstance(CSTrieMatcher(), Matcher)
+
+
+@settings(max_examples=200, deadline=None)
+@given(script=scripts)
+def test_cstrie_agrees_with_oracle_and_classic_matchers(script: list[tuple[str, str, str]]) -> None:
+    native, oracle = CSTrieMatcher(), ReferenceMatcher()
+    classic = [cls() for cls in CLASSIC]
+    model: set[tuple[str, str]] = set()
+    for step, (op, text, subscriber) in enumerate(script):
+        if op == "lookup":
+            want = oracle.lookup(text)
+            assert native.lookup(text) == want, f"step {step}: lookup({text!r})"
+            for other in classic:
+                assert other.lookup(text) == want, f"step {step}: {type(other).__name__}.lookup({text!r})"
+            continue
+        for matcher in (native, oracle, *classic):
+            getattr(matcher, op)(text, subscriber)
+        (model.add if op == "subscribe" else model.discard)((text, subscriber))
+        assert len(native) == len(model), f"step {step}: len after {op}"
+    assert native.subscriptions() == frozenset(model)
+
+    # Freezing keeps every answer; so does the round trip through bytes.
+    frozen = native.freeze()
+    thawed = FrozenMatcher.from_bytes(frozen.to_bytes())
+    snapshot = native.snapshot()
+    for matcher in (frozen, thawed):
+        assert matcher.subscriptions() == frozenset(model)
+        assert len(matcher) == len(model)
+    assert snapshot.subscriptions() == frozenset(model)
+    for key in {text for _, text, _ in script} | {"", "a", "a.b", "é.#b"}:
+        want = oracle.lookup(key)
+        for matcher in (frozen, thawed, snapshot):
+            assert matcher.lookup(key) == want, f"{type(matcher).__name__}.lookup({key!r})"
+
+
+@settings(max_examples=150, deadline=None)
+@given(pairs=st.lists(st.tuples(patterns, subscribers), max_size=25), probe=st.lists(keys, max_size=15))
+def test_frozen_from_pairs_matches_oracle(pairs: list[tuple[str, str]], probe: list[str]) -> None:
+    frozen = FrozenMatcher(pairs)
+    oracle = ReferenceMatcher(pairs)
+    assert frozen.subscriptions() == oracle.subscriptions()
+    assert frozen.subscriber_count == len({s for _, s in pairs})
+    assert frozen.pattern_count == len({p for p, _ in pairs})
+    for key in probe:
+        assert frozen.lookup(key) == oracle.lookup(key)
+
+
+def test_equal_contents_give_equal_bytes() -> None:
+    pairs = [("stock.*.msft", "a"), ("#", "b"), ("forex.#", "a"), ("", "c")]
+    m = CSTrieMatcher()
+    for pattern, subscriber in reversed(pairs):
+        m.subscribe(pattern, subscriber)
+    assert m.freeze().to_bytes() == FrozenMatcher(pairs).to_bytes() == m.snapshot().freeze().to_bytes()
+
+
+def test_issue_example() -> None:
+    m = CSTrieMatcher()
+    m.subscribe("forex.usd", "1")
+    m.subscribe("forex.*", "2")
+    m.subscribe("stock.nasdaq.msft", "3")
+    frozen = m.freeze()
+    expected = {
+        "forex.gbp": {"2"},
+        "stock.nyse.ibm": set(),
+        "forex.usd": {"1", "2"},
+        "stock.nasdaq.msft": {"3"},
+    }
+    for key, want in expected.items():
+        assert m.lookup(key) == want
+        assert frozen.lookup(key) == want
+
+
+@pytest.mark.timeout(10)
+def test_fifteen_hashes_against_a_31_word_key_answers() -> None:
+    m = CSTrieMatcher()
+    m.subscribe(".".join(["#"] * 15 + ["x"]), "s")
+    frozen = m.freeze()
+    for matcher in (m, frozen):
+        assert matcher.lookup(".".join(["a"] * 30 + ["x"])) == {"s"}
+        assert matcher.lookup(".".join(["a"] * 31)) == frozenset()
+
+
+# --- grammar errors: the same exceptions as the pure-Python matchers ---------------------------------------------
+
+BAD_CALLS = [
+    ("subscribe", (None, "s"), TypeError),
+    ("subscribe", ("a.b", 1), TypeError),
+    ("subscribe", ("a.\ud800", "s"), InvalidPatternError),
+    ("subscribe", ("a.b", ""), InvalidSubscriberError),
+    ("subscribe", ("a.b", "\udfff"), InvalidSubscriberError),
+    ("unsubscribe", ("a.b", ""), InvalidSubscriberError),
+    ("unsubscribe", (None, "s"), TypeError),
+    ("lookup", (None,), TypeError),
+    ("lookup", (b"a.b",), TypeError),
+    ("lookup", ("a.\ud800",), InvalidKeyError),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "error"), BAD_CALLS)
+def test_grammar_errors_match_the_classic_trie(method: str, args: tuple[object, ...], error: type[Exception]) -> None:
+    for matcher in (CSTrieMatcher(), TrieMatcher()):
+        matcher.subscribe("a.#", "s")
+        with pytest.raises(error):
+            getattr(matcher, method)(*args)
+        assert matcher.subscriptions() == {("a.#", "s")}
+
+
+@pytest.mark.parametrize(("key", "error"), [(None, TypeError), ("x.\ud800", InvalidKeyError), (3, TypeError)])
+def test_read_only_lookups_check_the_key(key: object, error: type[Exception]) -> None:
+    m = CSTrieMatcher()
+    m.subscribe("#", "s")
+    for reader in (m.snapshot(), m.freeze()):
+        with pytest.raises(error):
+            reader.lookup(key)  # type: ignore[arg-type]
+
+
+def test_snapshot_queries_check_their_argument() -> None:
+    snapshot = CSTrieMatcher().snapshot()
+    with pytest.raises(InvalidPatternError):
+        snapshot.subscribers("\ud800")
+    with pytest.raises(InvalidSubscriberError):
+        snapshot.topics("")
+    with pytest.raises(TypeError):
+        snapshot.topics(None)  # type: ignore[arg-type]
+
+
+def test_frozen_constructor_checks_pairs() -> None:
+    with pytest.raises(InvalidPatternError):
+        FrozenMatcher([("a.\ud800", "s")])
+    with pytest.raises(InvalidSubscriberError):
+        FrozenMatcher([("a", "")])
+    with pytest.raises(TypeError):
+        FrozenMatcher([(None, "s")])  # type: ignore[list-item]
+    assert len(FrozenMatcher()) == 0
+    assert FrozenMatcher().lookup("") == frozenset()
+
+
+# --- snapshots ----------------------------------------------------------------------------------------------------
+
+
+def test_snapshot_is_isolated_from_later_writes() -> None:
+    m = CSTrieMatcher()
+    rng = random.Random(5)
+    model: set[tuple[str, str]] = set()
+    words = ["a", "b", "*", "#", ""]
+    snapshots: list[tuple[Snapshot, frozenset[tuple[str, str]]]] = []
+    for step in range(400):
+        pattern = ".".join(rng.choice(words) for _ in range(rng.randrange(4)))
+        pair = (pattern, f"s{rng.randrange(5)}")
+        if rng.random() < 0.6:
+            m.subscribe(*pair)
+            model.add(pair)
+        else:
+            m.unsubscribe(*pair)
+            model.discard(pair)
+        if step % 40 == 0:
+            snapshots.append((m.snapshot(), frozenset(model)))
+    for snapshot, state in snapshots:
+        assert snapshot.subscriptions() == state
+        assert len(snapshot) == len(state)
+        oracle = ReferenceMatcher(state)
+        for key in ("", "a", "a.b", "b.a.b", "x.y.z"):
+            assert snapshot.lookup(key) == oracle.lookup(key)
+        for pattern in {p for p, _ in state} | {"nope"}:
+            assert snapshot.subscribers(pattern) == {s for p, s in state if p == pattern}
+        for subscriber in ("s0", "s3", "absent"):
+            assert snapshot.topics(subscriber) == {p for p, s in state if s == subscriber}
+
+
+def test_unsubscribing_everything_prunes_the_trie_back_to_its_root() -> None:
+    m = CSTrieMatcher()
+    empty_nodes = m.node_count()
+    rng = random.Random(9)
+    pairs = {
+        (".".join(rng.choice(["a", "b", "c", "*", "#", ""]) for _ in range(rng.randrange(6))), f"s{rng.randrange(20)}")
+        for _ in range(2000)
+    }
+    for pattern, subscriber in pairs:
+        m.subscribe(pattern, subscriber)
+    assert m.node_count() > empty_nodes
+    assert len(m) == len(pairs)
+    for pattern, subscriber in pairs:
+        m.unsubscribe(pattern, subscriber)
+    assert len(m) == 0
+    assert len(m.snapshot()) == 0
+    assert m.node_count() == empty_nodes == 1
+
+
+# --- the binary format --------------------------------------------------------------------------------------------
+
+
+def sample_bytes() -> bytes:
+    return FrozenMatcher([("stock.*.msft", "alice"), ("stock.#", "bob"), ("#.#", "carol"), ("", "dave")]).to_bytes()
+
+
+def test_bytes_round_trip_and_pickle() -> None:
+    data = sample_bytes()
+    thawed = FrozenMatcher.from_bytes(data)
+    assert thawed.to_bytes() == data
+    assert FrozenMatcher.from_bytes(bytearray(data)).to_bytes() == data
+    assert FrozenMatcher.from_bytes(memoryview(data)).to_bytes() == data
+    unpickled = pickle.loads(pickle.dumps(thawed))
+    assert unpickled.subscriptions() == thawed.subscriptions()
+    assert unpickled.lookup("stock.x.msft") == {"alice", "bob", "carol"}
+    assert int.from_bytes(data[8:10], "little") == FORMAT_VERSION
+
+
+def test_every_truncation_is_rejected() -> None:
+    data = sample_bytes()
+    for length in range(len(data)):
+        with pytest.raises(FrozenFormatError):
+            FrozenMatcher.from_bytes(data[:length])
+
+
+def test_every_byte_flip_is_rejected() -> None:
+    data = sample_bytes()
+    for index in range(len(data)):
+        corrupt = bytearray(data)
+        corrupt[index] ^= 0x5A
+        with pytest.raises(FrozenFormatError):
+            FrozenMatcher.from_bytes(bytes(corrupt))
+
+
+def test_foreign_bytes_are_rejected_with_a_clear_message() -> None:
+    rng = random.Random(1)
+    for _ in range(200):
+        with pytest.raises(FrozenFormatError):
+            FrozenMatcher.from_bytes(rng.randbytes(rng.randrange(300)))
+    with pytest.raises(FrozenFormatError, match="magic"):
+        FrozenMatcher.from_bytes(b"PK\x03\x04" + sample_bytes()[4:])
+    newer = bytearray(sample_bytes())
+    newer[8] = FORMAT_VERSION + 1
+    with pytest.raises(FrozenFormatError, match="version"):
+        FrozenMatcher.from_bytes(bytes(newer))
+    assert issubclass(FrozenFormatError, ValueError)
+    with pytest.raises(TypeError):
+        FrozenMatcher.from_bytes("not bytes")  # type: ignore[arg-type]
