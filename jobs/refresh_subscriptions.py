@@ -1,0 +1,249 @@
+"""Refresh the Delta subscription table from the subscription events topic (or import files).
+
+Scheduled job (cron, or ``--every SECONDS`` for a local loop)::
+
+    python -m jobs.refresh_subscriptions [--conf FILE] [--set subscriptions.KEY=VALUE ...]
+    python -m jobs.refresh_subscriptions --import conf/samples/subscriptions.csv
+    spark-submit --jars "$(ls var/jars/spark/*.jar | paste -sd,)" jobs/refresh_subscriptions.py
+
+Each run reads exactly the events that arrived since the last successful run:
+a Structured Streaming query over the Kafka topic with its own checkpoint
+(``subscriptions.checkpoint_path``) and ``trigger(availableNow=True)``, one
+``foreachBatch`` per micro-batch (at most ``subscriptions.max_offsets_per_trigger``
+events), then it stops and exits 0. A run killed halfway is safe to re-run;
+see :mod:`routing.subscriptions.table` for why. A topic whose retention deleted
+unread events fails the run (Kafka ``failOnDataLoss``) rather than lose them.
+
+``--import FILE`` (repeatable) loads CSV or JSON-lines files instead, with the
+same validation and MERGE; change ids come from the file's content hash and
+line number, so importing the same file twice changes nothing.
+
+Exit status: 0 done (rejected events are not failures: they are in the rejects
+table), 1 the refresh failed (nothing after the last committed batch is lost),
+2 bad flags, settings or import file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from routing.config import ConfigError
+from routing.settings import Settings, add_settings_arguments, settings_from_args
+from routing.subscriptions.events import (
+    APPLIED_KINDS,
+    REFRESHED,
+    STALE,
+    SUBSCRIBED,
+    SUPERSEDED,
+    TOMBSTONED,
+    UNSUBSCRIBED,
+    ImportFileError,
+    read_import_file,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from routing.subscriptions.table import BatchSummary
+
+LOG = logging.getLogger("jobs.refresh_subscriptions")
+APP_NAME = "refresh-subscriptions"
+#: Prefix of the Delta ``txnAppId`` of reject appends (followed by the query id or the file hash).
+TXN_APP_PREFIX = "refresh_subscriptions"
+
+
+@dataclasses.dataclass
+class RunSummary:
+    """One run: per-batch summaries, their totals and the table version afterwards."""
+
+    batches: list[BatchSummary]
+    table_version: int
+
+    @property
+    def counts(self) -> collections.Counter[str]:
+        totals: collections.Counter[str] = collections.Counter()
+        for batch in self.batches:
+            totals.update(batch.counts)
+        return totals
+
+    @property
+    def rejected(self) -> dict[str, int]:
+        totals: collections.Counter[str] = collections.Counter()
+        for batch in self.batches:
+            totals.update(batch.rejected)
+        return dict(sorted(totals.items()))
+
+    def as_dict(self) -> dict[str, Any]:
+        counts = self.counts
+        return {
+            "batches": len(self.batches),
+            "events": sum(counts.values()),
+            "applied": {kind: counts[kind] for kind in APPLIED_KINDS},
+            "noop": {kind: counts[kind] for kind in (STALE, SUPERSEDED)},
+            "rejected": self.rejected,
+            "table_version": self.table_version,
+        }
+
+    def describe(self) -> str:
+        counts = self.counts
+        rejected = self.rejected
+        reasons = ", ".join(f"{reason}={n}" for reason, n in rejected.items())
+        return (
+            f"{len(self.batches)} batch(es), {sum(counts.values())} event(s): "
+            f"subscribed={counts[SUBSCRIBED]} unsubscribed={counts[UNSUBSCRIBED]} "
+            f"refreshed={counts[REFRESHED]} tombstoned={counts[TOMBSTONED]}; "
+            f"no-op stale={counts[STALE]} superseded={counts[SUPERSEDED]}; "
+            f"rejected={sum(rejected.values())}" + (f" ({reasons})" if reasons else "")
+            + f"; table version {self.table_version}"
+        )
+
+
+def prepare_tables(spark: SparkSession, settings: Settings) -> None:
+    from routing.subscriptions.table import create_rejects_table_if_absent, create_table_if_absent
+
+    create_table_if_absent(spark, settings.subscriptions.table_path)
+    create_rejects_table_if_absent(spark, settings.subscriptions.rejects_path)
+
+
+def refresh_from_kafka(spark: SparkSession, settings: Settings) -> RunSummary:
+    """Process every event that arrived since the last successful run, then return."""
+    from routing.subscriptions.table import apply_validated, latest_version, validate_kafka_batch
+
+    subscriptions = settings.subscriptions
+    validator = settings.validator()
+    prepare_tables(spark, settings)
+    summaries: list[BatchSummary] = []
+    # The reject appends' txnAppId is the query id (stable across runs sharing a checkpoint, new for a new
+    # checkpoint whose batch ids restart at 0); batches wait until start() has handed it over.
+    query_ready = threading.Event()
+    txn_app_id: list[str] = []
+
+    def apply_batch(batch: DataFrame, batch_id: int) -> None:
+        query_ready.wait()
+        validated = validate_kafka_batch(batch, validator, max_event_bytes=subscriptions.max_event_bytes)
+        summary = apply_validated(
+            spark, validated,
+            table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, validator=validator,
+            txn_app_id=txn_app_id[0], txn_version=batch_id, batch_id=batch_id,
+        )
+        summaries.append(summary)
+        LOG.info(
+            "batch %d: %d event(s) %s, rejected %s, table version %d",
+            batch_id, summary.events, {kind: summary.counts[kind] for kind in APPLIED_KINDS},
+            summary.rejected, summary.table_version,
+        )
+
+    events = (
+        spark.readStream.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .option("subscribe", subscriptions.events_topic)
+        .option("startingOffsets", subscriptions.starting_offsets)
+        .option("maxOffsetsPerTrigger", subscriptions.max_offsets_per_trigger)
+        .option("failOnDataLoss", "true")
+        .load()
+    )
+    query = (
+        events.writeStream.foreachBatch(apply_batch)
+        .option("checkpointLocation", subscriptions.checkpoint_path)
+        .trigger(availableNow=True)
+        .start()
+    )
+    txn_app_id.append(f"{TXN_APP_PREFIX}:{query.id}")
+    query_ready.set()
+    LOG.info("reading %s from checkpoint %s (query %s)", subscriptions.events_topic, subscriptions.checkpoint_path,
+             query.id)
+    query.awaitTermination()
+    return RunSummary(summaries, latest_version(spark, subscriptions.table_path))
+
+
+def import_files(spark: SparkSession, settings: Settings, paths: Sequence[str]) -> RunSummary:
+    """Apply each CSV / JSON-lines file as one batch (idempotent per file content)."""
+    from routing.subscriptions.table import apply_validated, latest_version, validated_frame
+
+    subscriptions = settings.subscriptions
+    validator = settings.validator()
+    prepare_tables(spark, settings)
+    summaries: list[BatchSummary] = []
+    for path in paths:
+        digest, outcomes = read_import_file(path, validator, max_event_bytes=subscriptions.max_event_bytes)
+        summary = apply_validated(
+            spark, validated_frame(spark, outcomes),
+            table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, validator=validator,
+            txn_app_id=f"{TXN_APP_PREFIX}:import:{digest}", txn_version=0, batch_id=None,
+        )
+        summaries.append(summary)
+        LOG.info("imported %s: %d event(s), rejected %s", path, summary.events, summary.rejected)
+    return RunSummary(summaries, latest_version(spark, subscriptions.table_path))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.refresh_subscriptions",
+        description="MERGE subscription events that arrived since the last run (Kafka topic "
+        "subscriptions.events_topic) into the Delta subscription table; invalid events go to the rejects "
+        "table with a reason code.",
+    )
+    add_settings_arguments(parser)
+    parser.add_argument(
+        "--import", dest="import_files", metavar="FILE", action="append", default=[],
+        help="load a CSV (header op,subscriber,pattern,ts) or JSON-lines file instead of reading Kafka "
+        "(repeatable; re-importing the same file is a no-op)",
+    )
+    parser.add_argument(
+        "--every", metavar="SECONDS", type=float,
+        help="keep refreshing, one run every SECONDS (local loop; use cron in production)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., SparkSession] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.every is not None and (args.every <= 0 or args.import_files):
+        parser.error("--every needs a positive number of seconds and cannot be combined with --import")
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as error:
+        print(f"refresh_subscriptions: {error}", file=sys.stderr)
+        return 2
+    from routing.spark import get_spark
+
+    spark = (spark_factory or get_spark)(settings, app_name=APP_NAME)
+    while True:
+        try:
+            if args.import_files:
+                summary = import_files(spark, settings, args.import_files)
+            else:
+                summary = refresh_from_kafka(spark, settings)
+        except ImportFileError as error:
+            print(f"refresh_subscriptions: {error}", file=sys.stderr)
+            return 2
+        except Exception:
+            LOG.exception("refresh failed; the next run resumes after the last committed batch")
+            if args.every is None:
+                return 1
+        else:
+            print(json.dumps(summary.as_dict(), sort_keys=True) if args.json else
+                  f"refresh_subscriptions: {summary.describe()}", flush=True)
+        if args.every is None:
+            return 0
+        try:
+            time.sleep(args.every)
+        except KeyboardInterrupt:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
