@@ -171,8 +171,10 @@ def realistic_pattern(rng: random.Random, vocab: Sequence[str]) -> str:
     if roll < 0.10:
         words[rng.randrange(5)] = "*"
     elif roll < 0.15:
-        prefix = rng.randint(1, 3)
-        # Half end in '#', half keep a literal last word after it: "a.b.#" or "a.#.e".
+        # Two or three literal words first: a one-word prefix ("a.#") would catch a third of all
+        # random keys once there are a few thousand of them, and the hit rate would no longer be ~30%.
+        prefix = rng.randint(2, 3)
+        # Half end in '#', half keep a literal last word after it: "a.b.#" or "a.b.#.e".
         words = [*words[:prefix], "#"] if rng.random() < 0.5 else [*words[:prefix], "#", words[4]]
     return ".".join(words)
 
