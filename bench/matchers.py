@@ -479,6 +479,15 @@ def report(rows: Sequence[Contender], settings: Settings, results: Results, argv
     out.append(markdown_table(header, table) + "\n")
 
     notes = [f"{c.name}: {c.note}" for c in rows if c.note] + results.notes
+    for c in rows:
+        _, done = results.throughput[c.name]
+        if done < settings.throughput_lookups:
+            notes.append(f"{c.name}: seed throughput measured on {done:,} of {settings.throughput_lookups:,} lookups")
+        for size, (_, _, timed) in sorted(results.realistic.get(c.name, {}).items()):
+            if timed < settings.realistic_lookups:
+                notes.append(
+                    f"{c.name}: realistic @ {size:,} measured on {timed:,} of {settings.realistic_lookups:,} lookups"
+                )
     if notes:
         out.append("## Notes\n")
         out.extend(f"- {note}" for note in notes)
