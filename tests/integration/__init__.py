@@ -1,0 +1,1 @@
+"""Tests against the real local stack: Kafka broker, Spark, Delta."""

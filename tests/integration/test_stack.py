@@ -1,0 +1,515 @@
+"""The local stack: settings, the KRaft broker job, the jars and the SparkSession factory.
+
+Settings tests are plain unit tests. Broker and Spark tests run the real thing (a JVM broker on
+free loopback ports, a Spark session in a subprocess with an empty Ivy home) and compare with
+independent oracles: what the test itself produced, what /proc says is running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from jobs import local_kafka
+from jobs.local_kafka import BrokerError
+from routing.config import ConfigError
+from routing.settings import (
+    REPO_ROOT,
+    SASL_PASSWORD_ENV,
+    Secret,
+    Settings,
+    add_settings_arguments,
+    load_settings,
+    parse_overrides,
+    settings_from_args,
+)
+from routing.spark import FORBIDDEN_CONF, SparkJarsMissingError, spark_conf
+from routing.validation import Policy
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PASSWORD = 'pa"ss\\w0rd-never-logged'
+SASL = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "router"}
+
+
+def write_conf(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "router.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# -- settings ------------------------------------------------------------------
+
+
+def test_defaults_load_and_relative_paths_resolve_against_the_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    conf = write_conf(tmp_path, '[subscriptions]\ntable_path = "somewhere/table"\n[kafka]\ndata_dir = "/abs/kafka"\n')
+    settings = load_settings(conf, env={})
+    assert settings.subscriptions.table_path == str(REPO_ROOT / "somewhere" / "table")
+    assert settings.kafka.data_dir == "/abs/kafka"
+    assert settings.spark.jars_dir == str(REPO_ROOT / "var" / "jars" / "spark")
+    assert settings.kafka.bootstrap_servers == f"{settings.kafka.host}:{settings.kafka.client_port}"
+
+
+def test_the_repository_settings_file_loads() -> None:
+    settings = load_settings(REPO_ROOT / "conf" / "router.toml", env={})
+    assert settings.spark.master.startswith("local[")
+    assert settings.kafka.client_port != settings.kafka.controller_port
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ("[kafka]\nnope = 1\n", "kafka.nope"),
+        ("[spark]\nshuffle_partitions = 'four'\n", "spark.shuffle_partitions"),
+        ("[spark]\nui_enabled = 'yes'\n", "spark.ui_enabled"),
+        ("[kafka]\nclient_port = 70000\n", "kafka.client_port"),
+        ("[kafka]\nclient_port = 20000\ncontroller_port = 20000\n", "kafka.controller_port"),
+        ("[kafka]\nsecurity_protocol = 'TLS'\n", "kafka.security_protocol"),
+        ("[kafka]\nsecurity_protocol = 'SASL_SSL'\nsasl_username = 'u'\n", "kafka.sasl_mechanism"),
+        ("[kafka]\nheap = 'lots'\n", "kafka.heap"),
+        ("[subscriptions]\nstarting_offsets = 'middle'\n", "subscriptions.starting_offsets"),
+        ("[subscriptions]\nmax_offsets_per_trigger = 0\n", "subscriptions.max_offsets_per_trigger"),
+        ("[spark.conf]\n'spark.x' = ['a']\n", "spark.conf.spark.x"),
+        ("[limits]\nmax_key_bytes = 0\n", "max_key_bytes"),
+        ("[validation]\npolicy = 'lenient'\n", "lenient"),
+    ],
+)
+def test_bad_settings_are_rejected_naming_the_key(tmp_path: Path, toml: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=rf"(^|\W){named}(\W|$)"):
+        load_settings(write_conf(tmp_path, toml), env={})
+
+
+def test_environment_overrides_the_file_and_flags_override_the_environment(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, "[kafka]\nclient_port = 20001\n[spark]\nshuffle_partitions = 3\n")
+    env = {"ROUTER__KAFKA__CLIENT_PORT": "20002", "ROUTER__SPARK__SHUFFLE_PARTITIONS": "5"}
+    from_env = load_settings(conf, env=env)
+    assert (from_env.kafka.client_port, from_env.spark.shuffle_partitions) == (20002, 5)
+    assert from_env.kafka.bootstrap_servers.endswith(":20002")
+
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser)
+    flags = ["--conf", str(conf), "--set", "spark.shuffle_partitions=7", "--set", "spark.ui_enabled=on"]
+    args = parser.parse_args(flags)
+    from_flags = settings_from_args(args, env=env)
+    assert (from_flags.kafka.client_port, from_flags.spark.shuffle_partitions) == (20002, 7)
+    assert from_flags.spark.ui_enabled is True
+
+
+def test_bad_environment_and_flag_values_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.client_port"):
+        load_settings(env={"ROUTER__KAFKA__CLIENT_PORT": "lots"})
+    with pytest.raises(ConfigError, match=r"spark\.nope"):
+        load_settings(env={"ROUTER__SPARK__NOPE": "1"})
+    with pytest.raises(ConfigError, match=r"subscriptions\.max_offsets_per_trigger"):
+        load_settings(env={}, overrides=parse_overrides(["subscriptions.max_offsets_per_trigger=-5"]))
+    for malformed in ("no_equals_sign", "nosection=1", "=1", "nowhere.key=1"):
+        with pytest.raises(ConfigError, match="--set"):
+            parse_overrides([malformed])
+    with pytest.raises(ConfigError, match="nowhere"):
+        load_settings(env={}, overrides={"nowhere": {"key": 1}})
+
+
+def test_spark_conf_table_entries_merge_with_flags(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, "[spark.conf]\n'spark.a' = 'file'\n'spark.b' = true\n")
+    overrides = parse_overrides(["spark.conf.spark.b=flag", "spark.conf.spark.sql.c.d=2"])
+    settings = load_settings(conf, env={}, overrides=overrides)
+    assert settings.spark.conf == {"spark.a": "file", "spark.b": "flag", "spark.sql.c.d": "2"}
+    assert load_settings(conf, env={}).spark.conf == {"spark.a": "file", "spark.b": "true"}
+
+
+def test_validator_follows_limits_and_policy(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, "[limits]\nmax_key_words = 3\n[validation]\npolicy = 'strict'\n")
+    validator = load_settings(conf, env={}).validator()
+    assert validator.policy is Policy.STRICT
+    assert validator.limits.max_key_words == 3
+    assert validator.validate_key("a.b.c") == ["a", "b", "c"]
+    with pytest.raises(ValueError):
+        validator.validate_key("a.b.c.d")
+
+
+def test_plaintext_client_configs_carry_no_credentials() -> None:
+    settings = load_settings(env={}, overrides={"kafka": {"bootstrap_servers": "h1:1,h2:2"}})
+    assert settings.kafka_client_config() == {"bootstrap.servers": "h1:1,h2:2", "security.protocol": "PLAINTEXT"}
+    assert settings.spark_kafka_options() == {
+        "kafka.bootstrap.servers": "h1:1,h2:2",
+        "kafka.security.protocol": "PLAINTEXT",
+    }
+
+
+def _assert_masked(settings: Settings) -> None:
+    assert PASSWORD not in repr(settings)
+    assert PASSWORD not in str(settings)
+    assert PASSWORD not in repr(settings.kafka)
+    assert "********" in repr(settings.kafka)
+
+
+def test_sasl_password_from_environment_is_masked_but_reaches_clients() -> None:
+    settings = load_settings(env={SASL_PASSWORD_ENV: PASSWORD}, overrides={"kafka": SASL})
+    _assert_masked(settings)
+    client = settings.kafka_client_config()
+    assert client["sasl.password"] == PASSWORD
+    assert (client["sasl.username"], client["sasl.mechanism"]) == ("router", "SCRAM-SHA-512")
+    jaas = settings.spark_kafka_options()["kafka.sasl.jaas.config"]
+    assert jaas == (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="router" '
+        'password="pa\\"ss\\\\w0rd-never-logged";'
+    )
+
+
+def test_sasl_password_from_file(tmp_path: Path) -> None:
+    secret_file = tmp_path / "password"
+    secret_file.write_text(PASSWORD + "\n")
+    overrides = {"kafka": {**SASL, "sasl_password_file": str(secret_file)}}
+    settings = load_settings(env={}, overrides=overrides)
+    _assert_masked(settings)
+    assert settings.kafka.sasl_password == Secret(PASSWORD)
+    assert settings.kafka_client_config()["sasl.password"] == PASSWORD
+
+    with pytest.raises(ConfigError, match=r"kafka\.sasl_password_file") as missing:
+        load_settings(env={}, overrides={"kafka": {**SASL, "sasl_password_file": str(tmp_path / "absent")}})
+    assert PASSWORD not in str(missing.value)
+
+
+def test_sasl_password_is_refused_from_the_file_variables_and_flags(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, f"[kafka]\nsasl_password = '''{PASSWORD}'''\n")
+    attempts = [
+        lambda: load_settings(conf, env={}),
+        lambda: load_settings(env={"ROUTER__KAFKA__SASL_PASSWORD": PASSWORD}),
+        lambda: load_settings(env={}, overrides=parse_overrides([f"kafka.sasl_password={PASSWORD}"])),
+    ]
+    for attempt in attempts:
+        with pytest.raises(ConfigError, match=SASL_PASSWORD_ENV) as refused:
+            attempt()
+        assert "kafka.sasl_password" in str(refused.value)
+        assert PASSWORD not in str(refused.value)
+
+
+def test_sasl_without_a_password_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=SASL_PASSWORD_ENV):
+        load_settings(env={}, overrides={"kafka": SASL})
+
+
+# -- jars and the Spark configuration (no JVM) ----------------------------------
+
+
+def _artifact(jar: Path) -> str:
+    """``jackson-databind-2.21.2.jar`` -> ``jackson-databind``."""
+    words = jar.stem.split("-")
+    while len(words) > 1 and words[-1][:1].isdigit():
+        words.pop()
+    return "-".join(words)
+
+
+def test_resolved_spark_jars_do_not_duplicate_pyspark_jars() -> None:
+    import pyspark
+
+    ours = sorted((REPO_ROOT / "var" / "jars" / "spark").glob("*.jar"))
+    assert ours, "var/jars/spark is empty: run `make jars`"
+    pyspark_jars = {_artifact(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    assert {"spark-core_2.13", "scala-library", "jackson-databind"} <= pyspark_jars  # the oracle itself is sane
+    duplicated = sorted(jar.name for jar in ours if _artifact(jar) in pyspark_jars)
+    assert duplicated == []
+    assert any(jar.name.startswith("delta-spark_") for jar in ours)
+    assert any(jar.name.startswith("spark-sql-kafka-0-10_") for jar in ours)
+
+
+def test_spark_conf_uses_only_local_jars(settings: Settings) -> None:
+    conf = spark_conf(settings)
+    jars = conf["spark.jars"].split(",")
+    assert jars and all(Path(jar).is_file() and Path(jar).parent == Path(settings.spark.jars_dir) for jar in jars)
+    assert not any(key in conf for key in FORBIDDEN_CONF)
+    assert conf["spark.jars.ivy"] == settings.spark.ivy_dir
+    assert conf["spark.ui.enabled"] == "false"
+    for key in FORBIDDEN_CONF:
+        with pytest.raises(ValueError, match="make jars"):
+            spark_conf(settings, extra_conf={key: "io.delta:delta-spark_4.2_2.13:4.4.1"})
+
+
+def test_missing_spark_jars_say_run_make_jars(settings: Settings, tmp_path: Path) -> None:
+    (tmp_path / "unrelated.jar").write_bytes(b"")
+    for jars_dir in (tmp_path, tmp_path / "absent"):
+        broken = load_settings(env={}, overrides={"spark": {"jars_dir": str(jars_dir)}})
+        with pytest.raises(SparkJarsMissingError, match="run `make jars`"):
+            spark_conf(broken)
+
+
+# -- the broker ------------------------------------------------------------------
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for probe in sockets:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+def broker_jvms(data_dir: Path) -> list[int]:
+    """Pids of every live process whose command line names this data directory's broker config."""
+    marker = str(data_dir / "server.properties").encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline.split(b"\0") and state not in {"Z", "X"}:
+            pids.append(int(entry.name))
+    return pids
+
+
+def broker_settings(data_dir: Path, **kafka: object) -> Settings:
+    client_port, controller_port = free_ports(2)
+    overrides = {"data_dir": str(data_dir), "client_port": client_port, "controller_port": controller_port, **kafka}
+    return load_settings(env={}, overrides={"kafka": overrides})
+
+
+@pytest.fixture
+def fresh_settings(tmp_path: Path) -> Iterator[Settings]:
+    """Settings for a broker of this test's own (fresh data dir, free ports), stopped afterwards."""
+    settings = broker_settings(tmp_path / "kafka")
+    yield settings
+    local_kafka.stop(settings)
+    assert broker_jvms(tmp_path / "kafka") == []
+
+
+def run_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    kafka = settings.kafka
+    flags = [f"kafka.data_dir={kafka.data_dir}", f"kafka.client_port={kafka.client_port}",
+             f"kafka.controller_port={kafka.controller_port}"]
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.local_kafka", *args, *(part for flag in flags for part in ("--set", flag))],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def produce(settings: Settings, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    producer = Producer(settings.kafka_client_config())
+    for key, value in messages:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def consume(settings: Settings, topic: str, count: int, *, timeout_s: float = 60) -> list[tuple[bytes, bytes]]:
+    """The first ``count`` messages of ``topic`` (one partition: in order), read by a new group."""
+    consumer = Consumer(
+        {
+            **settings.kafka_client_config(),
+            "group.id": f"reader-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    received: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(received) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            received.append((message.key(), message.value()))
+    finally:
+        consumer.close()
+    return received
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_broker_starts_from_nothing_round_trips_and_stops_without_orphans(fresh_settings: Settings) -> None:
+    settings = fresh_settings
+    data_dir = Path(settings.kafka.data_dir)
+    assert not data_dir.exists()
+    assert local_kafka.status(settings).state == "stopped"
+
+    broker = local_kafka.start(settings)
+    assert broker.started and broker.pid is not None
+    assert broker_jvms(data_dir) == [broker.pid]
+    assert (data_dir / "data" / "meta.properties").is_file()
+    cluster_id = (data_dir / "cluster.id").read_text().strip()
+    assert cluster_id in (data_dir / "data" / "meta.properties").read_text()
+    assert local_kafka.status(settings).state == "running"
+    with pytest.raises(BrokerError, match="already running"):
+        local_kafka.start(settings)
+    again = local_kafka.ensure_running(settings)
+    assert (again.started, again.pid) == (False, broker.pid)
+
+    admin = AdminClient(settings.kafka_client_config())
+    admin.create_topics([NewTopic("round-trip", num_partitions=1, replication_factor=1)])["round-trip"].result(30)
+    assert "round-trip" in admin.list_topics(timeout=10).topics
+    messages = [(f"stock.nasdaq.{i}".encode(), f"payload-{i}-é".encode()) for i in range(20)]
+    produce(settings, "round-trip", messages)
+    assert consume(settings, "round-trip", len(messages)) == messages
+
+    assert local_kafka.stop(settings) is True
+    assert broker_jvms(data_dir) == []
+    assert local_kafka.status(settings).state == "stopped"
+    assert not (data_dir / "broker.pid").exists()
+    assert local_kafka.stop(settings) is False
+
+    # The command line, on the same data: a restart keeps the cluster id and the data.
+    help_text = subprocess.run(
+        [sys.executable, "-m", "jobs.local_kafka", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert all(word in help_text for word in ("start", "stop", "status", "--conf", "--set"))
+    stopped = run_cli(settings, "status")
+    assert (stopped.returncode, stopped.stdout.startswith("kafka stopped")) == (3, True), stopped
+    started = run_cli(settings, "start")
+    assert started.returncode == 0, started.stderr
+    pids = broker_jvms(data_dir)
+    assert len(pids) == 1 and pids != [broker.pid] and f"pid {pids[0]}" in started.stdout
+    assert (data_dir / "cluster.id").read_text().strip() == cluster_id
+    assert consume(settings, "round-trip", len(messages)) == messages
+    running = run_cli(settings, "status")
+    assert (running.returncode, "running" in running.stdout) == (0, True), running
+    assert run_cli(settings, "start").stdout.startswith("kafka already running")
+
+    # A near-zero grace period takes the SIGKILL path; still nothing may be left behind.
+    hurried = broker_settings(
+        data_dir,
+        stop_timeout_s=0.001,
+        client_port=settings.kafka.client_port,
+        controller_port=settings.kafka.controller_port,
+    )
+    assert local_kafka.stop(hurried) is True
+    assert broker_jvms(data_dir) == []
+    assert run_cli(settings, "stop").stdout.strip() == "kafka was not running"
+
+
+@pytest.mark.integration
+def test_start_refuses_a_port_in_use(fresh_settings: Settings) -> None:
+    for port_name in ("client_port", "controller_port"):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+            holder.bind(("127.0.0.1", getattr(fresh_settings.kafka, port_name)))
+            holder.listen()
+            with pytest.raises(BrokerError, match=rf"port {holder.getsockname()[1]} .*kafka\.{port_name}.*in use"):
+                local_kafka.start(fresh_settings)
+    assert broker_jvms(Path(fresh_settings.kafka.data_dir)) == []
+    assert not (Path(fresh_settings.kafka.data_dir) / "broker.pid").exists()
+
+
+@pytest.mark.integration
+def test_start_without_java_or_jars_says_so(fresh_settings: Settings, tmp_path: Path) -> None:
+    with pytest.raises(BrokerError, match=r"Java not found.*JAVA_HOME"):
+        local_kafka.start(fresh_settings, env={"PATH": str(tmp_path)})
+    with pytest.raises(BrokerError, match=r"Java not found.*JAVA_HOME"):
+        local_kafka.start(fresh_settings, env={"PATH": os.environ["PATH"], "JAVA_HOME": str(tmp_path)})
+    no_jars = broker_settings(tmp_path / "kafka", jars_dir=str(tmp_path / "no-jars"))
+    with pytest.raises(BrokerError, match="run `make jars`"):
+        local_kafka.start(no_jars)
+    assert broker_jvms(tmp_path / "kafka") == []
+
+
+@pytest.mark.integration
+def test_start_timeout_kills_the_broker_and_shows_its_log(tmp_path: Path) -> None:
+    settings = broker_settings(tmp_path / "kafka", start_timeout_s=0.2)
+    with pytest.raises(BrokerError, match=r"did not answer .* within 0\.2 s \(kafka\.start_timeout_s\)") as timed_out:
+        local_kafka.start(settings)
+    assert "last" in str(timed_out.value) or "wrote no log" in str(timed_out.value)
+    assert broker_jvms(tmp_path / "kafka") == []
+    assert local_kafka.status(settings).state == "stopped"
+
+
+# -- Spark -----------------------------------------------------------------------
+
+EMPTY_IVY_JOB = """
+import json, sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+from routing.settings import load_settings
+from routing.spark import get_spark
+
+args = json.loads(sys.argv[1])
+settings = load_settings(env={}, overrides={
+    "kafka": {"bootstrap_servers": args["bootstrap"]},
+    "spark": {"ivy_dir": args["ivy"], "local_dir": args["scratch"], "warehouse_dir": args["scratch"]},
+})
+spark = get_spark(settings, app_name="empty-ivy")
+conf = spark.sparkContext.getConf()
+assert not conf.contains("spark.jars.packages") and not conf.contains("spark.jars.repositories")
+assert conf.get("spark.jars.ivy") == args["ivy"]
+frame = (spark.read.format("kafka").options(**settings.spark_kafka_options())
+         .option("subscribe", args["topic"]).option("startingOffsets", "earliest").load())
+frame.selectExpr("key", "value", "partition", "offset").write.format("delta").save(args["delta"])
+rows = spark.read.format("delta").load(args["delta"]).orderBy("offset").collect()
+print(json.dumps({
+    "rows": [[row.key.hex(), row.value.hex(), row.partition, row.offset] for row in rows],
+    "jars": conf.get("spark.jars").split(","),
+}))
+spark.stop()
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
+    settings: Settings, kafka_broker: local_kafka.Broker, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=1)
+    messages = [(f"forex.eur.{i}".encode(), bytes([i, 0, 255]) + "é".encode()) for i in range(12)]
+    produce(settings, topic, messages)
+
+    home, ivy, scratch = tmp_path / "home", tmp_path / "ivy", tmp_path / "scratch"
+    for directory in (home, ivy):
+        directory.mkdir()
+    # No HOME with Maven/Ivy settings or caches, no Spark install, no extra options: only project files.
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SPARK_", "PYSPARK_", "ROUTER"))}
+    env["HOME"] = str(home)
+    args = {"bootstrap": settings.kafka.bootstrap_servers, "topic": topic, "ivy": str(ivy),
+            "scratch": str(scratch), "delta": str(tmp_path / "delta")}
+    result = subprocess.run(
+        [sys.executable, "-c", EMPTY_IVY_JOB, json.dumps(args)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    output = json.loads(result.stdout.strip().splitlines()[-1])
+    assert output["rows"] == [[key.hex(), value.hex(), 0, offset] for offset, (key, value) in enumerate(messages)]
+    assert {Path(jar).parent for jar in output["jars"]} == {Path(settings.spark.jars_dir)}
+    assert list(ivy.iterdir()) == []  # nothing was resolved
+    assert sorted(path.name for path in home.iterdir()) in ([], [".cache"])  # no ~/.ivy2, no ~/.m2
+
+
+@pytest.mark.integration
+def test_the_shared_session_is_local_quiet_and_unique(spark: SparkSession, settings: Settings) -> None:
+    from routing.spark import get_spark
+
+    conf = spark.sparkContext.getConf()
+    assert spark.sparkContext.master == settings.spark.master
+    assert conf.get("spark.ui.enabled") == "false" and spark.sparkContext.uiWebUrl is None
+    assert spark.conf.get("spark.sql.shuffle.partitions") == str(settings.spark.shuffle_partitions)
+    assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert not conf.contains("spark.jars.packages")
+    assert get_spark(settings) is spark
