@@ -18,6 +18,8 @@ help:
 	@echo "make test   install everything, lint, type-check and run the whole test suite"
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
 	@echo "make clean  remove build products (keeps .venv/)"
+	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
+	@echo "make kafka-start | kafka-status | kafka-stop   the local KRaft broker (data in var/kafka/)"
 
 $(INSTALLED): setup.py pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; Python 3.11 is required" >&2; exit 1; }
