@@ -407,8 +407,11 @@ def status(settings: Settings | None = None) -> BrokerStatus:
     paths = BrokerPaths(Path(settings.kafka.data_dir))
     pid = _managed_pid(paths)
     bootstrap = settings.kafka.bootstrap_servers
+    local = bootstrap == f"{settings.kafka.host}:{settings.kafka.client_port}"
     if pid is not None:
         state = "running" if answers(settings) else "unresponsive"
+    elif local and not port_in_use(settings.kafka.host, settings.kafka.client_port):
+        state = "stopped"  # nothing listens: no need to wait for a metadata request to time out
     else:
         state = "external" if answers(settings, timeout_s=1.0) else "stopped"
     return BrokerStatus(state, pid, bootstrap, paths.root)

@@ -202,7 +202,7 @@ class SparkSettings:
     #: Log level of the JVM side once the session is up.
     log_level: str = "WARN"
     #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
-    conf: dict[str, str] = dataclasses.field(default_factory=dict)
+    conf: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         section = self.SECTION

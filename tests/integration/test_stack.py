@@ -438,6 +438,25 @@ def test_start_timeout_kills_the_broker_and_shows_its_log(tmp_path: Path) -> Non
     assert local_kafka.status(settings).state == "stopped"
 
 
+@pytest.mark.integration
+def test_a_broker_that_dies_during_start_up_is_reported_with_its_log(tmp_path: Path) -> None:
+    settings = broker_settings(tmp_path / "kafka")
+    data = tmp_path / "kafka" / "data"
+    data.mkdir(parents=True)
+    # Formatted storage of another node: the broker refuses it and exits.
+    (data / "meta.properties").write_text("version=1\nnode.id=7\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\n")
+    with pytest.raises(BrokerError, match="exited with code") as died:
+        local_kafka.start(settings)
+    assert "Stored node id 7" in str(died.value)  # the log tail says why
+    assert broker_jvms(tmp_path / "kafka") == []
+    assert not (tmp_path / "kafka" / "broker.pid").exists()
+
+
+def test_settings_are_hashable_values() -> None:
+    assert hash(load_settings(env={})) == hash(load_settings(env={}))
+    assert load_settings(env={}) == load_settings(env={})
+
+
 # -- Spark -----------------------------------------------------------------------
 
 EMPTY_IVY_JOB = """
