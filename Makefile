@@ -11,7 +11,7 @@ MVN ?= mvn
 JARS_DIR := var/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
 
-.PHONY: help install jars native native-test lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars native native-test fuzz-smoke lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything and route the sample workload"
@@ -56,11 +56,22 @@ native: install
 native-test:
 	cd native && cargo test --quiet
 
+# Short coverage-guided runs of the cargo-fuzz targets, where nightly + cargo-fuzz exist
+# (`cargo install cargo-fuzz`); elsewhere the bounded smoke runs inside `cargo test` cover them.
+FUZZ_RUNS ?= 2000
+FUZZ_SECONDS ?= 10
+fuzz-smoke:
+	@if cargo +nightly fuzz --version >/dev/null 2>&1; then \
+		cd native && for target in from_bytes batch_keys lookups; do \
+			cargo +nightly fuzz run -O $$target -- -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -max_len=512 || exit 1; \
+		done; \
+	else echo "fuzz-smoke: nightly cargo-fuzz not installed; cargo test ran the bounded fuzz smoke"; fi
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: install native lint native-test
+test: install native lint native-test fuzz-smoke
 	$(PY) -m pytest
 
 test-fast: install native

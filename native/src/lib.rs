@@ -9,6 +9,8 @@ pub mod codec;
 pub mod cstrie;
 pub mod errors;
 pub mod frozen;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod topic;
 
 #[cfg(feature = "python")]
