@@ -1,0 +1,277 @@
+"""The refresh job against a real broker, real Spark and real Delta tables.
+
+Oracle: :func:`routing.subscriptions.apply_events_model`, the sequential plain-Python model,
+fed the very events the test produced (with the partition/offset the broker acknowledged, so
+change ids are known independently of the job). After every run the Delta table must equal
+the model's rows and the rejects table the model's rejects, reason codes included.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import Producer
+
+from jobs.refresh_subscriptions import main, refresh_from_kafka
+from routing.settings import REPO_ROOT, Settings
+from routing.subscriptions.events import Received, kafka_received, read_import_file
+from routing.subscriptions.model import SubscriptionModel, apply_events_model
+from routing.subscriptions.table import CRASH_AFTER_BATCH_ENV, latest_version, read_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.integration
+
+# routing.spark passes spark.pyspark.python, which PySpark's local mode ignores (the driver reads
+# PYSPARK_PYTHON); without this the mapInArrow workers run the system python, which lacks pyarrow.
+# Set at collection time, before the session fixture starts Spark.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+MAX_EVENT_BYTES = 300
+LIMIT = 3
+SUBPROCESS_TIMEOUT_S = 600
+
+
+def ev(op: str, subscriber: str, pattern: str, ts: object) -> bytes:
+    return json.dumps({"op": op, "subscriber": subscriber, "pattern": pattern, "ts": ts}).encode()
+
+
+def sub(subscriber: str, pattern: str, ts: object) -> bytes:
+    return ev("subscribe", subscriber, pattern, ts)
+
+
+def unsub(subscriber: str, pattern: str, ts: object) -> bytes:
+    return ev("unsubscribe", subscriber, pattern, ts)
+
+
+#: One event on every rejection path (reason codes as the job must record them).
+REJECTED_EVENTS: list[tuple[bytes | None, str]] = [
+    (None, "empty_event"),
+    (b"", "empty_event"),
+    (b"{not json", "malformed_json"),
+    (b"\xc3\x28", "malformed_json"),
+    (b"[1]", "not_an_object"),
+    (b'{"op": "subscribe", "pattern": "a", "ts": 1}', "missing_field"),
+    (ev("subscribe", "s9", 5, 1), "invalid_field_type"),  # type: ignore[arg-type]
+    (ev("resubscribe", "s9", "a", 1), "unknown_op"),
+    (ev("subscribe", "s9", "a", "2026-01-05T09:00:00"), "invalid_ts"),
+    (ev("subscribe", "s9", "a", 1.5), "invalid_ts"),
+    (b'{"op": "subscribe", "subscriber": "s9", "pattern": "a.\\ud800", "ts": 1}', "invalid_pattern"),
+    (sub("s9", "a" * 256, 1), "event_too_large"),
+    (sub("s9", "a." * 40, 1), "pattern_too_many_words"),
+    (sub("s9", "#." * 17 + "x", 1), "too_many_hash_words"),
+    (sub("", "a", 1), "invalid_subscriber"),
+]
+
+
+@pytest.fixture
+def job_settings(settings: Settings, tmp_path: Path, kafka_broker: Any) -> Settings:
+    """The session settings with this test's own tables, checkpoint, tight limits."""
+    subscriptions = dataclasses.replace(
+        settings.subscriptions,
+        table_path=str(tmp_path / "subscriptions"),
+        rejects_path=str(tmp_path / "subscription_rejects"),
+        checkpoint_path=str(tmp_path / "checkpoint"),
+        max_event_bytes=MAX_EVENT_BYTES,
+    )
+    limits = settings.limits.replace(max_subscriptions_per_subscriber=LIMIT, max_pattern_words=32, max_hash_words=16)
+    return settings.replace(subscriptions=subscriptions, limits=limits)
+
+
+def with_topic(settings: Settings, topic: str, **changes: Any) -> Settings:
+    return settings.replace(subscriptions=dataclasses.replace(settings.subscriptions, events_topic=topic, **changes))
+
+
+def produce(settings: Settings, values: Sequence[bytes | None]) -> list[Received]:
+    """Produce in order; the received events with the coordinates the broker acknowledged."""
+    producer = Producer({**settings.kafka_client_config(), "enable.idempotence": True, "linger.ms": 5})
+    acked: dict[int, Received] = {}
+    errors: list[object] = []
+
+    def on_delivery(index: int, value: bytes | None) -> Any:
+        def report(error: object, message: Any) -> None:
+            if error is not None:
+                errors.append(error)
+            else:
+                acked[index] = kafka_received(message.topic(), message.partition(), message.offset(), value)
+
+        return report
+
+    for index, value in enumerate(values):
+        producer.produce(settings.subscriptions.events_topic, value=value, on_delivery=on_delivery(index, value))
+    assert producer.flush(30) == 0
+    assert errors == []
+    return [acked[index] for index in range(len(values))]
+
+
+def rejects_in_table(spark: SparkSession, settings: Settings) -> list[tuple[str, str]]:
+    rows = spark.read.format("delta").load(settings.subscriptions.rejects_path).select("change_id", "reason").collect()
+    return sorted((row["change_id"], row["reason"]) for row in rows)
+
+
+def assert_matches_model(spark: SparkSession, settings: Settings, model: SubscriptionModel) -> None:
+    table = read_rows(spark, settings.subscriptions.table_path)
+    expected = {key: (row.active, row.ts_millis, row.change_id) for key, row in model.rows.items()}
+    assert table == expected
+    # Every rejected change exactly once (no duplicates from re-runs), with the model's reason.
+    assert rejects_in_table(spark, settings) == sorted(model.rejects.items())
+
+
+def nonzero(counts: Any) -> dict[str, int]:
+    return {key: value for key, value in counts.items() if value}
+
+
+@pytest.mark.slow
+def test_runs_match_the_model(spark: SparkSession, job_settings: Settings, topic_factory: Any) -> None:
+    settings = with_topic(job_settings, topic_factory(partitions=2))
+    validator = settings.validator()
+    model = apply_events_model([], validator, max_event_bytes=MAX_EVENT_BYTES)
+
+    first = produce(settings, [
+        sub("s1", "stock.*.msft", 1000),
+        sub("s1", "forex.#", "1970-01-01T00:00:01Z"),
+        sub("s1", "stock.*.msft", 1000),  # same ts, later change id: supersedes the first
+        sub("s2", "#", 1000),
+        unsub("s2", "#", 2000),  # same run: the row is recorded inactive
+        sub("s3", "a.b", 5000),
+        unsub("s3", "a.b", 4000),  # arrives later but is older: the subscribe wins
+        sub("s5", "x", 100),
+        unsub("s5", "x", 200),
+        *(sub("s4", f"p{i}", 10 + i) for i in range(1, 6)),  # limit 3: p4 and p5 rejected
+        *(value for value, _ in REJECTED_EVENTS),
+    ])
+    counts = model.apply_batch(first)
+    summary = refresh_from_kafka(spark, settings)
+    assert len(summary.batches) == 1
+    assert nonzero(summary.counts) == nonzero(counts)
+    expected_rejects = collections.Counter(reason for _, reason in REJECTED_EVENTS)
+    expected_rejects["too_many_subscriptions"] = 2
+    assert summary.rejected == dict(sorted(expected_rejects.items()))
+    assert_matches_model(spark, settings, model)
+    # The expected reasons are the spec, independently of the model.
+    by_change = dict(rejects_in_table(spark, settings))
+    offset = len(first) - len(REJECTED_EVENTS)
+    assert [by_change[item.change_id] for item in first[offset:]] == [reason for _, reason in REJECTED_EVENTS]
+    reject = spark.read.format("delta").load(settings.subscriptions.rejects_path).where(
+        f"change_id = '{first[offset + 2].change_id}'"
+    ).collect()[0]
+    assert (reject["kafka_topic"], reject["kafka_partition"], reject["kafka_offset"], bytes(reject["raw"])) == (
+        first[offset + 2].kafka_topic, first[offset + 2].kafka_partition, first[offset + 2].kafka_offset, b"{not json"
+    )
+    version = latest_version(spark, settings.subscriptions.table_path)
+    assert summary.table_version == version
+
+    # No new events: nothing runs, nothing changes.
+    idle = refresh_from_kafka(spark, settings)
+    assert idle.batches == [] and idle.table_version == version
+    assert_matches_model(spark, settings, model)
+
+    second = produce(settings, [
+        unsub("s1", "forex.#", 3000),
+        sub("s5", "x", 150),  # older than the unsubscribe at 200: must not resurrect
+        sub("s2", "#", 2500),  # re-subscribe after the unsubscribe at 2000
+        unsub("s4", "p1", 9000),
+        sub("s4", "p4", 9000),  # p1 released in the same batch: p4 fits now
+        sub("s4", "p5", 9001),  # but p5 still does not
+        sub("s3", "a.b", 5001),  # newer subscribe of an active row: a refresh
+        b"garbage",
+    ])
+    counts = model.apply_batch(second)
+    summary = refresh_from_kafka(spark, settings)
+    assert nonzero(summary.counts) == nonzero(counts)
+    assert nonzero(counts) == {"unsubscribed": 2, "stale": 1, "subscribed": 2, "refreshed": 1,
+                               "too_many_subscriptions": 1, "malformed_json": 1}
+    assert_matches_model(spark, settings, model)
+    assert summary.table_version == version + 1
+
+
+def set_flags(settings: Settings) -> list[str]:
+    """--set flags reproducing ``settings`` for a job in another process."""
+    values = {
+        "kafka.bootstrap_servers": settings.kafka.bootstrap_servers,
+        "spark.jars_dir": settings.spark.jars_dir,
+        "spark.ivy_dir": settings.spark.ivy_dir,
+        "spark.warehouse_dir": settings.spark.warehouse_dir,
+        "spark.local_dir": settings.spark.local_dir,
+        "limits.max_subscriptions_per_subscriber": settings.limits.max_subscriptions_per_subscriber,
+        **{f"subscriptions.{field.name}": getattr(settings.subscriptions, field.name)
+           for field in dataclasses.fields(settings.subscriptions)},
+    }
+    return [flag for name, value in values.items() for flag in ("--set", f"{name}={value}")]
+
+
+@pytest.mark.slow
+def test_killed_run_is_safe_to_rerun(spark: SparkSession, job_settings: Settings, topic_factory: Any) -> None:
+    # One partition and 4 events per batch, so the batches are known: [0-3], [4-7], [8-10].
+    settings = with_topic(job_settings, topic_factory(partitions=1), max_offsets_per_trigger=4)
+    received = produce(settings, [
+        sub("s1", "p1", 10), sub("s1", "p2", 10), b"garbage", sub("s2", "q", 10),
+        sub("s1", "p3", 20), sub("s1", "p4", 21), unsub("s2", "q", 20), ev("x", "s1", "p", 1),
+        unsub("s1", "p1", 30), sub("s1", "p4", 31), sub("s2", "q", 15),
+    ])
+    batches = [received[0:4], received[4:8], received[8:11]]
+    model = apply_events_model(batches[:2], settings.validator(), max_event_bytes=MAX_EVENT_BYTES)
+    assert model.rejects  # batch 1 has a limit reject, re-decided on replay
+
+    # Killed (SIGKILL, by a test-only hook) after batch 1 wrote to Delta, before its checkpoint commit.
+    job = subprocess.Popen(
+        [sys.executable, "-m", "jobs.refresh_subscriptions", *set_flags(settings)],
+        cwd=REPO_ROOT, env={**os.environ, CRASH_AFTER_BATCH_ENV: "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        output, _ = job.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    finally:
+        # The job's JVM must not outlive it (it exits on its own when its parent dies).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == -signal.SIGKILL, output.decode(errors="replace")[-3000:]
+    assert_matches_model(spark, settings, model)  # batch 1 did reach Delta before the kill
+
+    summary = refresh_from_kafka(spark, settings)
+    assert [batch.batch_id for batch in summary.batches] == [1, 2]  # batch 1 replayed, then batch 2
+    replay = summary.batches[0]
+    assert not replay.merged and set(replay.counts) <= {"stale", "superseded", "unknown_op", "too_many_subscriptions"}
+    model.apply_batch(batches[2])
+    assert_matches_model(spark, settings, model)
+
+
+@pytest.mark.slow
+def test_import_files_through_main(
+    spark: SparkSession, job_settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    samples = REPO_ROOT / "conf" / "samples"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(sub("imp", "a.*", 1) + b"\n{oops\n" + unsub("imp", "a.*", 2) + b"\n" + sub("imp", "#." * 17, 3))
+    files = [samples / "subscriptions.csv", samples / "subscriptions.json", bad]
+    validator = job_settings.validator()
+    model = apply_events_model(
+        [[outcome.received for outcome in read_import_file(path, validator, max_event_bytes=MAX_EVENT_BYTES)[1]]
+         for path in files],
+        validator, max_event_bytes=MAX_EVENT_BYTES,
+    )
+    argv = [*set_flags(job_settings), "--json", *(flag for path in files for flag in ("--import", str(path)))]
+
+    assert main(argv, spark_factory=lambda *args, **kwargs: spark) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert first["batches"] == 3 and first["rejected"] == {"malformed_json": 1, "too_many_hash_words": 1}
+    assert_matches_model(spark, job_settings, model)
+
+    # Same files again: same change ids, so nothing changes (not even the table version).
+    assert main(argv, spark_factory=lambda *args, **kwargs: spark) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["table_version"] == first["table_version"]
+    assert sum(again["applied"].values()) == 0
+    assert_matches_model(spark, job_settings, model)
