@@ -10,6 +10,10 @@ INSTALLED := $(VENV)/.installed
 MVN ?= mvn
 JARS_DIR := var/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
+# A stamp without the jars it stands for (var/jars/ partly deleted) must not pass for resolved.
+ifeq ($(and $(wildcard $(JARS_DIR)/spark/delta-spark_*.jar),$(wildcard $(JARS_DIR)/kafka/kafka_2.13-*.jar)),)
+.PHONY: $(JARS_STAMP)
+endif
 
 .PHONY: help install jars native native-test fuzz-smoke lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
 
