@@ -429,6 +429,67 @@ def ensure_running(settings: Settings | None = None, *, env: Mapping[str, str] |
     return start(settings, env=env)
 
 
+# Run by the watchdog process: block until the parent's end of the pipe closes (it exited, however
+# it died), then stop the broker's process group if that pid is still this data dir's broker.
+_WATCHDOG_SCRIPT = """
+import os, signal, sys, time
+pid, config, grace = int(sys.argv[1]), sys.argv[2].encode(), float(sys.argv[3])
+sys.stdin.buffer.read()
+def ours():
+    try:
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return config in cmdline and state not in ("Z", "X")
+for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+    if not ours():
+        break
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        break
+    deadline = time.monotonic() + wait
+    while ours() and time.monotonic() < deadline:
+        time.sleep(0.1)
+"""
+
+
+@dataclasses.dataclass
+class Watchdog:
+    """A process that stops a broker once the process that started the watchdog exits, however it
+    exits (even SIGKILL, which runs no cleanup code): it waits for end-of-file on a pipe only the
+    starter holds."""
+
+    process: subprocess.Popen[bytes]
+
+    def close(self) -> None:
+        """Stop watching; a broker still running is stopped by the watchdog on its way out."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait()
+
+
+def stop_with_this_process(broker: Broker, settings: Settings) -> Watchdog:
+    """Tie ``broker``'s lifetime to this process (test sessions: no JVM outlives a killed run)."""
+    if broker.pid is None:
+        raise BrokerError("only a broker started by this module can be tied to this process")
+    paths = BrokerPaths(Path(settings.kafka.data_dir))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _WATCHDOG_SCRIPT,
+            str(broker.pid),
+            str(paths.config),
+            str(settings.kafka.stop_timeout_s),
+        ],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # a Ctrl-C aimed at the test run must not kill the watchdog first
+    )
+    return Watchdog(process)
+
+
 # -- command line --------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ Everything heavy is lazy: a unit test that requests none of ``kafka_broker``, ``
   ``make kafka-start``, reused), otherwise two free ports, so concurrent test sessions on one
   machine each get their own broker instead of stopping each other's.
 * ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
-  end of the session only if it started it.
+  end of the session only if it started it (a watchdog stops it even if the run is killed).
 * ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
 """
 
@@ -92,14 +92,19 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @pytest.fixture(scope="session")
 def kafka_broker(settings: Settings) -> Iterator[Broker]:
-    from jobs.local_kafka import ensure_running, stop
+    from jobs.local_kafka import ensure_running, stop, stop_with_this_process
 
     broker = ensure_running(settings)
+    if not broker.started:
+        yield broker
+        return
+    # Even if this test run is killed outright, the broker it started does not outlive it.
+    watchdog = stop_with_this_process(broker, settings)
     try:
         yield broker
     finally:
-        if broker.started:
-            stop(settings)
+        stop(settings)
+        watchdog.close()
 
 
 @pytest.fixture(scope="session")

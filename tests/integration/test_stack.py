@@ -265,7 +265,7 @@ def free_ports(count: int) -> list[int]:
 
 
 def broker_jvms(data_dir: Path) -> list[int]:
-    """Pids of every live process whose command line names this data directory's broker config."""
+    """Pids of every live broker JVM running this data directory's config."""
     marker = str(data_dir / "server.properties").encode()
     pids = []
     for entry in Path("/proc").iterdir():
@@ -276,7 +276,8 @@ def broker_jvms(data_dir: Path) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in cmdline.split(b"\0") and state not in {"Z", "X"}:
+        arguments = cmdline.split(b"\0")
+        if b"kafka.Kafka" in arguments and marker in arguments and state not in {"Z", "X"}:
             pids.append(int(entry.name))
     return pids
 
@@ -402,6 +403,41 @@ def test_broker_starts_from_nothing_round_trips_and_stops_without_orphans(fresh_
     assert local_kafka.stop(hurried) is True
     assert broker_jvms(data_dir) == []
     assert run_cli(settings, "stop").stdout.strip() == "kafka was not running"
+
+
+KILLED_STARTER = """
+import json, sys, time
+from jobs import local_kafka
+from routing.settings import load_settings
+
+settings = load_settings(env={}, overrides={"kafka": json.loads(sys.argv[1])})
+broker = local_kafka.start(settings)
+local_kafka.stop_with_this_process(broker, settings)
+print(broker.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_broker_tied_to_its_starter_dies_with_it(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kafka"
+    kafka = broker_settings(data_dir).kafka
+    overrides = {"data_dir": kafka.data_dir, "client_port": kafka.client_port, "controller_port": kafka.controller_port}
+    starter = subprocess.Popen(
+        [sys.executable, "-c", KILLED_STARTER, json.dumps(overrides)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert starter.stdout is not None
+        pid = int(starter.stdout.readline())
+        assert broker_jvms(data_dir) == [pid]
+    finally:
+        starter.kill()  # SIGKILL: no cleanup code runs in the starter
+        starter.wait()
+    deadline = time.monotonic() + 120
+    while broker_jvms(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert broker_jvms(data_dir) == []
 
 
 @pytest.mark.integration
