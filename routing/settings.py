@@ -256,6 +256,79 @@ class SubscriptionSettings:
         _resolve_paths(self, ("table_path", "rejects_path", "checkpoint_path"))
 
 
+KEY_SOURCES = frozenset({"key", "header", "json"})
+TRIGGERS = frozenset({"processing_time", "available_now"})
+KAFKA_SINKS = frozenset({"none", "single", "per_subscriber"})
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterSettings:
+    """The streaming router (``jobs/route.py``): what it reads, how it batches, where it writes."""
+
+    SECTION: ClassVar[str] = "router"
+
+    #: Kafka topics to route (ignored when ``subscribe_pattern`` is set).
+    topics: tuple[str, ...] = ("messages",)
+    #: A Java regex of topics to route, instead of ``topics``.
+    subscribe_pattern: str = ""
+    #: Where a router with no checkpoint starts: earliest or latest.
+    starting_offsets: str = "earliest"
+    #: Upper bound on records per micro-batch, so every batch is bounded.
+    max_offsets_per_trigger: int = 50_000
+    #: processing_time (every ``trigger_interval``) or available_now (drain what is there, then stop).
+    trigger: str = "processing_time"
+    trigger_interval: str = "5 seconds"
+    checkpoint_path: str = "var/checkpoints/route"
+    #: Fail the query when Kafka data is lost (deleted topics, expired offsets).
+    fail_on_data_loss: bool = True
+    #: Where the routing key is: the Kafka message key, a named header, or a field of a JSON value.
+    key_source: str = "key"
+    key_header: str = "routing_key"
+    key_json_field: str = "routing_key"
+    #: Seconds between checks of the subscription table's latest version.
+    refresh_interval_s: float = 30.0
+    #: Stable identity of this router: the Delta ``txnAppId`` of every idempotent write.
+    app_id: str = "spark-topic-router"
+    deliveries_path: str = "var/delta/deliveries"
+    dead_letters_path: str = "var/delta/dead_letters"
+    #: Unmatched messages are always counted; also written here when ``write_unrouted``.
+    write_unrouted: bool = False
+    unrouted_path: str = "var/delta/unrouted"
+    #: Which snapshot version each batch id routed with (deterministic replay).
+    ledger_path: str = "var/delta/router_ledger"
+    #: Also publish deliveries to Kafka: none, single (one topic) or per_subscriber (a topic template).
+    kafka_sink: str = "none"
+    kafka_sink_topic: str = "deliveries"
+    kafka_sink_topic_template: str = "deliveries.{subscriber}"
+    #: Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch).
+    arrow_batch_rows: int = 10_000
+
+    def __post_init__(self) -> None:
+        section = self.SECTION
+        for name, value, allowed in (
+            ("starting_offsets", self.starting_offsets, STARTING_OFFSETS),
+            ("trigger", self.trigger, TRIGGERS),
+            ("key_source", self.key_source, KEY_SOURCES),
+            ("kafka_sink", self.kafka_sink, KAFKA_SINKS),
+        ):
+            if value not in allowed:
+                choices = ", ".join(sorted(allowed))
+                raise ConfigError(f"setting {section}.{name} must be one of {choices}, got {value!r}")
+        if not self.topics and not self.subscribe_pattern:
+            raise ConfigError(f"setting {section}.topics is empty and {section}.subscribe_pattern is not set")
+        for name in ("max_offsets_per_trigger", "arrow_batch_rows"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"setting {section}.{name} must be at least 1, got {getattr(self, name)}")
+        _check_positive(section, "refresh_interval_s", self.refresh_interval_s)
+        if not self.app_id:
+            raise ConfigError(f"setting {section}.app_id must not be empty")
+        if "{subscriber}" not in self.kafka_sink_topic_template:
+            raise ConfigError(f"setting {section}.kafka_sink_topic_template must contain {{subscriber}}")
+        _resolve_paths(
+            self, ("checkpoint_path", "deliveries_path", "dead_letters_path", "unrouted_path", "ledger_path")
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Every section, loaded and validated together (:func:`load_settings`)."""
@@ -265,6 +338,7 @@ class Settings:
     kafka: KafkaSettings = dataclasses.field(default_factory=KafkaSettings)
     spark: SparkSettings = dataclasses.field(default_factory=SparkSettings)
     subscriptions: SubscriptionSettings = dataclasses.field(default_factory=SubscriptionSettings)
+    router: RouterSettings = dataclasses.field(default_factory=RouterSettings)
 
     def validator(self) -> Validator:
         """The validation layer configured by ``[limits]`` and ``[validation]``."""
