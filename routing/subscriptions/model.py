@@ -37,6 +37,7 @@ from routing.subscriptions.events import (
     UNSUBSCRIBED,
     ChangeEvent,
     Op,
+    Outcome,
     Received,
     judge,
 )
@@ -59,14 +60,21 @@ class SubscriptionModel:
     rows: dict[tuple[str, str], ModelRow] = dataclasses.field(default_factory=dict)
     rejects: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def apply_batch(self, batch: Iterable[Received]) -> collections.Counter[str]:
-        """Apply one batch; returns how many events had each outcome (kinds and reject reasons)."""
+    def apply_batch(self, batch: Iterable[Received | Outcome]) -> collections.Counter[str]:
+        """Apply one batch; returns how many events had each outcome (kinds and reject reasons).
+
+        A :class:`Received` is judged here as a JSON event (the Kafka path); an :class:`Outcome`
+        arrives judged already (import files, whose CSV records are not JSON).
+        """
         counts: collections.Counter[str] = collections.Counter()
         latest: dict[tuple[str, str], ChangeEvent] = {}
-        for received in batch:
-            outcome = judge(received, self.validator, max_event_bytes=self.max_event_bytes)
+        for item in batch:
+            if isinstance(item, Outcome):
+                outcome = item
+            else:
+                outcome = judge(item, self.validator, max_event_bytes=self.max_event_bytes)
             if outcome.rejection is not None:
-                self.rejects[received.change_id] = outcome.rejection.reason
+                self.rejects[outcome.received.change_id] = outcome.rejection.reason
                 counts[outcome.rejection.reason] += 1
                 continue
             event = outcome.event
@@ -111,7 +119,7 @@ class SubscriptionModel:
 
 
 def apply_events_model(
-    batches: Iterable[Iterable[Received]], validator: Validator, *, max_event_bytes: int
+    batches: Iterable[Iterable[Received | Outcome]], validator: Validator, *, max_event_bytes: int
 ) -> SubscriptionModel:
     """The table (and rejects) after applying ``batches`` in order to an empty table."""
     model = SubscriptionModel(validator, max_event_bytes)

@@ -405,11 +405,14 @@ def apply_validated(
             counts: collections.Counter[str] = collections.Counter()
             for row in decided.groupBy("_kind").count().collect():
                 counts[row["_kind"]] = row["count"]
+            # decide() keeps one winner per row; every other valid event was superseded.
+            winners = sum(counts.values())
             for row in validated.groupBy("reject_reason").count().collect():
                 if row["reject_reason"] is None:
-                    counts[SUPERSEDED] = row["count"] - decided.count()
+                    counts[SUPERSEDED] = row["count"] - winners
                 else:
                     counts[row["reject_reason"]] = row["count"]
+            counts = +counts  # drop zero counts
 
             merged = False
             if any(counts[kind] for kind in APPLIED_KINDS):
@@ -444,7 +447,7 @@ def apply_validated(
     finally:
         validated.unpersist()
     _maybe_crash(batch_id)
-    return BatchSummary(batch_id, counts, latest_version(spark, table_path), merged)
+    return BatchSummary(batch_id, counts, latest_version(spark, table_path) if merged else version, merged)
 
 
 def _append_rejects(

@@ -214,21 +214,21 @@ def set_flags(settings: Settings) -> list[str]:
 
 @pytest.mark.slow
 def test_killed_run_is_safe_to_rerun(spark: SparkSession, job_settings: Settings, topic_factory: Any) -> None:
-    # One partition and 4 events per batch, so the batches are known: [0-3], [4-7], [8-10].
-    settings = with_topic(job_settings, topic_factory(partitions=1), max_offsets_per_trigger=4)
+    # One partition and 5 events per batch, so the batches are known: offsets [0-4] and [5-8].
+    settings = with_topic(job_settings, topic_factory(partitions=1), max_offsets_per_trigger=5)
     received = produce(settings, [
-        sub("s1", "p1", 10), sub("s1", "p2", 10), b"garbage", sub("s2", "q", 10),
-        sub("s1", "p3", 20), sub("s1", "p4", 21), unsub("s2", "q", 20), ev("x", "s1", "p", 1),
-        unsub("s1", "p1", 30), sub("s1", "p4", 31), sub("s2", "q", 15),
+        sub("s1", "p1", 10), sub("s1", "p2", 11), sub("s1", "p3", 12), sub("s1", "p4", 13), b"garbage",
+        unsub("s1", "p1", 30), sub("s1", "p4", 31), sub("s1", "p2", 5), ev("x", "s1", "p", 1),
     ])
-    batches = [received[0:4], received[4:8], received[8:11]]
-    model = apply_events_model(batches[:2], settings.validator(), max_event_bytes=MAX_EVENT_BYTES)
-    assert model.rejects  # batch 1 has a limit reject, re-decided on replay
+    batches = [received[0:5], received[5:9]]
+    model = apply_events_model(batches[:1], settings.validator(), max_event_bytes=MAX_EVENT_BYTES)
+    # Batch 0 holds a limit reject: its replay re-decides the limit against the already merged table.
+    assert sorted(model.rejects.values()) == ["malformed_json", "too_many_subscriptions"]
 
-    # Killed (SIGKILL, by a test-only hook) after batch 1 wrote to Delta, before its checkpoint commit.
+    # Killed (SIGKILL, by a test-only hook) after batch 0 wrote to Delta, before its checkpoint commit.
     job = subprocess.Popen(
         [sys.executable, "-m", "jobs.refresh_subscriptions", *set_flags(settings)],
-        cwd=REPO_ROOT, env={**os.environ, CRASH_AFTER_BATCH_ENV: "1"},
+        cwd=REPO_ROOT, env={**os.environ, CRASH_AFTER_BATCH_ENV: "0"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -238,14 +238,15 @@ def test_killed_run_is_safe_to_rerun(spark: SparkSession, job_settings: Settings
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode == -signal.SIGKILL, output.decode(errors="replace")[-3000:]
-    assert_matches_model(spark, settings, model)  # batch 1 did reach Delta before the kill
+    assert_matches_model(spark, settings, model)  # batch 0 did reach Delta before the kill
 
     summary = refresh_from_kafka(spark, settings)
-    assert [batch.batch_id for batch in summary.batches] == [1, 2]  # batch 1 replayed, then batch 2
+    assert [batch.batch_id for batch in summary.batches] == [0, 1]  # batch 0 replayed, then batch 1
     replay = summary.batches[0]
-    assert not replay.merged and set(replay.counts) <= {"stale", "superseded", "unknown_op", "too_many_subscriptions"}
-    model.apply_batch(batches[2])
-    assert_matches_model(spark, settings, model)
+    assert not replay.merged
+    assert dict(replay.counts) == {"stale": 3, "malformed_json": 1, "too_many_subscriptions": 1}
+    model.apply_batch(batches[1])
+    assert_matches_model(spark, settings, model)  # rejects exactly once: the replayed append was skipped
 
 
 @pytest.mark.slow
@@ -255,18 +256,17 @@ def test_import_files_through_main(
     samples = REPO_ROOT / "conf" / "samples"
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(sub("imp", "a.*", 1) + b"\n{oops\n" + unsub("imp", "a.*", 2) + b"\n" + sub("imp", "#." * 17, 3))
-    files = [samples / "subscriptions.csv", samples / "subscriptions.json", bad]
+    files = [samples / "subscriptions.csv", bad]
     validator = job_settings.validator()
     model = apply_events_model(
-        [[outcome.received for outcome in read_import_file(path, validator, max_event_bytes=MAX_EVENT_BYTES)[1]]
-         for path in files],
+        [read_import_file(path, validator, max_event_bytes=MAX_EVENT_BYTES)[1] for path in files],
         validator, max_event_bytes=MAX_EVENT_BYTES,
     )
     argv = [*set_flags(job_settings), "--json", *(flag for path in files for flag in ("--import", str(path)))]
 
     assert main(argv, spark_factory=lambda *args, **kwargs: spark) == 0
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert first["batches"] == 3 and first["rejected"] == {"malformed_json": 1, "too_many_hash_words": 1}
+    assert first["batches"] == 2 and first["rejected"] == {"malformed_json": 1, "too_many_hash_words": 1}
     assert_matches_model(spark, job_settings, model)
 
     # Same files again: same change ids, so nothing changes (not even the table version).
