@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -24,10 +25,18 @@ import pytest
 from confluent_kafka import Producer
 
 from jobs.refresh_subscriptions import main, refresh_from_kafka
+from routing.limits import Limits
 from routing.settings import REPO_ROOT, Settings
-from routing.subscriptions.events import Received, kafka_received, read_import_file
+from routing.subscriptions.events import APPLIED_KINDS, Outcome, Received, judge, kafka_received, read_import_file
 from routing.subscriptions.model import SubscriptionModel, apply_events_model
-from routing.subscriptions.table import CRASH_AFTER_BATCH_ENV, latest_version, read_rows
+from routing.subscriptions.table import (
+    CRASH_AFTER_BATCH_ENV,
+    decide,
+    latest_version,
+    read_rows,
+    validated_frame,
+)
+from routing.validation import Validator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -275,3 +284,44 @@ def test_import_files_through_main(
     assert again["table_version"] == first["table_version"]
     assert sum(again["applied"].values()) == 0
     assert_matches_model(spark, job_settings, model)
+
+
+def test_set_based_decisions_match_the_model(spark: SparkSession) -> None:
+    """decide() (windows and joins) against the sequential model, on many random scenarios at once.
+
+    Scenarios use disjoint subscribers, so one DataFrame carries all of them and three Spark
+    jobs check three rounds of batches; a tight limit makes the limit logic do real work.
+    """
+    from pyspark.sql import functions as F
+
+    validator = Validator(limits=Limits(max_subscriptions_per_subscriber=2))
+    rng = random.Random(20261121)
+    scenarios = 40
+    models = [apply_events_model([], validator, max_event_bytes=MAX_EVENT_BYTES) for _ in range(scenarios)]
+    table: dict[tuple[str, str], tuple[bool, int, str]] = {}
+    offsets = iter(range(10**6))
+    for _ in range(3):
+        outcomes: list[Outcome] = []
+        for scenario, model in enumerate(models):
+            batch = [
+                kafka_received("t", rng.randrange(2), next(offsets), ev(
+                    rng.choice(["subscribe", "subscribe", "unsubscribe"]), f"s{scenario}.{rng.randrange(2)}",
+                    rng.choice(["a", "b", "c", "d.*"]), rng.randrange(6),
+                ))
+                for _ in range(rng.randrange(9))
+            ]
+            model.apply_batch(batch)
+            outcomes.extend(judge(item, validator, max_event_bytes=MAX_EVENT_BYTES) for item in batch)
+        current = spark.createDataFrame(
+            [(key[0], key[1], active, ts, change_id) for key, (active, ts, change_id) in table.items()],
+            "subscriber_id STRING, pattern STRING, active BOOLEAN, ts BIGINT, change_id STRING",
+        ).withColumn("updated_at", F.timestamp_millis("ts"))
+        decided = decide(current, validated_frame(spark, outcomes), validator.limits.max_subscriptions_per_subscriber)
+        for row in decided.select("subscriber_id", "pattern", "op", "ts_millis", "change_id", "_kind").collect():
+            if row["_kind"] in APPLIED_KINDS:
+                table[(row["subscriber_id"], row["pattern"])] = (row["op"] == "subscribe", row["ts_millis"],
+                                                                 row["change_id"])
+        expected = {
+            key: (row.active, row.ts_millis, row.change_id) for model in models for key, row in model.rows.items()
+        }
+        assert table == expected
