@@ -173,13 +173,26 @@ def _check_ports_free(settings: Settings) -> None:
             )
 
 
-def answers(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether a broker at ``kafka.bootstrap_servers`` answers a metadata request."""
+def local_address(settings: Settings) -> str:
+    """Where the local broker listens for clients (it speaks PLAINTEXT only)."""
+    return f"{settings.kafka.host}:{settings.kafka.client_port}"
+
+
+def answers(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S, *, local: bool = False) -> bool:
+    """Whether a broker answers a metadata request: the local one (``local``), else the configured
+    cluster (``kafka.bootstrap_servers``, with its security settings)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    if local:
+        config: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": local_address(settings),
+            "security.protocol": "PLAINTEXT",
+        }
+    else:
+        config = settings.kafka_client_config()
     # log_level 0: connection-refused noise while a broker is starting is expected, not news.
-    admin = AdminClient({**settings.kafka_client_config(), "log_level": 0, "socket.connection.setup.timeout.ms": 1000})
+    admin = AdminClient({**config, "log_level": 0, "socket.connection.setup.timeout.ms": 1000})
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException:
@@ -358,28 +371,34 @@ def start(settings: Settings | None = None, *, env: Mapping[str, str] | None = N
             start_new_session=True,  # its own process group: stop() signals the whole group
         )
     _CHILDREN[process.pid] = process
-    paths.pid_file.write_text(json.dumps({"pid": process.pid, "bootstrap_servers": settings.kafka.bootstrap_servers}))
+    address = local_address(settings)
+    paths.pid_file.write_text(json.dumps({"pid": process.pid, "bootstrap_servers": address}))
+    try:
+        _wait_until_it_answers(process, settings, paths)
+    except BaseException:
+        # Whatever went wrong (including Ctrl-C while waiting), no half-started JVM stays behind.
+        _kill_group(process.pid, KILL_WAIT_S)
+        _CHILDREN.pop(process.pid, None)
+        paths.pid_file.unlink(missing_ok=True)
+        raise
+    return Broker(address, process.pid, paths.root, started=True)
 
+
+def _wait_until_it_answers(process: subprocess.Popen[bytes], settings: Settings, paths: BrokerPaths) -> None:
     deadline = time.monotonic() + settings.kafka.start_timeout_s
     while True:
         code = process.poll()
         if code is not None:
-            _kill_group(process.pid, KILL_WAIT_S)
-            paths.pid_file.unlink(missing_ok=True)
             raise BrokerError(f"the Kafka broker exited with code {code} during start-up\n{log_tail(paths)}")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            break
-        if answers(settings, timeout_s=min(PROBE_TIMEOUT_S, max(remaining, 0.1))):
-            return Broker(settings.kafka.bootstrap_servers, process.pid, paths.root, started=True)
+            raise BrokerError(
+                f"the Kafka broker did not answer at {local_address(settings)} within "
+                f"{settings.kafka.start_timeout_s:g} s (kafka.start_timeout_s); it was killed\n{log_tail(paths)}"
+            )
+        if answers(settings, timeout_s=min(PROBE_TIMEOUT_S, max(remaining, 0.1)), local=True):
+            return
         time.sleep(min(0.25, max(deadline - time.monotonic(), 0)))
-    _kill_group(process.pid, KILL_WAIT_S)
-    _CHILDREN.pop(process.pid, None)
-    paths.pid_file.unlink(missing_ok=True)
-    raise BrokerError(
-        f"the Kafka broker did not answer at {settings.kafka.bootstrap_servers} within "
-        f"{settings.kafka.start_timeout_s:g} s (kafka.start_timeout_s); it was killed\n{log_tail(paths)}"
-    )
 
 
 def stop(settings: Settings | None = None) -> bool:
@@ -406,10 +425,10 @@ def status(settings: Settings | None = None) -> BrokerStatus:
     settings = settings or load_settings()
     paths = BrokerPaths(Path(settings.kafka.data_dir))
     pid = _managed_pid(paths)
-    bootstrap = settings.kafka.bootstrap_servers
-    local = bootstrap == f"{settings.kafka.host}:{settings.kafka.client_port}"
+    bootstrap = local_address(settings) if pid is not None else settings.kafka.bootstrap_servers
+    local = settings.kafka.bootstrap_servers == local_address(settings)
     if pid is not None:
-        state = "running" if answers(settings) else "unresponsive"
+        state = "running" if answers(settings, local=True) else "unresponsive"
     elif local and not port_in_use(settings.kafka.host, settings.kafka.client_port):
         state = "stopped"  # nothing listens: no need to wait for a metadata request to time out
     else:
