@@ -106,7 +106,8 @@ class KafkaSettings:
 
     SECTION: ClassVar[str] = "kafka"
 
-    #: Clients connect here; empty means the local broker, ``<host>:<client_port>``.
+    #: Clients connect here; empty means the local broker, ``<host>:<client_port>``. Filled in on
+    #: construction, so a ``dataclasses.replace`` with new ports must also pass ``bootstrap_servers=""``.
     bootstrap_servers: str = ""
     #: Loopback only: the local broker is a development and test tool.
     host: str = "127.0.0.1"
