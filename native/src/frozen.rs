@@ -103,7 +103,11 @@ impl Interned {
     /// Append `text` as the next id; `false` (and nothing added) if it is
     /// already present or the total would overflow the `u32` offsets.
     pub fn push(&mut self, text: &str) -> bool {
-        if self.find(text).is_some() || self.text.len() + text.len() > u32::MAX as usize {
+        // Ids stay below `UNRESOLVED`, which lookups use as a sentinel.
+        if self.find(text).is_some()
+            || self.text.len() + text.len() > u32::MAX as usize
+            || self.ends.len() >= UNRESOLVED as usize
+        {
             return false;
         }
         let id = self.ends.len() as u32;
@@ -153,8 +157,12 @@ fn slice<'a>(all: &'a str, ends: &[u32], id: u32) -> &'a str {
 /// Reusable per-thread buffers for lookups, so a batch allocates once.
 #[derive(Debug, Default)]
 pub struct Scratch {
-    /// Word id of every key word, [`NONE`] when no pattern has that word.
-    key_words: Vec<u32>,
+    /// Byte range of every key word within the key.
+    word_spans: Vec<(usize, usize)>,
+    /// Word id of every key word: [`NONE`] when no pattern has that word,
+    /// [`UNRESOLVED`] until the walk first needs it (a miss usually stops
+    /// after the first word or two, so later words are never hashed).
+    word_ids: Vec<u32>,
     /// Pending `(node, key position)` states.
     stack: Vec<(u32, usize)>,
     /// Lowest key position each `#` node has been entered at in this lookup.
@@ -162,6 +170,14 @@ pub struct Scratch {
     /// Matching subscriber ids (deduplicated by [`FrozenMatcher::lookup_ids`]).
     found: Vec<u32>,
 }
+
+/// A key word whose id has not been looked up yet (never a valid word id:
+/// [`Interned::push`] keeps ids below it).
+const UNRESOLVED: u32 = u32::MAX - 1;
+
+/// Nodes with at most this many literal children are searched by comparing
+/// the key word's text; wider ones by its interned id.
+const SMALL_FANOUT: u32 = 4;
 
 /// The immutable matcher. Invariants (established by [`FrozenMatcher::build`]
 /// and checked by the decoder in [`crate::codec`]) are stated on [`Node`],
@@ -380,13 +396,21 @@ impl FrozenMatcher {
 
     /// Matching subscriber ids for `key`, ascending and unique, in `scratch.found`.
     pub fn lookup_ids<'s>(&self, key: &str, scratch: &'s mut Scratch) -> &'s [u32] {
-        let Scratch { key_words, stack, hash_low, found } = scratch;
-        key_words.clear();
+        let Scratch { word_spans, word_ids, stack, hash_low, found } = scratch;
+        word_spans.clear();
         stack.clear();
         hash_low.clear();
         found.clear();
-        key_words.extend(split_words(key).into_iter().map(|word| self.words.find(word).unwrap_or(NONE)));
-        let end = key_words.len();
+        if !key.is_empty() {
+            let base = key.as_ptr() as usize;
+            word_spans.extend(key.split(crate::topic::SEPARATOR).map(|word| {
+                let start = word.as_ptr() as usize - base;
+                (start, start + word.len())
+            }));
+        }
+        word_ids.clear();
+        word_ids.resize(word_spans.len(), UNRESOLVED);
+        let end = word_spans.len();
         stack.push((0, 0));
         while let Some((index, position)) = stack.pop() {
             let node = &self.nodes[index as usize];
@@ -394,11 +418,32 @@ impl FrozenMatcher {
                 let start = node.subs_start as usize;
                 found.extend_from_slice(&self.subscriber_ids[start..start + node.subs_len as usize]);
             } else {
-                let word = key_words[position];
-                if word != NONE {
-                    if let Some(child) = self.literal_child(node, word) {
-                        stack.push((child, position + 1));
+                let child = if node.edge_count == 0 {
+                    None
+                } else if node.edge_count <= SMALL_FANOUT {
+                    // Comparing a few texts is cheaper than hashing the key word.
+                    let (start, stop) = word_spans[position];
+                    let text = &key[start..stop];
+                    let first = node.first_edge as usize;
+                    self.edges[first..first + node.edge_count as usize]
+                        .iter()
+                        .find(|edge| self.words.get(edge.word) == text)
+                        .map(|edge| edge.child)
+                } else {
+                    let mut word = word_ids[position];
+                    if word == UNRESOLVED {
+                        let (start, stop) = word_spans[position];
+                        word = self.words.find(&key[start..stop]).unwrap_or(NONE);
+                        word_ids[position] = word;
                     }
+                    if word == NONE {
+                        None
+                    } else {
+                        self.literal_child(node, word)
+                    }
+                };
+                if let Some(child) = child {
+                    stack.push((child, position + 1));
                 }
                 if node.star != NONE {
                     stack.push((node.star, position + 1));
@@ -413,8 +458,10 @@ impl FrozenMatcher {
                 }
             }
         }
-        found.sort_unstable();
-        found.dedup();
+        if found.len() > 1 {
+            found.sort_unstable();
+            found.dedup();
+        }
         found
     }
 

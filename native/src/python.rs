@@ -103,6 +103,22 @@ impl PyFrozenMatcher {
         result.to_pyarrow(py)
     }
 
+    /// Benchmark hook: look up every key `rounds` times (GIL released), so
+    /// `bench/native.py` can time lookups without Python call overhead.
+    /// Returns the total number of matches, which keeps the work observable.
+    fn _lookup_many(&self, py: Python<'_>, keys: Vec<String>, rounds: usize) -> usize {
+        py.detach(|| {
+            let mut scratch = Scratch::default();
+            let mut total = 0;
+            for _ in 0..rounds {
+                for key in &keys {
+                    total += self.inner.lookup_ids(key, &mut scratch).len();
+                }
+            }
+            total
+        })
+    }
+
     /// Every (pattern, subscriber) pair.
     fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
         py.detach(|| self.inner.subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect())
