@@ -362,6 +362,17 @@ def test_broker_starts_from_nothing_round_trips_and_stops_without_orphans(fresh_
         local_kafka.start(settings)
     again = local_kafka.ensure_running(settings)
     assert (again.started, again.pid) == (False, broker.pid)
+    # Another data dir, same ports: the broker already answering is reused, not managed.
+    elsewhere = broker_settings(
+        data_dir.parent / "elsewhere",
+        client_port=settings.kafka.client_port,
+        controller_port=settings.kafka.controller_port,
+    )
+    assert local_kafka.status(elsewhere).state == "external"
+    reused = local_kafka.ensure_running(elsewhere)
+    assert (reused.started, reused.pid) == (False, None)
+    assert local_kafka.stop(elsewhere) is False
+    assert not (data_dir.parent / "elsewhere").exists()
 
     admin = AdminClient(settings.kafka_client_config())
     admin.create_topics([NewTopic("round-trip", num_partitions=1, replication_factor=1)])["round-trip"].result(30)
