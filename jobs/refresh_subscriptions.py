@@ -48,6 +48,7 @@ from routing.subscriptions.events import (
     TOMBSTONED,
     UNSUBSCRIBED,
     ImportFileError,
+    import_format,
     read_import_file,
 )
 
@@ -216,7 +217,11 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
         parser.error("--every needs a positive number of seconds and cannot be combined with --import")
     try:
         settings = settings_from_args(args)
-    except ConfigError as error:
+        for path in args.import_files:  # fail fast, before starting Spark
+            import_format(path)
+            if not os.path.isfile(path):
+                raise ImportFileError(f"import file {path!r} does not exist")
+    except (ConfigError, ImportFileError) as error:
         print(f"refresh_subscriptions: {error}", file=sys.stderr)
         return 2
     from routing.spark import get_spark

@@ -408,3 +408,46 @@ def test_model_never_exceeds_the_limit(ops: list[tuple[str, str, str, int]]) -> 
     for subscriber in ("s1", "s2"):
         assert sum(row.active for key, row in model.rows.items() if key[0] == subscriber) <= limit
     assert set(model.rejects.values()) <= {"too_many_subscriptions"}
+
+
+# -- the job's command line (no Spark: these exit before a session starts) -------------------
+
+
+def test_job_rejects_bad_flags_before_starting_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.refresh_subscriptions import main
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark must not start")
+
+    assert main(["--import", str(tmp_path / "missing.csv")], spark_factory=no_spark) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["--import", str(tmp_path / "subs.xml")], spark_factory=no_spark) == 2
+    assert "unknown format" in capsys.readouterr().err
+    assert main(["--set", "subscriptions.max_event_bytes=0"], spark_factory=no_spark) == 2
+    assert "max_event_bytes" in capsys.readouterr().err
+    for argv in (["--every", "0"], ["--every", "5", "--import", "x.csv"]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv, spark_factory=no_spark)
+        assert exited.value.code == 2
+
+
+def test_job_summary() -> None:
+    import collections
+
+    from jobs.refresh_subscriptions import RunSummary
+    from routing.subscriptions.table import BatchSummary
+
+    summary = RunSummary(
+        [
+            BatchSummary(0, collections.Counter({SUBSCRIBED: 2, "malformed_json": 1, STALE: 1}), 3, True),
+            BatchSummary(1, collections.Counter({UNSUBSCRIBED: 1, "malformed_json": 2, "unknown_op": 1}), 4, True),
+        ],
+        table_version=4,
+    )
+    assert summary.rejected == {"malformed_json": 3, "unknown_op": 1}
+    assert summary.as_dict() == {
+        "batches": 2, "events": 8, "table_version": 4, "rejected": {"malformed_json": 3, "unknown_op": 1},
+        "applied": {SUBSCRIBED: 2, UNSUBSCRIBED: 1, REFRESHED: 0, TOMBSTONED: 0},
+        "noop": {STALE: 1, SUPERSEDED: 0},
+    }
+    assert "rejected=4 (malformed_json=3, unknown_op=1); table version 4" in summary.describe()
