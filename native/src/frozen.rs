@@ -166,9 +166,44 @@ pub struct Scratch {
     /// Pending `(node, key position)` states.
     stack: Vec<(u32, usize)>,
     /// Lowest key position each `#` node has been entered at in this lookup.
-    hash_low: HashMap<u32, usize>,
+    hash_low: HashLow,
     /// Matching subscriber ids (deduplicated by [`FrozenMatcher::lookup_ids`]).
     found: Vec<u32>,
+}
+
+/// `#` node -> lowest key position it was entered at. Lookups meet a few `#`
+/// nodes at most, so a short list scanned linearly is fastest; past
+/// [`HashLow::LINEAR`] entries (hostile pattern sets) it moves to a hash map
+/// so the walk stays polynomial.
+#[derive(Debug, Default)]
+struct HashLow {
+    few: Vec<(u32, usize)>,
+    many: HashMap<u32, usize>,
+}
+
+impl HashLow {
+    const LINEAR: usize = 16;
+
+    fn clear(&mut self) {
+        self.few.clear();
+        if !self.many.is_empty() {
+            self.many.clear();
+        }
+    }
+
+    fn entry(&mut self, node: u32, default: usize) -> &mut usize {
+        if self.many.is_empty() {
+            if let Some(index) = self.few.iter().position(|&(n, _)| n == node) {
+                return &mut self.few[index].1;
+            }
+            if self.few.len() < Self::LINEAR {
+                self.few.push((node, default));
+                return &mut self.few.last_mut().expect("just pushed").1;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.entry(node).or_insert(default)
+    }
 }
 
 /// A key word whose id has not been looked up yet (never a valid word id:
@@ -402,11 +437,16 @@ impl FrozenMatcher {
         hash_low.clear();
         found.clear();
         if !key.is_empty() {
-            let base = key.as_ptr() as usize;
-            word_spans.extend(key.split(crate::topic::SEPARATOR).map(|word| {
-                let start = word.as_ptr() as usize - base;
-                (start, start + word.len())
-            }));
+            // A byte scan: `.` is ASCII, so every span is on char boundaries,
+            // and this beats `str::split` on short words.
+            let mut start = 0;
+            for (index, &byte) in key.as_bytes().iter().enumerate() {
+                if byte == b'.' {
+                    word_spans.push((start, index));
+                    start = index + 1;
+                }
+            }
+            word_spans.push((start, key.len()));
         }
         word_ids.clear();
         word_ids.resize(word_spans.len(), UNRESOLVED);
@@ -451,7 +491,7 @@ impl FrozenMatcher {
             }
             if node.hash != NONE {
                 // Enter the `#` child at every position not entered before.
-                let low = hash_low.entry(node.hash).or_insert(end + 1);
+                let low = hash_low.entry(node.hash, end + 1);
                 if position < *low {
                     stack.extend((position..*low).map(|p| (node.hash, p)));
                     *low = position;
@@ -622,6 +662,19 @@ pub(crate) mod tests {
         let key = vec!["a"; 31].join(".");
         assert_eq!(frozen.lookup(&key), vec!["t"]);
         assert!(!words_match(&pattern_words(&pattern), &split_words(&key)));
+    }
+
+    #[test]
+    fn many_hash_nodes_switch_the_memo_to_a_map() {
+        // More `#` nodes on one path than HashLow keeps in its linear list.
+        let deep = vec!["#"; HashLow::LINEAR * 3].join(".") + ".x";
+        let shallow = "#.a.#.x";
+        let frozen = FrozenMatcher::build([(deep.as_str(), "deep"), (shallow, "shallow")]).unwrap();
+        let mut key_words = vec!["a"; 60];
+        assert!(frozen.lookup(&key_words.join(".")).is_empty());
+        key_words.push("x");
+        assert_eq!(frozen.lookup(&key_words.join(".")), vec!["deep", "shallow"]);
+        assert_eq!(frozen.lookup("x"), vec!["deep"]);
     }
 
     #[test]
