@@ -516,7 +516,8 @@ from routing.spark import get_spark
 args = json.loads(sys.argv[1])
 settings = load_settings(env={}, overrides={
     "kafka": {"bootstrap_servers": args["bootstrap"]},
-    "spark": {"ivy_dir": args["ivy"], "local_dir": args["scratch"], "warehouse_dir": args["scratch"]},
+    "spark": {"ivy_dir": args["ivy"], "local_dir": args["scratch"], "warehouse_dir": args["scratch"],
+              "shuffle_partitions": 1},
 })
 spark = get_spark(settings, app_name="empty-ivy")
 conf = spark.sparkContext.getConf()
@@ -525,7 +526,7 @@ assert conf.get("spark.jars.ivy") == args["ivy"]
 frame = (spark.read.format("kafka").options(**settings.spark_kafka_options())
          .option("subscribe", args["topic"]).option("startingOffsets", "earliest").load())
 frame.selectExpr("key", "value", "partition", "offset").write.format("delta").save(args["delta"])
-rows = spark.read.format("delta").load(args["delta"]).orderBy("offset").collect()
+rows = sorted(spark.read.format("delta").load(args["delta"]).collect(), key=lambda row: row.offset)
 print(json.dumps({
     "rows": [[row.key.hex(), row.value.hex(), row.partition, row.offset] for row in rows],
     "jars": conf.get("spark.jars").split(","),
