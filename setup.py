@@ -20,6 +20,8 @@ setup(
         "pyarrow>=18",
         "pyroaring>=1.0",
         "confluent-kafka>=2.6",
+        # PySpark 4.2's Arrow and pandas UDF paths support pandas < 3.
+        "pandas>=2.2,<3",
     ],
     extras_require={
         "test": [

@@ -1,0 +1,127 @@
+"""Route Kafka messages to every matching subscriber: one idempotent Delta row per (message, subscriber).
+
+    python -m jobs.route [--conf FILE] [--set router.KEY=VALUE ...] [--available-now]
+    spark-submit --jars "$(ls var/jars/spark/*.jar | paste -sd,)" jobs/route.py --available-now
+
+Reads ``router.topics`` (or ``router.subscribe_pattern``) in bounded
+micro-batches, matches each batch with the broadcast native snapshot of the
+subscription table, and writes deliveries, dead letters and (optionally)
+unrouted messages; see :mod:`routing.router.pipeline`. The subscription table
+is re-read at most every ``router.refresh_interval_s`` and a new version is
+picked up between batches, without restarting.
+
+SIGTERM or Ctrl-C stops the query after the batch in flight. With
+``--available-now`` the job drains what is in Kafka, prints a summary and exits.
+
+Exit status: 0 stopped cleanly or drained; 1 the query failed (restart it: it
+resumes from its checkpoint and re-executed batches write nothing twice);
+2 bad flags or settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from routing.config import ConfigError
+from routing.settings import add_settings_arguments, parse_overrides, settings_from_args
+
+LOG = logging.getLogger("jobs.route")
+APP_NAME = "spark-topic-router"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.route",
+        description="Route Kafka messages to the subscribers whose AMQP-style patterns match their routing keys, "
+        "writing idempotent fan-out rows to Delta.",
+    )
+    add_settings_arguments(parser)
+    parser.add_argument(
+        "--available-now", action="store_true",
+        help="drain the messages already in Kafka, print a summary and exit (backfills; same as "
+        "--set router.trigger=available_now)",
+    )
+    parser.add_argument("--topics", help="comma-separated topics to route (same as --set router.topics=...)")
+    parser.add_argument("--json", action="store_true", help="print the final summary as one JSON line")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def summarize(reports: dict[int, Any]) -> dict[str, Any]:
+    """Totals over the batches this run processed."""
+    totals: dict[str, Any] = {"batches": len(reports), "input_rows": 0, "deliveries": 0, "unmatched": 0,
+                              "dead_letters": 0, "dead_letters_by_reason": {}, "snapshot_versions": []}
+    for report in reports.values():
+        row = report.as_dict()
+        for name in ("input_rows", "deliveries", "unmatched", "dead_letters"):
+            totals[name] += row[name]
+        for reason, count in row["dead_letters_by_reason"].items():
+            totals["dead_letters_by_reason"][reason] = totals["dead_letters_by_reason"].get(reason, 0) + count
+        if row["snapshot_version"] not in totals["snapshot_versions"]:
+            totals["snapshot_versions"].append(row["snapshot_version"])
+    return totals
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.available_now:
+        args.settings_overrides.append("router.trigger=available_now")
+    if args.topics:
+        args.settings_overrides.append(f"router.topics={args.topics}")
+    try:
+        parse_overrides(args.settings_overrides)
+        settings = settings_from_args(args)
+    except ConfigError as error:
+        print(f"route: {error}", file=sys.stderr)
+        return 2
+
+    from routing.router.pipeline import Router
+    from routing.spark import get_spark
+
+    # Python workers (the mapInArrow matcher) must run this interpreter, which has the native module.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = get_spark(settings, app_name=APP_NAME)
+    router = Router(spark, settings)
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        LOG.info("%s received: stopping after the batch in flight", signal.Signals(signum).name)
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    query = router.start()
+    LOG.info("routing %s -> %s (checkpoint %s)",
+             settings.router.subscribe_pattern or ",".join(settings.router.topics),
+             settings.router.deliveries_path, settings.router.checkpoint_path)
+    try:
+        while query.isActive:
+            if stop_requested.is_set() and not query.status["isTriggerActive"]:
+                query.stop()
+                break
+            query.awaitTermination(0.5)
+        failure = query.exception()
+    finally:
+        router.close()
+    summary = summarize(router.reports)
+    if failure is not None:
+        LOG.error("the router query failed: %s", failure)
+        print(f"route: failed after {summary['batches']} batch(es): {failure}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, sort_keys=True) if args.json else f"route: {json.dumps(summary, sort_keys=True)}",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The streaming router: Kafka in, a broadcast CS-trie snapshot, the Arrow UDF, Delta out.
+
+One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`):
+
+1. **Pin a snapshot version.** A batch id already in the ledger (a batch Spark
+   re-executes after a crash) routes with its recorded version; a new batch id
+   routes with the current version (checked against the subscription table at
+   most every ``refresh_interval_s``) and is recorded in the ledger *before*
+   anything else is written.
+2. **Classify** every record in the JVM (:mod:`routing.router.classify`).
+3. **Match and fan out** in ``mapInArrow`` (:mod:`udfs.route`) with the
+   broadcast :class:`~routing.matchers.FrozenMatcher` of that version.
+4. **Write** deliveries, dead letters and (optionally) unrouted messages as
+   idempotent Delta appends (``txnAppId`` = app id, ``txnVersion`` = batch id),
+   and optionally publish deliveries to Kafka with the delivery id as key and
+   header.
+5. **Measure** with an ``Observation``; a ``StreamingQueryListener`` logs one
+   JSON line per batch combining it with the query's progress.
+
+Conservation: every input record becomes exactly one of {one or more
+deliveries, one dead letter, one unrouted record}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from routing.router.classify import classify
+from routing.router.ledger import Ledger
+from routing.router.snapshots import SnapshotBroadcasts
+from routing.router.tables import DEAD_LETTER_REASONS, HEADERS_DDL, PARTITION_COLUMN
+from routing.subscriptions import create_table_if_absent
+from udfs.route import ADDED_DDL, KIND_DEAD_LETTER, KIND_DELIVERY, KIND_UNROUTED, make_router
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from routing.settings import Settings
+
+log = logging.getLogger("routing.router")
+metrics_log = logging.getLogger("routing.router.metrics")
+
+#: Columns of the Kafka source the router keeps (``timestampType`` is dropped).
+SOURCE_DDL = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+CLASSIFIED_DDL = f"{SOURCE_DDL}, routing_key STRING, reason STRING, rule STRING"
+ROUTED_DDL = f"{CLASSIFIED_DDL}, {ADDED_DDL}"
+SOURCE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+CLASSIFIED_COLUMNS = (*SOURCE_COLUMNS, "routing_key", "reason", "rule")
+
+
+def kafka_stream(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The bounded Kafka source the router reads (topics or a pattern, headers included)."""
+    router = settings.router
+    reader = spark.readStream.format("kafka").options(**settings.spark_kafka_options())
+    if router.subscribe_pattern:
+        reader = reader.option("subscribePattern", router.subscribe_pattern)
+    else:
+        reader = reader.option("subscribe", ",".join(router.topics))
+    return (
+        reader.option("startingOffsets", router.starting_offsets)
+        .option("maxOffsetsPerTrigger", router.max_offsets_per_trigger)
+        .option("failOnDataLoss", str(router.fail_on_data_loss).lower())
+        .option("includeHeaders", "true")
+        .load()
+        .select(*SOURCE_COLUMNS)
+    )
+
+
+def _source_columns(routed: DataFrame, version: int, batch_id: int) -> dict[str, Column]:
+    from pyspark.sql import functions as F
+
+    return {
+        "source_topic": F.col("topic"),
+        "source_partition": F.col("partition"),
+        "source_offset": F.col("offset"),
+        "kafka_timestamp": F.col("timestamp"),
+        "payload": F.col("value"),
+        "headers": F.col("headers"),
+        "snapshot_version": F.lit(version).cast("bigint"),
+        "batch_id": F.lit(batch_id).cast("bigint"),
+        "routed_at": F.current_timestamp(),
+        PARTITION_COLUMN: F.to_date(F.col("timestamp")),
+    }
+
+
+def deliveries_frame(routed: DataFrame, version: int, batch_id: int) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    source = _source_columns(routed, version, batch_id)
+    delivery_id = F.sha2(F.concat_ws("|", "topic", "partition", "offset", "subscriber_id"), 256)
+    return routed.where(F.col("kind") == KIND_DELIVERY).select(
+        delivery_id.alias("delivery_id"),
+        F.col("subscriber_id"),
+        F.col("routing_key"),
+        *[column.alias(name) for name, column in source.items()],
+    )
+
+
+def dead_letters_frame(routed: DataFrame, version: int, batch_id: int) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    source = _source_columns(routed, version, batch_id)
+    dead_letter_id = F.sha2(F.concat_ws("|", "topic", "partition", "offset"), 256)
+    columns = {**source, "raw_key": F.col("key")}
+    order = ["source_topic", "source_partition", "source_offset", "kafka_timestamp", "raw_key", "payload", "headers"]
+    rest = ["snapshot_version", "batch_id", "routed_at", PARTITION_COLUMN]
+    return routed.where(F.col("kind") == KIND_DEAD_LETTER).select(
+        dead_letter_id.alias("dead_letter_id"),
+        F.col("reason"),
+        F.col("rule"),
+        F.col("fanout"),
+        *[columns[name].alias(name) for name in order + rest],
+    )
+
+
+def unrouted_frame(routed: DataFrame, version: int, batch_id: int) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    source = _source_columns(routed, version, batch_id)
+    return routed.where(F.col("kind") == KIND_UNROUTED).select(
+        F.col("routing_key"), *[column.alias(name) for name, column in source.items()]
+    )
+
+
+def idempotent_append(frame: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+    """Append once per (app id, batch id): Delta skips a txnVersion it has already committed."""
+    (
+        frame.write.format("delta")
+        .mode("append")
+        .partitionBy(PARTITION_COLUMN)
+        .option("txnAppId", app_id)
+        .option("txnVersion", batch_id)
+        .save(path)
+    )
+
+
+def observed_metrics() -> list[Column]:
+    """The per-batch counters, gathered by one ``Observation`` on the routed frame."""
+    from pyspark.sql import functions as F
+
+    kind = F.col("kind")
+    metrics = [
+        F.coalesce(F.sum("input_rows"), F.lit(0)).alias("input_rows"),
+        F.coalesce(F.sum("distinct_keys"), F.lit(0)).alias("distinct_keys"),
+        F.coalesce(F.sum("match_ns"), F.lit(0)).alias("match_ns"),
+        F.count_if(kind == KIND_DELIVERY).alias("deliveries"),
+        F.count_if(kind == KIND_UNROUTED).alias("unmatched"),
+        F.count_if(kind == KIND_DEAD_LETTER).alias("dead_letters"),
+    ]
+    metrics += [
+        F.count_if((kind == KIND_DEAD_LETTER) & (F.col("reason") == reason)).alias(f"dead_{reason}")
+        for reason in DEAD_LETTER_REASONS
+    ]
+    return metrics
+
+
+@dataclasses.dataclass
+class BatchReport:
+    batch_id: int
+    snapshot_version: int
+    replayed: bool
+    metrics: dict[str, int]
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        dead = {
+            reason: self.metrics.get(f"dead_{reason}", 0)
+            for reason in DEAD_LETTER_REASONS
+            if self.metrics.get(f"dead_{reason}", 0)
+        }
+        return {
+            "batch_id": self.batch_id,
+            "snapshot_version": self.snapshot_version,
+            "replayed_version": self.replayed,
+            "input_rows": self.metrics.get("input_rows", 0),
+            "distinct_keys": self.metrics.get("distinct_keys", 0),
+            "deliveries": self.metrics.get("deliveries", 0),
+            "unmatched": self.metrics.get("unmatched", 0),
+            "dead_letters": self.metrics.get("dead_letters", 0),
+            "dead_letters_by_reason": dead,
+            "match_ms": round(self.metrics.get("match_ns", 0) / 1e6, 3),
+            "batch_seconds": round(self.seconds, 3),
+        }
+
+
+class Router:
+    """Everything the driver keeps between micro-batches."""
+
+    def __init__(self, spark: SparkSession, settings: Settings) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.validator = settings.validator()
+        router = settings.router
+        create_table_if_absent(spark, settings.subscriptions.table_path)
+        self.ledger = Ledger(spark, router.ledger_path, router.app_id)
+        self.ledger.create_if_absent()
+        self.snapshots = SnapshotBroadcasts(
+            spark, settings.subscriptions.table_path, refresh_interval_s=router.refresh_interval_s
+        )
+        self.reports: dict[int, BatchReport] = {}
+        self._lock = threading.Lock()
+        #: Test hook: called after the Delta writes and before the batch returns (so before the
+        #: checkpoint commits); the crash-recovery test kills the process there.
+        self.after_writes: Callable[[int], None] | None = None
+        self.listener: _ProgressListener | None = None
+        self.logged_batches: set[int] = set()
+
+    def close(self, *, progress_wait_s: float = 5.0) -> None:
+        """Detach the metrics listener and destroy the broadcasts (after the query has stopped).
+
+        Progress events reach the listener asynchronously, so first wait (briefly) until every
+        processed batch has had its metrics line.
+        """
+        deadline = time.monotonic() + progress_wait_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if set(self.reports) <= self.logged_batches:
+                    break
+            time.sleep(0.1)
+        if self.listener is not None:
+            self.spark.streams.removeListener(self.listener)
+            self.listener = None
+        self.snapshots.close()
+
+    def process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import Observation
+
+        started = time.perf_counter()
+        router = self.settings.router
+        recorded = self.ledger.recorded_version(batch_id)
+        version = self.snapshots.current_version if recorded is None else recorded
+        if recorded is None:
+            self.ledger.record(batch_id, version)
+        published = self.snapshots.acquire(version)
+        routed: DataFrame | None = None
+        try:
+            broadcast = published.broadcast
+            route = make_router(
+                version,
+                lambda: broadcast.value,
+                max_fanout=self.validator.limits.max_fanout,
+                max_batch_rows=self.validator.limits.max_batch_rows,
+            )
+            classified = classify(batch, router, self.validator).select(*CLASSIFIED_COLUMNS)
+            observation = Observation(f"router_batch_{batch_id}")
+            routed = (
+                classified.mapInArrow(route, ROUTED_DDL)
+                .observe(observation, *observed_metrics())
+                .persist(StorageLevel.MEMORY_AND_DISK)
+            )
+            routed.count()  # compute once (the writes below read the cache) and fill the observation
+            metrics = {name: int(value or 0) for name, value in observation.get.items()}
+
+            outputs = [(deliveries_frame, router.deliveries_path), (dead_letters_frame, router.dead_letters_path)]
+            if router.write_unrouted:
+                outputs.append((unrouted_frame, router.unrouted_path))
+            for frame_of, path in outputs:
+                idempotent_append(frame_of(routed, version, batch_id), path, router.app_id, batch_id)
+            if router.kafka_sink != "none":
+                self._publish_to_kafka(deliveries_frame(routed, version, batch_id))
+            if self.after_writes is not None:
+                self.after_writes(batch_id)
+        finally:
+            if routed is not None:
+                routed.unpersist()
+            self.snapshots.release(published)
+        report = BatchReport(batch_id, version, recorded is not None, metrics, time.perf_counter() - started)
+        with self._lock:
+            self.reports[batch_id] = report
+
+    def _publish_to_kafka(self, deliveries: DataFrame) -> None:
+        """Deliveries to Kafka with the delivery id as key and header (consumers dedupe on it)."""
+        from pyspark.sql import functions as F
+
+        router = self.settings.router
+        if router.kafka_sink == "single":
+            topic = F.lit(router.kafka_sink_topic)
+        else:
+            # Subscriber ids may hold characters Kafka forbids in topic names; those become '_'.
+            safe = F.regexp_replace(F.col("subscriber_id"), r"[^A-Za-z0-9._-]", "_")
+            topic = F.replace(F.lit(router.kafka_sink_topic_template), F.lit("{subscriber}"), safe)
+        header = F.struct(F.lit("delivery_id").alias("key"), F.col("delivery_id").cast("binary").alias("value"))
+        (
+            deliveries.select(
+                topic.alias("topic"),
+                F.col("delivery_id").cast("binary").alias("key"),
+                F.col("payload").alias("value"),
+                F.concat(F.coalesce(F.col("headers"), F.array().cast(HEADERS_DDL)), F.array(header)).alias("headers"),
+            )
+            .write.format("kafka")
+            .options(**self.settings.spark_kafka_options())
+            .save()
+        )
+
+    def log_progress(self, progress: Any) -> None:
+        """One JSON line per batch: our observed counters plus the query's progress figures."""
+        batch_id = int(progress.batchId)
+        with self._lock:
+            report = self.reports.get(batch_id)
+        line: dict[str, Any] = {"event": "router_batch", "batch_id": batch_id}
+        if report is not None:
+            line.update(report.as_dict())
+        line["num_input_rows"] = int(progress.numInputRows)
+        line["processed_rows_per_second"] = round(float(progress.processedRowsPerSecond or 0.0), 1)
+        line["duration_ms"] = dict(progress.durationMs or {})
+        metrics_log.info(json.dumps(line, sort_keys=True))
+        with self._lock:
+            self.logged_batches.add(batch_id)
+
+    def start(self) -> StreamingQuery:
+        """Start the query (and its metrics listener)."""
+        router = self.settings.router
+        self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(router.arrow_batch_rows))
+        self.snapshots.maybe_refresh(force=True)
+        self.listener = _ProgressListener(self)
+        self.spark.streams.addListener(self.listener)
+        writer = (
+            kafka_stream(self.spark, self.settings)
+            .writeStream.foreachBatch(self.process_batch)
+            .option("checkpointLocation", router.checkpoint_path)
+            .queryName(f"router:{router.app_id}")
+        )
+        if router.trigger == "available_now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=router.trigger_interval)
+        return writer.start()
+
+
+class _ProgressListener(StreamingQueryListener):
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def onQueryStarted(self, event: Any) -> None:
+        log.info("router query started: id=%s run=%s", event.id, event.runId)
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            self._router.log_progress(event.progress)
+        except Exception:  # a metrics problem must never stop the stream
+            log.exception("could not log batch metrics")
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        log.info("router query terminated: id=%s exception=%s", event.id, event.exception)

@@ -1,0 +1,58 @@
+"""The router's output tables: deliveries, dead letters and (optionally) unrouted messages.
+
+All three are Delta tables written from ``foreachBatch`` with idempotent
+appends (``txnAppId`` = the router's app id, ``txnVersion`` = the batch id),
+so a re-executed batch never duplicates a row.
+
+**Partitioning.** Each table is partitioned by ``kafka_date``, the UTC date of
+the source record's Kafka timestamp. It is deterministic (a replayed batch
+lands in the same partitions), it keeps the partition count small and bounded
+by retention (one per day, unlike the high-cardinality ``subscriber_id``,
+which would shred the table into tiny files), and it is what consumers and
+retention jobs filter on ("deliveries since yesterday", "drop partitions older
+than 30 days"). Consumers looking up one subscriber are served by Delta's data
+skipping on ``subscriber_id`` statistics, or by ``OPTIMIZE ... ZORDER BY
+(subscriber_id)``.
+
+**Delivery ids.** ``delivery_id`` is the SHA-256 of ``topic|partition|offset|
+subscriber_id``: deterministic, so at-least-once delivery downstream can
+dedupe on it (Kafka topic names cannot contain ``|`` and the subscriber comes
+last, so the encoding is unambiguous). Dead letters get ``dead_letter_id`` from
+``topic|partition|offset`` the same way.
+"""
+
+from __future__ import annotations
+
+HEADERS_DDL = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+DELIVERIES_DDL = (
+    "delivery_id STRING, subscriber_id STRING, routing_key STRING, "
+    "source_topic STRING, source_partition INT, source_offset BIGINT, kafka_timestamp TIMESTAMP, "
+    f"payload BINARY, headers {HEADERS_DDL}, "
+    "snapshot_version BIGINT, batch_id BIGINT, routed_at TIMESTAMP, kafka_date DATE"
+)
+
+DEAD_LETTERS_DDL = (
+    "dead_letter_id STRING, reason STRING, rule STRING, fanout INT, "
+    "source_topic STRING, source_partition INT, source_offset BIGINT, kafka_timestamp TIMESTAMP, "
+    f"raw_key BINARY, payload BINARY, headers {HEADERS_DDL}, "
+    "snapshot_version BIGINT, batch_id BIGINT, routed_at TIMESTAMP, kafka_date DATE"
+)
+
+UNROUTED_DDL = (
+    "routing_key STRING, source_topic STRING, source_partition INT, source_offset BIGINT, "
+    f"kafka_timestamp TIMESTAMP, payload BINARY, headers {HEADERS_DDL}, "
+    "snapshot_version BIGINT, batch_id BIGINT, routed_at TIMESTAMP, kafka_date DATE"
+)
+
+#: Every dead-letter reason the router writes, in the order the rules are checked.
+DEAD_LETTER_REASONS = (
+    "null_key",
+    "key_too_long",
+    "invalid_key",
+    "too_many_words",
+    "payload_too_large",
+    "fanout_limit",
+)
+
+PARTITION_COLUMN = "kafka_date"

@@ -1,0 +1,1 @@
+"""Arrow UDFs run on executors (``mapInArrow``): vectorized, native matching, no Python per row."""
