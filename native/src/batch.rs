@@ -5,7 +5,9 @@
 //!
 //! Kafka batches repeat keys heavily, so each distinct key is matched once: a
 //! hash map from key text to its result, whose subscriber ids are then spread
-//! back to every row holding that key. The output is written straight into
+//! back to every row holding that key. When the first [`PROBE_ROWS`] keys turn
+//! out nearly all distinct, the map would cost more than it saves, so the rest
+//! of the batch is matched row by row. The output is written straight into
 //! Arrow buffers (offsets, validity, UTF-8 bytes), with no per-row allocation.
 
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayAccessor, ListArray, StringArray};
 use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field};
+use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
 use crate::errors::NativeError;
@@ -24,9 +27,15 @@ use crate::frozen::{FrozenMatcher, Scratch, NONE};
 pub struct BatchStats {
     pub rows: usize,
     pub null_rows: usize,
-    /// Distinct non-null keys, i.e. lookups actually performed.
-    pub distinct_keys: usize,
+    /// Lookups actually performed: the distinct non-null keys while
+    /// de-duplicating (always, for batches up to [`PROBE_ROWS`] keys).
+    pub lookups: usize,
+    /// Whether de-duplication stayed on for the whole batch.
+    pub deduplicated: bool,
 }
+
+/// Keys sampled before deciding whether de-duplication pays.
+pub const PROBE_ROWS: usize = 1024;
 
 /// Match every key of `keys`. `max_rows`, when given, is enforced before any work.
 pub fn match_batch(
@@ -57,13 +66,24 @@ where
     A: ArrayAccessor<Item = &'a str>,
 {
     let rows = keys.len();
-    let mut stats = BatchStats { rows, ..BatchStats::default() };
+    let mut stats = BatchStats { rows, deduplicated: true, ..BatchStats::default() };
     let mut scratch = Scratch::default();
-    // Per distinct key: its range in `result_ids`.
-    let mut distinct: HashMap<&'a str, u32> = HashMap::new();
+    // Per distinct key: its index in `result_ranges`.
+    let mut distinct: HashMap<&'a str, u32> = HashMap::with_capacity(rows.min(PROBE_ROWS * 4));
+    // Per result: its range in `result_ids`.
     let mut result_ranges: Vec<(u32, u32)> = Vec::new();
     let mut result_ids: Vec<u32> = Vec::new();
     let mut row_results: Vec<u32> = Vec::with_capacity(rows);
+    let mut lookup = |key: &str, result_ranges: &mut Vec<(u32, u32)>| -> Result<u32, NativeError> {
+        let ids = matcher.lookup_ids(key, &mut scratch);
+        if result_ids.len() + ids.len() > i32::MAX as usize {
+            return Err(NativeError::ResultTooLarge(format!("over {} matches", i32::MAX)));
+        }
+        let start = result_ids.len() as u32;
+        result_ids.extend_from_slice(ids);
+        result_ranges.push((start, ids.len() as u32));
+        Ok((result_ranges.len() - 1) as u32)
+    };
     for row in 0..rows {
         if keys.is_null(row) {
             stats.null_rows += 1;
@@ -71,19 +91,23 @@ where
             continue;
         }
         let key: &'a str = keys.value(row);
-        let result = *distinct.entry(key).or_insert_with(|| {
-            let ids = matcher.lookup_ids(key, &mut scratch);
-            let start = result_ids.len() as u32;
-            result_ids.extend_from_slice(ids);
-            result_ranges.push((start, ids.len() as u32));
-            (result_ranges.len() - 1) as u32
-        });
+        let result = if stats.deduplicated {
+            match distinct.entry(key) {
+                Entry::Occupied(seen) => *seen.get(),
+                Entry::Vacant(slot) => *slot.insert(lookup(key, &mut result_ranges)?),
+            }
+        } else {
+            lookup(key, &mut result_ranges)?
+        };
         row_results.push(result);
-        if result_ids.len() > i32::MAX as usize {
-            return Err(NativeError::ResultTooLarge(format!("over {} distinct matches", i32::MAX)));
+        let seen = row + 1 - stats.null_rows;
+        if stats.deduplicated && seen == PROBE_ROWS && distinct.len() * 10 > seen * 9 {
+            stats.deduplicated = false;
+            distinct = HashMap::new();
         }
     }
-    stats.distinct_keys = result_ranges.len();
+    stats.lookups = result_ranges.len();
+    let result_ids = &result_ids;
 
     // Sizes first, so each buffer is allocated once and overflow is an error.
     let mut list_items: usize = 0;
@@ -179,7 +203,8 @@ mod tests {
                 assert_eq!(rows(&list), want);
                 assert_eq!(stats.null_rows, keys.iter().filter(|k| k.is_none()).count());
                 let distinct: std::collections::HashSet<_> = keys.iter().flatten().collect();
-                assert_eq!(stats.distinct_keys, distinct.len());
+                assert!(stats.deduplicated);
+                assert_eq!(stats.lookups, distinct.len());
             }
             // A slice has a non-zero offset into the same buffers.
             if keys.len() > 4 {
@@ -188,6 +213,26 @@ mod tests {
                 assert_eq!(rows(&list), want[2..keys.len() - 1].to_vec());
             }
         }
+    }
+
+    #[test]
+    fn mostly_distinct_batches_stop_deduplicating_and_stay_correct() {
+        let matcher = FrozenMatcher::build([("k1.#", "a"), ("*.x", "b"), ("#", "c")]).unwrap();
+        // PROBE_ROWS distinct keys, then repeats of a few.
+        let keys: Vec<Option<String>> = (0..PROBE_ROWS)
+            .map(|i| Some(format!("k{i}.x")))
+            .chain((0..3000).map(|i| if i % 7 == 0 { None } else { Some(format!("k{}.x", i % 3)) }))
+            .collect();
+        let (list, stats) = match_batch(&matcher, &StringArray::from(keys.clone()), None).unwrap();
+        assert!(!stats.deduplicated);
+        assert_eq!(stats.lookups, keys.iter().flatten().count());
+        assert_eq!(rows(&list), expected(&matcher, &keys));
+        // Repeats from the start keep de-duplication on.
+        let repeated: Vec<Option<String>> = (0..5000).map(|i| Some(format!("k{}.x", i % 5))).collect();
+        let (list, stats) = match_batch(&matcher, &StringArray::from(repeated.clone()), None).unwrap();
+        assert!(stats.deduplicated);
+        assert_eq!(stats.lookups, 5);
+        assert_eq!(rows(&list), expected(&matcher, &repeated));
     }
 
     #[test]
