@@ -13,7 +13,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from routing.matchers import CSTrieMatcher, FrozenMatcher
+from routing.matchers import CSTrieMatcher, FrozenMatcher, Snapshot
 from routing.reference import ReferenceMatcher
 
 PATTERNS = ("a.b", "a.*", "#", "a.#", "*.b", "#.b.#", "*.*.*", "a..b", "b", "")
@@ -48,7 +48,8 @@ def test_snapshots_are_linearizable() -> None:
 
     m = CSTrieMatcher()
     completed = [0]  # ops finished; written only by the writer, after each op returns
-    observations: list[tuple[int, int, frozenset[tuple[str, str]]]] = []
+    # Snapshots are immutable, so reading their pairs after the run sees what they saw.
+    observations: list[tuple[int, int, Snapshot]] = []
     errors: list[BaseException] = []
     finished = threading.Event()
     all_started = threading.Barrier(3)
@@ -59,6 +60,7 @@ def test_snapshots_are_linearizable() -> None:
             for index, (op, pattern, subscriber) in enumerate(ops):
                 getattr(m, op)(pattern, subscriber)
                 completed[0] = index + 1
+                time.sleep(0)  # let the readers in between operations, not only at GIL switch intervals
         except BaseException as error:  # pragma: no cover - reported below
             errors.append(error)
         finally:
@@ -67,11 +69,12 @@ def test_snapshots_are_linearizable() -> None:
     def read() -> None:
         try:
             all_started.wait()
-            while not finished.is_set():
+            # Bounded, so checking them stays cheap; spread over the run by the writer's yields.
+            while not finished.is_set() and len(observations) < 300:
                 before = completed[0]
                 snapshot = m.snapshot()
                 after = completed[0]
-                observations.append((before, after, snapshot.subscriptions()))
+                observations.append((before, after, snapshot))
         except BaseException as error:  # pragma: no cover - reported below
             errors.append(error)
 
@@ -81,8 +84,9 @@ def test_snapshots_are_linearizable() -> None:
     for thread in threads:
         thread.join()
     assert not errors, errors
-    assert len(observations) > 10
-    for before, after, seen in observations:
+    assert sum(1 for before, _, _ in observations if before < len(ops)) > 10, "too few snapshots during the writes"
+    for before, after, snapshot in observations:
+        seen = snapshot.subscriptions()
         # The op running during the call (index `after`) may or may not be in the snapshot.
         window = range(before, min(after + 1, len(ops)) + 1)
         assert any(states[k] == seen for k in window), f"snapshot matches no state in ops {before}..{after + 1}"
