@@ -18,7 +18,7 @@ endif
 .PHONY: help install jars native native-test fuzz-smoke lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
 
 help:
-	@echo "make demo   install everything and route the sample workload"
+	@echo "make demo   install everything, start the broker and route sample traffic end to end"
 	@echo "make test   install everything, lint, type-check and run the whole test suite"
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
 	@echo "make clean  remove build products (keeps .venv/)"
@@ -82,7 +82,7 @@ test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"
 
 demo: install native
-	$(PY) -m routing demo
+	$(PY) -m jobs.demo
 
 bench: install native
 	$(PY) bench/matchers.py
