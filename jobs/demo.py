@@ -77,7 +77,7 @@ def publish_subscriptions(settings: Settings, path: Path) -> int:
 
 
 def create_topics(settings: Settings, topics: Sequence[str], partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient(settings.kafka_client_config())
     for future in admin.create_topics([NewTopic(topic, partitions, 1) for topic in topics]).values():

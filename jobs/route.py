@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if stop_requested.is_set() and not query.status["isTriggerActive"]:
                 query.stop()
                 break
-            query.awaitTermination(0.5)
+            query.awaitTermination(1)
         failure = query.exception()
     finally:
         router.close()
