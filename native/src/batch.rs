@@ -45,7 +45,10 @@ pub fn match_batch(
 ) -> Result<(ListArray, BatchStats), NativeError> {
     if let Some(limit) = max_rows {
         if keys.len() > limit {
-            return Err(NativeError::BatchTooLarge { rows: keys.len(), limit });
+            return Err(NativeError::BatchTooLarge {
+                rows: keys.len(),
+                limit,
+            });
         }
     }
     match keys.data_type() {
@@ -66,7 +69,11 @@ where
     A: ArrayAccessor<Item = &'a str>,
 {
     let rows = keys.len();
-    let mut stats = BatchStats { rows, deduplicated: true, ..BatchStats::default() };
+    let mut stats = BatchStats {
+        rows,
+        deduplicated: true,
+        ..BatchStats::default()
+    };
     let mut scratch = Scratch::default();
     // Per distinct key: its index in `result_ranges`.
     let mut distinct: HashMap<&'a str, u32> = HashMap::with_capacity(rows.min(PROBE_ROWS * 4));
@@ -155,8 +162,13 @@ where
     };
     let validity = (stats.null_rows > 0).then(|| NullBuffer::from_iter(row_results.iter().map(|&r| r != NONE)));
     let field = Arc::new(Field::new_list_field(DataType::Utf8, true));
-    let list = ListArray::try_new(field, OffsetBuffer::new(ScalarBuffer::from(list_offsets)), Arc::new(strings), validity)
-        .map_err(|error| NativeError::ResultTooLarge(error.to_string()))?;
+    let list = ListArray::try_new(
+        field,
+        OffsetBuffer::new(ScalarBuffer::from(list_offsets)),
+        Arc::new(strings),
+        validity,
+    )
+    .map_err(|error| NativeError::ResultTooLarge(error.to_string()))?;
     Ok((list, stats))
 }
 
@@ -180,7 +192,10 @@ mod tests {
 
     fn expected(matcher: &FrozenMatcher, keys: &[Option<String>]) -> Vec<Option<Vec<String>>> {
         keys.iter()
-            .map(|key| key.as_ref().map(|k| matcher.lookup(k).into_iter().map(String::from).collect()))
+            .map(|key| {
+                key.as_ref()
+                    .map(|k| matcher.lookup(k).into_iter().map(String::from).collect())
+            })
             .collect()
     }
 
@@ -188,11 +203,13 @@ mod tests {
     fn rows_agree_with_lookup_for_every_string_type() {
         let mut rng = Rng(11);
         for _ in 0..60 {
-            let pairs: Vec<(String, String)> =
-                (0..rng.below(15)).map(|_| (rng.topic(true), format!("sub-{}", rng.below(6)))).collect();
+            let pairs: Vec<(String, String)> = (0..rng.below(15))
+                .map(|_| (rng.topic(true), format!("sub-{}", rng.below(6))))
+                .collect();
             let matcher = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
-            let keys: Vec<Option<String>> =
-                (0..rng.below(40)).map(|_| (rng.below(5) != 0).then(|| rng.topic(false))).collect();
+            let keys: Vec<Option<String>> = (0..rng.below(40))
+                .map(|_| (rng.below(5) != 0).then(|| rng.topic(false)))
+                .collect();
             let want = expected(&matcher, &keys);
             let utf8 = StringArray::from(keys.clone());
             let large = LargeStringArray::from(keys.clone());
@@ -221,7 +238,13 @@ mod tests {
         // PROBE_ROWS distinct keys, then repeats of a few.
         let keys: Vec<Option<String>> = (0..PROBE_ROWS)
             .map(|i| Some(format!("k{i}.x")))
-            .chain((0..3000).map(|i| if i % 7 == 0 { None } else { Some(format!("k{}.x", i % 3)) }))
+            .chain((0..3000).map(|i| {
+                if i % 7 == 0 {
+                    None
+                } else {
+                    Some(format!("k{}.x", i % 3))
+                }
+            }))
             .collect();
         let (list, stats) = match_batch(&matcher, &StringArray::from(keys.clone()), None).unwrap();
         assert!(!stats.deduplicated);
@@ -245,7 +268,10 @@ mod tests {
         );
         assert!(match_batch(&matcher, &keys, Some(3)).is_ok());
         let numbers = Int32Array::from(vec![1, 2]);
-        assert!(matches!(match_batch(&matcher, &numbers, None), Err(NativeError::UnsupportedArray(_))));
+        assert!(matches!(
+            match_batch(&matcher, &numbers, None),
+            Err(NativeError::UnsupportedArray(_))
+        ));
         let (empty, _) = match_batch(&matcher, &StringArray::from(Vec::<&str>::new()), None).unwrap();
         assert_eq!(empty.len(), 0);
     }

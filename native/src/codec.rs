@@ -46,7 +46,11 @@ const fn crc32_table() -> [u32; 256] {
         let mut crc = i as u32;
         let mut bit = 0;
         while bit < 8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
             bit += 1;
         }
         table[i] = crc;
@@ -113,7 +117,12 @@ pub fn encode(matcher: &FrozenMatcher) -> Vec<u8> {
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
-    for count in [matcher.words.len(), matcher.subscribers.len(), matcher.nodes.len(), matcher.subscriber_ids.len()] {
+    for count in [
+        matcher.words.len(),
+        matcher.subscribers.len(),
+        matcher.nodes.len(),
+        matcher.subscriber_ids.len(),
+    ] {
         out.extend_from_slice(&(count as u32).to_le_bytes());
     }
     for section in [&words, &subscribers, &nodes] {
@@ -138,7 +147,11 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn new(bytes: &'a [u8], section: &'static str) -> Self {
-        Reader { bytes, position: 0, section }
+        Reader {
+            bytes,
+            position: 0,
+            section,
+        }
     }
 
     fn remaining(&self) -> usize {
@@ -304,7 +317,9 @@ pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher,
     let payload = &body[HEADER_LEN..];
     let total = section_lengths.iter().try_fold(0usize, |sum, &l| sum.checked_add(l));
     if total != Some(payload.len()) {
-        return Err(NativeError::format("section lengths do not add up to the payload length"));
+        return Err(NativeError::format(
+            "section lengths do not add up to the payload length",
+        ));
     }
     let (words_bytes, rest) = payload.split_at(section_lengths[0]);
     let (subscriber_bytes, node_bytes) = rest.split_at(section_lengths[1]);
@@ -329,7 +344,13 @@ pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher,
     if subscriber_ids.len() != pair_count as usize {
         return Err(NativeError::format("pair count does not match the nodes"));
     }
-    Ok(FrozenMatcher { nodes, edges, subscriber_ids, words, subscribers })
+    Ok(FrozenMatcher {
+        nodes,
+        edges,
+        subscriber_ids,
+        words,
+        subscribers,
+    })
 }
 
 /// One node whose children are still being read: `next` of `total` slots filled.
@@ -398,7 +419,11 @@ fn read_nodes(
             if nodes.len() >= node_count as usize {
                 return Err(reader.error("a node's children lie past the declared node count"));
             }
-            pending.push(Pending { node: index, next: 0, total });
+            pending.push(Pending {
+                node: index,
+                next: 0,
+                total,
+            });
         }
         while pending.last().is_some_and(|p| p.next == p.total) {
             pending.pop();
@@ -416,7 +441,11 @@ fn read_nodes(
     reader.finish()?;
     // A childless, subscriber-less node other than the root is never built
     // and would only waste lookups: refuse it to keep the format canonical.
-    if nodes.iter().skip(1).any(|node| !node.has_children() && node.subs_len == 0) {
+    if nodes
+        .iter()
+        .skip(1)
+        .any(|node| !node.has_children() && node.subs_len == 0)
+    {
         return Err(NativeError::format("empty leaf node"));
     }
     Ok((nodes, edges, subscriber_ids))
@@ -462,8 +491,9 @@ mod tests {
         }
         let mut rng = Rng(42);
         for _ in 0..100 {
-            let pairs: Vec<(String, String)> =
-                (0..rng.below(30)).map(|_| (rng.topic(true), format!("s{}", rng.below(5)))).collect();
+            let pairs: Vec<(String, String)> = (0..rng.below(30))
+                .map(|_| (rng.topic(true), format!("s{}", rng.below(5))))
+                .collect();
             let matcher = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
             let back = decode(&encode(&matcher)).unwrap();
             assert_same(&matcher, &back);
@@ -477,7 +507,10 @@ mod tests {
         let bytes = encode(&sample());
         for length in 0..bytes.len() {
             assert!(decode(&bytes[..length]).is_err(), "truncated to {length}");
-            assert!(decode_with(&bytes[..length], false).is_err(), "truncated to {length}, unchecked");
+            assert!(
+                decode_with(&bytes[..length], false).is_err(),
+                "truncated to {length}, unchecked"
+            );
         }
     }
 

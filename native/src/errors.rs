@@ -20,7 +20,10 @@ pub enum NativeError {
     /// Bytes given to the frozen-matcher decoder are not a valid, intact blob.
     Format(String),
     /// A batch has more rows than the caller's `max_rows`.
-    BatchTooLarge { rows: usize, limit: usize },
+    BatchTooLarge {
+        rows: usize,
+        limit: usize,
+    },
     /// A batch's results do not fit the output array's 32-bit offsets.
     ResultTooLarge(String),
     /// `match_batch` was given something other than a string array.
@@ -45,7 +48,10 @@ impl fmt::Display for NativeError {
             }
             NativeError::ResultTooLarge(message) => write!(f, "batch result too large: {message}"),
             NativeError::UnsupportedArray(found) => {
-                write!(f, "match_batch needs a pyarrow string or large_string array, not {found}")
+                write!(
+                    f,
+                    "match_batch needs a pyarrow string or large_string array, not {found}"
+                )
             }
             NativeError::EmptySubscriber => write!(f, "subscriber id must not be empty"),
             NativeError::TooLarge => write!(f, "too many subscriptions for the frozen matcher's 32-bit indices"),
@@ -89,9 +95,7 @@ pub mod python {
             let message = error.to_string();
             match error {
                 NativeError::Format(_) => FrozenFormatError::new_err(message),
-                NativeError::BatchTooLarge { .. } | NativeError::ResultTooLarge(_) => {
-                    BatchLimitError::new_err(message)
-                }
+                NativeError::BatchTooLarge { .. } | NativeError::ResultTooLarge(_) => BatchLimitError::new_err(message),
                 NativeError::UnsupportedArray(_) => PyTypeError::new_err(message),
                 NativeError::EmptySubscriber => PyValueError::new_err(message),
                 NativeError::TooLarge => PyOverflowError::new_err(message),

@@ -62,8 +62,14 @@ pub struct Node {
 }
 
 impl Node {
-    pub(crate) const EMPTY: Node =
-        Node { first_edge: 0, edge_count: 0, star: NONE, hash: NONE, subs_start: 0, subs_len: 0 };
+    pub(crate) const EMPTY: Node = Node {
+        first_edge: 0,
+        edge_count: 0,
+        star: NONE,
+        hash: NONE,
+        subs_start: 0,
+        subs_len: 0,
+    };
 
     pub fn has_children(&self) -> bool {
         self.edge_count > 0 || self.star != NONE || self.hash != NONE
@@ -113,7 +119,12 @@ impl Interned {
         let id = self.ends.len() as u32;
         self.text.push_str(text);
         self.ends.push(self.text.len() as u32);
-        let Interned { text: all, ends, index, hasher } = self;
+        let Interned {
+            text: all,
+            ends,
+            index,
+            hasher,
+        } = self;
         let hash = hasher.hash_one(text);
         // Growth re-hashes existing ids, with the same hasher as insertion.
         index.insert_unique(hash, id, |&other| hasher.hash_one(slice(all, ends, other)));
@@ -238,7 +249,12 @@ struct BuildNode {
 
 impl BuildNode {
     fn new() -> Self {
-        BuildNode { literals: HashMap::new(), star: NONE, hash: NONE, subs: Vec::new() }
+        BuildNode {
+            literals: HashMap::new(),
+            star: NONE,
+            hash: NONE,
+            subs: Vec::new(),
+        }
     }
 }
 
@@ -352,14 +368,16 @@ impl FrozenMatcher {
             let mut literals: Vec<Edge> = source
                 .literals
                 .iter()
-                .map(|(&word, &child)| Edge { word: word_rank[word as usize], child })
+                .map(|(&word, &child)| Edge {
+                    word: word_rank[word as usize],
+                    child,
+                })
                 .collect();
             literals.sort_unstable_by_key(|edge| edge.word);
             let mut subs: Vec<u32> = source.subs.iter().map(|&id| subscriber_rank[id as usize]).collect();
             subs.sort_unstable();
             subs.dedup();
-            if edges.len() + literals.len() > u32::MAX as usize
-                || subscriber_ids.len() + subs.len() > u32::MAX as usize
+            if edges.len() + literals.len() > u32::MAX as usize || subscriber_ids.len() + subs.len() > u32::MAX as usize
             {
                 return Err(BuildError::TooLarge);
             }
@@ -389,7 +407,13 @@ impl FrozenMatcher {
                 }
             }
         }
-        Ok(FrozenMatcher { nodes, edges, subscriber_ids, words, subscribers })
+        Ok(FrozenMatcher {
+            nodes,
+            edges,
+            subscriber_ids,
+            words,
+            subscribers,
+        })
     }
 
     /// Number of (pattern, subscriber) pairs.
@@ -426,12 +450,21 @@ impl FrozenMatcher {
     fn literal_child(&self, node: &Node, word: u32) -> Option<u32> {
         let start = node.first_edge as usize;
         let range = &self.edges[start..start + node.edge_count as usize];
-        range.binary_search_by_key(&word, |edge| edge.word).ok().map(|i| range[i].child)
+        range
+            .binary_search_by_key(&word, |edge| edge.word)
+            .ok()
+            .map(|i| range[i].child)
     }
 
     /// Matching subscriber ids for `key`, ascending and unique, in `scratch.found`.
     pub fn lookup_ids<'s>(&self, key: &str, scratch: &'s mut Scratch) -> &'s [u32] {
-        let Scratch { word_spans, word_ids, stack, hash_low, found } = scratch;
+        let Scratch {
+            word_spans,
+            word_ids,
+            stack,
+            hash_low,
+            found,
+        } = scratch;
         word_spans.clear();
         stack.clear();
         hash_low.clear();
@@ -508,7 +541,10 @@ impl FrozenMatcher {
     /// Matching subscribers for `key`, in ascending text order.
     pub fn lookup(&self, key: &str) -> Vec<&str> {
         let mut scratch = Scratch::default();
-        self.lookup_ids(key, &mut scratch).iter().map(|&id| self.subscribers.get(id)).collect()
+        self.lookup_ids(key, &mut scratch)
+            .iter()
+            .map(|&id| self.subscribers.get(id))
+            .collect()
     }
 
     /// Every (pattern, subscriber) pair, in preorder of the patterns.
@@ -592,8 +628,11 @@ pub(crate) mod tests {
     }
 
     fn oracle(pairs: &[(String, String)], key: &str) -> Vec<String> {
-        let mut out: Vec<String> =
-            pairs.iter().filter(|(p, _)| matches(p, key)).map(|(_, s)| s.clone()).collect();
+        let mut out: Vec<String> = pairs
+            .iter()
+            .filter(|(p, _)| matches(p, key))
+            .map(|(_, s)| s.clone())
+            .collect();
         out.sort();
         out.dedup();
         out
@@ -632,8 +671,9 @@ pub(crate) mod tests {
     fn agrees_with_words_match_on_random_sets() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         for _ in 0..300 {
-            let pairs: Vec<(String, String)> =
-                (0..rng.below(12)).map(|_| (rng.topic(true), format!("s{}", rng.below(4)))).collect();
+            let pairs: Vec<(String, String)> = (0..rng.below(12))
+                .map(|_| (rng.topic(true), format!("s{}", rng.below(4))))
+                .collect();
             let frozen = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
             for _ in 0..20 {
                 let key = rng.topic(false);
@@ -647,8 +687,11 @@ pub(crate) mod tests {
             let mut expected: Vec<(String, String)> = pairs.clone();
             expected.sort();
             expected.dedup();
-            let mut held: Vec<(String, String)> =
-                frozen.subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect();
+            let mut held: Vec<(String, String)> = frozen
+                .subscriptions()
+                .into_iter()
+                .map(|(p, s)| (p, s.to_string()))
+                .collect();
             held.sort();
             assert_eq!(held, expected);
             assert_eq!(frozen.len(), expected.len());
@@ -685,7 +728,10 @@ pub(crate) mod tests {
         assert_eq!(a.edges, b.edges);
         assert_eq!(a.len(), 2);
         assert_eq!(a.pattern_count(), 2);
-        assert_eq!(FrozenMatcher::build([("x", "")]).unwrap_err(), BuildError::EmptySubscriber);
+        assert_eq!(
+            FrozenMatcher::build([("x", "")]).unwrap_err(),
+            BuildError::EmptySubscriber
+        );
         assert!(FrozenMatcher::empty().lookup("").is_empty());
     }
 

@@ -33,7 +33,10 @@ impl Cursor<'_> {
 
     fn topic(&mut self) -> String {
         let count = self.below(7);
-        (0..count).map(|_| WORDS[self.below(WORDS.len() as u8)]).collect::<Vec<_>>().join(".")
+        (0..count)
+            .map(|_| WORDS[self.below(WORDS.len() as u8)])
+            .collect::<Vec<_>>()
+            .join(".")
     }
 
     fn exhausted(&self) -> bool {
@@ -48,7 +51,10 @@ pub fn decode_arbitrary(data: &[u8]) {
         if let Ok(matcher) = codec::decode_with(data, verify_checksum) {
             for key in ["", "a", "a.b", "é.x#", "a..b", "*.#"] {
                 let found = matcher.lookup(key);
-                assert!(found.windows(2).all(|pair| pair[0] < pair[1]), "results sorted and unique");
+                assert!(
+                    found.windows(2).all(|pair| pair[0] < pair[1]),
+                    "results sorted and unique"
+                );
             }
             let pairs = matcher.subscriptions();
             assert_eq!(pairs.len(), matcher.len());
@@ -63,8 +69,9 @@ pub fn decode_arbitrary(data: &[u8]) {
 pub fn lookups_agree(data: &[u8]) {
     let mut cursor = Cursor { data, position: 0 };
     let pair_count = cursor.below(16);
-    let pairs: Vec<(String, String)> =
-        (0..pair_count).map(|_| (cursor.topic(), format!("s{}", cursor.below(4)))).collect();
+    let pairs: Vec<(String, String)> = (0..pair_count)
+        .map(|_| (cursor.topic(), format!("s{}", cursor.below(4))))
+        .collect();
     let trie = CsTrie::new();
     for (pattern, subscriber) in &pairs {
         trie.subscribe(pattern, subscriber);
@@ -88,8 +95,11 @@ pub fn lookups_agree(data: &[u8]) {
     }
     keys.push(String::new());
     for key in &keys {
-        let mut expected: Vec<&str> =
-            held.iter().filter(|(p, _)| matches(p, key)).map(|(_, s)| s.as_str()).collect();
+        let mut expected: Vec<&str> = held
+            .iter()
+            .filter(|(p, _)| matches(p, key))
+            .map(|(_, s)| s.as_str())
+            .collect();
         expected.sort_unstable();
         expected.dedup();
         assert_eq!(frozen.lookup(key), expected, "frozen lookup {key:?}");
@@ -108,8 +118,8 @@ pub fn lookups_agree(data: &[u8]) {
 
 /// Arbitrary text keys (split on NUL, lossily decoded) through lookup and a batch.
 pub fn arbitrary_keys(data: &[u8]) {
-    let frozen = FrozenMatcher::build([("#", "all"), ("*.*", "two"), ("a.#.b", "ab"), ("#.#.#.x", "x")])
-        .expect("valid pairs");
+    let frozen =
+        FrozenMatcher::build([("#", "all"), ("*.*", "two"), ("a.#.b", "ab"), ("#.#.#.x", "x")]).expect("valid pairs");
     let text = String::from_utf8_lossy(data);
     let keys: Vec<&str> = text.split('\0').collect();
     for key in &keys {
@@ -141,9 +151,8 @@ mod smoke {
 
     #[test]
     fn decode_arbitrary_smoke() {
-        let valid = codec::encode(
-            &FrozenMatcher::build([("a.*.b", "s1"), ("#", "s2"), ("x.#.y", "s1"), ("", "s3")]).unwrap(),
-        );
+        let valid =
+            codec::encode(&FrozenMatcher::build([("a.*.b", "s1"), ("#", "s2"), ("x.#.y", "s1"), ("", "s3")]).unwrap());
         let mut rng = Rng(77);
         for garbage in inputs(1, 120) {
             decode_arbitrary(&garbage);

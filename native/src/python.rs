@@ -95,7 +95,8 @@ impl PyFrozenMatcher {
         // (with the GIL released) before any value is read.
         let data = unsafe { ArrayData::from_pyarrow_bound_unchecked(keys)? };
         let result = py.detach(|| -> Result<ArrayData, NativeError> {
-            data.validate_full().map_err(|error| NativeError::UnsupportedArray(format!("an invalid array ({error})")))?;
+            data.validate_full()
+                .map_err(|error| NativeError::UnsupportedArray(format!("an invalid array ({error})")))?;
             let array = make_array(data);
             let (list, _) = batch::match_batch(&self.inner, array.as_ref(), max_rows)?;
             Ok(list.to_data())
@@ -121,7 +122,13 @@ impl PyFrozenMatcher {
 
     /// Every (pattern, subscriber) pair.
     fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
-        py.detach(|| self.inner.subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect())
+        py.detach(|| {
+            self.inner
+                .subscriptions()
+                .into_iter()
+                .map(|(p, s)| (p, s.to_string()))
+                .collect()
+        })
     }
 
     fn __len__(&self) -> usize {
@@ -187,11 +194,20 @@ impl PyCsTrie {
 
     /// Every pair, read from an O(1) snapshot so the set is consistent.
     fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
-        py.detach(|| self.inner.snapshot().subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect())
+        py.detach(|| {
+            self.inner
+                .snapshot()
+                .subscriptions()
+                .into_iter()
+                .map(|(p, s)| (p, s.to_string()))
+                .collect()
+        })
     }
 
     fn snapshot(&self, py: Python<'_>) -> PySnapshot {
-        PySnapshot { inner: py.detach(|| self.inner.snapshot()) }
+        PySnapshot {
+            inner: py.detach(|| self.inner.snapshot()),
+        }
     }
 
     /// `snapshot().freeze()`.
@@ -237,7 +253,13 @@ impl PySnapshot {
     }
 
     fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
-        py.detach(|| self.inner.subscriptions().into_iter().map(|(p, s)| (p, s.to_string())).collect())
+        py.detach(|| {
+            self.inner
+                .subscriptions()
+                .into_iter()
+                .map(|(p, s)| (p, s.to_string()))
+                .collect()
+        })
     }
 
     fn freeze(&self, py: Python<'_>) -> PyResult<PyFrozenMatcher> {
