@@ -35,6 +35,9 @@ from routing.settings import add_settings_arguments, parse_overrides, settings_f
 
 LOG = logging.getLogger("jobs.route")
 APP_NAME = "spark-topic-router"
+#: Test-only: SIGKILL this process right after the Delta writes of this batch id, before Spark commits
+#: the batch to the checkpoint (the replay test restarts from there). Never set it in production.
+CRASH_AFTER_WRITES_ENV = "ROUTER_TEST_CRASH_AFTER_WRITES"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +73,13 @@ def summarize(reports: dict[int, Any]) -> dict[str, Any]:
     return totals
 
 
+def crash_after_writes(target_batch: int, batch_id: int) -> None:
+    if batch_id == target_batch:
+        LOG.warning("%s=%d: killing the router after the writes of batch %d", CRASH_AFTER_WRITES_ENV,
+                    target_batch, batch_id)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -92,6 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = get_spark(settings, app_name=APP_NAME)
     router = Router(spark, settings)
+    crash_batch = os.environ.get(CRASH_AFTER_WRITES_ENV)
+    if crash_batch is not None:
+        router.after_writes = lambda batch_id: crash_after_writes(int(crash_batch), batch_id)
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
