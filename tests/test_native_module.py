@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import pickle
 from pathlib import Path
 
 import pytest
@@ -73,5 +74,14 @@ def test_stub_declares_exactly_the_module() -> None:
 
 
 def test_native_classes_live_in_the_private_module() -> None:
+    # The real import path, so errors raised on a Spark executor unpickle on the driver.
     for name in ("CsTrie", "Snapshot", "FrozenMatcher", "FrozenFormatError", "BatchLimitError"):
-        assert getattr(_native, name).__module__ in {"routing._native", "_native"}
+        assert getattr(_native, name).__module__ == "routing._native"
+
+
+def test_native_errors_survive_pickling() -> None:
+    with pytest.raises(native.FrozenFormatError) as caught:
+        native.FrozenMatcher.from_bytes(b"junk")
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert type(copy) is native.FrozenFormatError
+    assert str(copy) == str(caught.value)

@@ -78,13 +78,13 @@ pub mod python {
     use super::NativeError;
 
     create_exception!(
-        _native,
+        routing._native,
         FrozenFormatError,
         PyValueError,
         "Bytes that are not an intact frozen matcher (corrupt, truncated, foreign or a newer format version)."
     );
     create_exception!(
-        _native,
+        routing._native,
         BatchLimitError,
         PyValueError,
         "A batch over max_batch_rows, or whose results overflow the output array."
