@@ -124,6 +124,7 @@ class Results:
     realistic_expected: dict[int, list[frozenset[str]]] = field(default_factory=dict)
     memory: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    load_before: float = field(default_factory=lambda: os.getloadavg()[0])
 
 
 _START = time.perf_counter()
@@ -391,8 +392,9 @@ def report(rows: Sequence[Contender], settings: Settings, results: Results, argv
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC} on {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
         f"`python bench/matchers.py {' '.join(argv)}` (seed {settings.seed}"
-        f"{', --quick' if settings.quick else ''}). One thread; the machine was shared with other builds, "
-        "so treat small differences as noise. Seed figures: the fast-topic-matching article (Go, "
+        f"{', --quick' if settings.quick else ''}). One thread; the machine was shared with other builds "
+        f"(1-minute load average {results.load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), "
+        "so treat differences under 2x as noise. Seed figures: the fast-topic-matching article (Go, "
         "2.6 GHz Core i7).\n"
     )
     out.append("## Seed latency (ns/op)\n")
