@@ -210,7 +210,7 @@ def test_change_id_formats() -> None:
         import_change_id("ab" * 32, 0)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.tuples(st.integers(0, 10_000), st.integers(0, 2**62)), st.tuples(st.integers(0, 10_000), st.integers(0, 2**62))
 )
