@@ -115,6 +115,9 @@ def get_spark(
         return active
     # The JVM reads this before any conf; without it Spark warns about the hostname and binds elsewhere.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Local mode starts Python workers from PYSPARK_PYTHON (it ignores spark.pyspark.python): they must
+    # run this interpreter, whose environment has pyarrow and the native module.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
