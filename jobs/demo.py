@@ -20,7 +20,6 @@ import argparse
 import csv
 import json
 import logging
-import os
 import shutil
 import sys
 import time
@@ -154,7 +153,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from routing.router.pipeline import Router
     from routing.spark import get_spark
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     step = 0
 
     def say(text: str) -> None:

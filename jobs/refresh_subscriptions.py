@@ -226,9 +226,6 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
         return 2
     from routing.spark import get_spark
 
-    # Python workers (the mapInArrow validation) must run this interpreter, whose environment has pyarrow
-    # and routing; PySpark's local mode reads PYSPARK_PYTHON, not spark.pyspark.python.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (spark_factory or get_spark)(settings, app_name=APP_NAME)
     while True:
         try:

@@ -98,8 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from routing.router.pipeline import Router
     from routing.spark import get_spark
 
-    # Python workers (the mapInArrow matcher) must run this interpreter, which has the native module.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = get_spark(settings, app_name=APP_NAME)
     router = Router(spark, settings)
     crash_batch = os.environ.get(CRASH_AFTER_WRITES_ENV)

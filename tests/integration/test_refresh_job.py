@@ -43,10 +43,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-# routing.spark passes spark.pyspark.python, which PySpark's local mode ignores (the driver reads
-# PYSPARK_PYTHON); without this the mapInArrow workers run the system python, which lacks pyarrow.
-# Set at collection time, before the session fixture starts Spark.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 MAX_EVENT_BYTES = 300
 LIMIT = 3
