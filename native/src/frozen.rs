@@ -159,6 +159,18 @@ impl Interned {
     }
 }
 
+/// For items sorted by owner: `starts[i] .. starts[i + 1]` are the items of owner `i`.
+fn range_starts(owners: usize, sorted_owners: impl Iterator<Item = u32>) -> Vec<u32> {
+    let mut starts = vec![0u32; owners + 1];
+    for owner in sorted_owners {
+        starts[owner as usize + 1] += 1;
+    }
+    for i in 0..owners {
+        starts[i + 1] += starts[i];
+    }
+    starts
+}
+
 fn slice<'a>(all: &'a str, ends: &[u32], id: u32) -> &'a str {
     let end = ends[id as usize] as usize;
     let start = if id == 0 { 0 } else { ends[id as usize - 1] as usize };
@@ -238,25 +250,10 @@ pub struct FrozenMatcher {
     pub(crate) subscribers: Interned,
 }
 
-/// Mutable trie used only while building.
-#[derive(Default)]
-struct BuildNode {
-    literals: HashMap<u32, u32>,
-    star: u32,
-    hash: u32,
-    subs: Vec<u32>,
-}
-
-impl BuildNode {
-    fn new() -> Self {
-        BuildNode {
-            literals: HashMap::new(),
-            star: NONE,
-            hash: NONE,
-            subs: Vec::new(),
-        }
-    }
-}
+/// Build-time sort keys of the wildcard children: after every literal word
+/// rank (ranks are below [`UNRESOLVED`]), star before hash, as in preorder.
+const STAR_KEY: u32 = u32::MAX - 1;
+const HASH_KEY: u32 = u32::MAX;
 
 /// Temporary interning by first appearance, re-numbered in text order at the end.
 #[derive(Default)]
@@ -275,7 +272,7 @@ impl<'a> Interner<'a> {
     }
 
     /// `(temporary id -> final id, interned texts in final order)`.
-    fn finish(self) -> (Vec<u32>, Interned) {
+    fn finish(self) -> Result<(Vec<u32>, Interned), BuildError> {
         let mut order: Vec<u32> = (0..self.texts.len() as u32).collect();
         order.sort_unstable_by_key(|&id| self.texts[id as usize]);
         let mut rank = vec![0u32; order.len()];
@@ -283,10 +280,12 @@ impl<'a> Interner<'a> {
         let mut interned = Interned::with_capacity(order.len(), bytes);
         for (final_id, &temporary) in order.iter().enumerate() {
             rank[temporary as usize] = final_id as u32;
-            let added = interned.push(self.texts[temporary as usize]);
-            debug_assert!(added, "texts are unique by construction");
+            // Texts are unique by construction, so only the size limits can refuse.
+            if !interned.push(self.texts[temporary as usize]) {
+                return Err(BuildError::TooLarge);
+            }
         }
-        (rank, interned)
+        Ok((rank, interned))
     }
 }
 
@@ -311,6 +310,12 @@ impl FrozenMatcher {
     }
 
     /// Build from (pattern, subscriber) pairs; duplicates are harmless.
+    ///
+    /// One pass interns the texts and records every trie edge in a single
+    /// `(parent, word) -> child` map (no per-node allocations); sorting the
+    /// edges and the `(node, subscriber)` pairs then gives every node its
+    /// children and subscribers as ranges, and a depth-first walk numbers the
+    /// nodes in preorder.
     pub fn build<P, S>(pairs: impl IntoIterator<Item = (P, S)>) -> Result<Self, BuildError>
     where
         P: AsRef<str>,
@@ -319,93 +324,91 @@ impl FrozenMatcher {
         let pairs: Vec<(P, S)> = pairs.into_iter().collect();
         let mut words = Interner::default();
         let mut subscribers = Interner::default();
-        let mut trie = vec![BuildNode::new()];
+        // (parent, temporary word id or STAR_KEY/HASH_KEY) -> child; node 0 is the root.
+        let mut edge_map: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut node_count: u32 = 1;
+        let mut ends: Vec<(u32, u32)> = Vec::with_capacity(pairs.len());
         for (pattern, subscriber) in &pairs {
             let subscriber = subscriber.as_ref();
             if subscriber.is_empty() {
                 return Err(BuildError::EmptySubscriber);
             }
-            let mut node = 0usize;
+            let mut node = 0u32;
             for word in split_words(pattern.as_ref()) {
-                let next = trie.len() as u32;
-                let slot = match PatternWord::parse(word) {
-                    PatternWord::Star => &mut trie[node].star,
-                    PatternWord::Hash => &mut trie[node].hash,
-                    PatternWord::Literal(literal) => {
-                        let id = words.intern(literal);
-                        trie[node].literals.entry(id).or_insert(NONE)
-                    }
+                let key = match PatternWord::parse(word) {
+                    PatternWord::Star => STAR_KEY,
+                    PatternWord::Hash => HASH_KEY,
+                    PatternWord::Literal(literal) => words.intern(literal),
                 };
-                let child = if *slot == NONE {
-                    *slot = next;
-                    trie.push(BuildNode::new());
-                    if trie.len() >= NONE as usize {
-                        return Err(BuildError::TooLarge);
-                    }
-                    next
-                } else {
-                    *slot
-                };
-                node = child as usize;
+                node = *edge_map.entry((node, key)).or_insert_with(|| {
+                    node_count = node_count.saturating_add(1);
+                    node_count - 1
+                });
             }
-            let id = subscribers.intern(subscriber);
-            trie[node].subs.push(id);
+            if node_count >= UNRESOLVED {
+                return Err(BuildError::TooLarge);
+            }
+            ends.push((node, subscribers.intern(subscriber)));
         }
-        let (word_rank, words) = words.finish();
-        let (subscriber_rank, subscribers) = subscribers.finish();
+        let (word_rank, words) = words.finish()?;
+        let (subscriber_rank, subscribers) = subscribers.finish()?;
+        let node_total = node_count as usize;
 
-        // Emit in preorder: pop a node, number it, push its children reversed.
-        let mut order: Vec<u32> = Vec::with_capacity(trie.len());
-        let mut final_index = vec![NONE; trie.len()];
-        let mut nodes = Vec::with_capacity(trie.len());
-        let mut edges: Vec<Edge> = Vec::new();
-        let mut subscriber_ids: Vec<u32> = Vec::new();
+        // Children of each node, contiguous and in preorder order (literal ranks, star, hash).
+        let mut children: Vec<(u32, u32, u32)> = edge_map
+            .into_iter()
+            .map(|((parent, key), child)| {
+                let key = if key >= STAR_KEY { key } else { word_rank[key as usize] };
+                (parent, key, child)
+            })
+            .collect();
+        children.sort_unstable();
+        let child_start = range_starts(node_total, children.iter().map(|&(parent, _, _)| parent));
+        let mut ends: Vec<(u32, u32)> = ends
+            .into_iter()
+            .map(|(node, subscriber)| (node, subscriber_rank[subscriber as usize]))
+            .collect();
+        ends.sort_unstable();
+        ends.dedup();
+        let subs_start = range_starts(node_total, ends.iter().map(|&(node, _)| node));
+        if children.len() > u32::MAX as usize || ends.len() > u32::MAX as usize {
+            return Err(BuildError::TooLarge);
+        }
+
+        // Number the nodes in preorder: pop a node, push its children reversed.
+        let mut order: Vec<u32> = Vec::with_capacity(node_total);
+        let mut final_index = vec![NONE; node_total];
         let mut stack = vec![0u32];
         while let Some(built) = stack.pop() {
             final_index[built as usize] = order.len() as u32;
             order.push(built);
-            let source = &trie[built as usize];
-            let mut literals: Vec<Edge> = source
-                .literals
-                .iter()
-                .map(|(&word, &child)| Edge {
-                    word: word_rank[word as usize],
-                    child,
-                })
-                .collect();
-            literals.sort_unstable_by_key(|edge| edge.word);
-            let mut subs: Vec<u32> = source.subs.iter().map(|&id| subscriber_rank[id as usize]).collect();
-            subs.sort_unstable();
-            subs.dedup();
-            if edges.len() + literals.len() > u32::MAX as usize || subscriber_ids.len() + subs.len() > u32::MAX as usize
-            {
-                return Err(BuildError::TooLarge);
-            }
-            nodes.push(Node {
+            let range = child_start[built as usize] as usize..child_start[built as usize + 1] as usize;
+            stack.extend(children[range].iter().rev().map(|&(_, _, child)| child));
+        }
+
+        let mut nodes = Vec::with_capacity(node_total);
+        let mut edges: Vec<Edge> = Vec::with_capacity(children.len());
+        let mut subscriber_ids: Vec<u32> = Vec::with_capacity(ends.len());
+        for &built in &order {
+            let built = built as usize;
+            let mut node = Node {
                 first_edge: edges.len() as u32,
-                edge_count: literals.len() as u32,
-                star: source.star,
-                hash: source.hash,
                 subs_start: subscriber_ids.len() as u32,
-                subs_len: subs.len() as u32,
-            });
-            for child in [source.hash, source.star].into_iter().filter(|&c| c != NONE) {
-                stack.push(child);
-            }
-            stack.extend(literals.iter().rev().map(|edge| edge.child));
-            edges.extend(literals);
-            subscriber_ids.extend(subs);
-        }
-        // Children were recorded by build index; translate to preorder indices.
-        for edge in &mut edges {
-            edge.child = final_index[edge.child as usize];
-        }
-        for node in &mut nodes {
-            for child in [&mut node.star, &mut node.hash] {
-                if *child != NONE {
-                    *child = final_index[*child as usize];
+                ..Node::EMPTY
+            };
+            for &(_, key, child) in &children[child_start[built] as usize..child_start[built + 1] as usize] {
+                let child = final_index[child as usize];
+                match key {
+                    STAR_KEY => node.star = child,
+                    HASH_KEY => node.hash = child,
+                    word => edges.push(Edge { word, child }),
                 }
             }
+            node.edge_count = edges.len() as u32 - node.first_edge;
+            let subs = &ends[subs_start[built] as usize..subs_start[built + 1] as usize];
+            subscriber_ids.extend(subs.iter().map(|&(_, subscriber)| subscriber));
+            node.subs_len = subs.len() as u32;
+            nodes.push(node);
         }
         Ok(FrozenMatcher {
             nodes,
