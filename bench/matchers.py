@@ -338,34 +338,32 @@ def measure_realistic(contender: Contender, settings: Settings, size: int, resul
     results.realistic.setdefault(contender.name, {})[size] = (elapsed / done * 1e9, done / elapsed, done)
 
 
-def memory_probe(name: str, settings: Settings) -> dict[str, float]:
-    """Runs in a child process: bytes per subscription for one contender (see module docstring)."""
+def memory_probe(name: str, kind: str, settings: Settings) -> dict[str, float]:
+    """Runs in a child process: bytes per subscription for one contender (see module docstring).
+
+    ``kind`` is "tracemalloc" or "rss", one per process: tracing every
+    allocation costs memory of its own, which would inflate the RSS figure.
+    """
     by_name = {c.name: c for c in contenders()[0]}
     contender = by_name[name]
     rng = random.Random(settings.seed)
     vocab = vocabulary(rng, settings.vocabulary)
     pairs, keys = realistic_workload(rng, vocab, settings.memory_subscriptions, settings.memory_lookups)
     count = len(pairs)
-    gc.collect()
-    tracemalloc.start()
-    heap_before = tracemalloc.get_traced_memory()[0]
-    rss_before = _rss_bytes()
+    if kind == "tracemalloc":
+        tracemalloc.start()
+
+    def measure() -> int:
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] if kind == "tracemalloc" else _rss_bytes()
+
+    before = measure()
     reader = contender.populated(pairs)
-    gc.collect()
-    heap_built = tracemalloc.get_traced_memory()[0]
-    rss_built = _rss_bytes()
+    built = measure()
     for key in keys:
         reader.lookup(key)
-    gc.collect()
-    heap_used = tracemalloc.get_traced_memory()[0]
-    rss_used = _rss_bytes()
-    tracemalloc.stop()
-    return {
-        "tracemalloc_built": (heap_built - heap_before) / count,
-        "rss_built": (rss_built - rss_before) / count,
-        "tracemalloc_after_lookups": (heap_used - heap_before) / count,
-        "rss_after_lookups": (rss_used - rss_before) / count,
-    }
+    used = measure()
+    return {f"{kind}_built": (built - before) / count, f"{kind}_after_lookups": (used - before) / count}
 
 
 def _rss_bytes() -> int:
@@ -374,12 +372,13 @@ def _rss_bytes() -> int:
 
 
 def measure_memory(contender: Contender, settings: Settings, argv: Sequence[str], results: Results) -> None:
-    command = [sys.executable, str(Path(__file__).resolve()), *argv, "--memory-probe", contender.name]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        results.notes.append(f"memory probe for {contender.name} failed: {done.stderr.strip()[-300:]}")
-        return
-    results.memory[contender.name] = json.loads(done.stdout.strip().splitlines()[-1])
+    for kind in ("tracemalloc", "rss"):
+        command = [sys.executable, str(Path(__file__).resolve()), *argv, "--memory-probe", contender.name, kind]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            results.notes.append(f"memory probe for {contender.name} failed: {done.stderr.strip()[-300:]}")
+            return
+        results.memory.setdefault(contender.name, {}).update(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 # --- report ---------------------------------------------------------------------------------------------------
@@ -458,7 +457,8 @@ def report(rows: Sequence[Contender], settings: Settings, results: Results, argv
 
     out.append("## Memory (bytes per subscription)\n")
     out.append(
-        f"{settings.memory_subscriptions:,} realistic subscriptions, each matcher in a fresh process; then "
+        f"{settings.memory_subscriptions:,} realistic subscriptions, each matcher in two fresh processes "
+        "(one traced, one not); then "
         f"{settings.memory_lookups:,} realistic lookups. tracemalloc sees only the Python heap (not CRoaring "
         "bitmaps or Rust); RSS growth sees everything but includes allocator slack and page granularity.\n"
     )
@@ -479,6 +479,11 @@ def report(rows: Sequence[Contender], settings: Settings, results: Results, argv
         )
     header = ["matcher", "tracemalloc", "RSS", "tracemalloc after lookups", "RSS after lookups"]
     out.append(markdown_table(header, table) + "\n")
+    if any(not c.writes for c in rows):
+        out.append(
+            "A frozen row's RSS includes what the allocator kept of the CSTrieMatcher it was frozen from "
+            "(built and dropped in the same process), so it is an upper bound.\n"
+        )
 
     notes = [f"{c.name}: {c.note}" for c in rows if c.note] + results.notes
     for c in rows:
@@ -585,7 +590,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Settings, argparse.Namespace]:
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where matchers.md and the PNG go")
     parser.add_argument("--no-write", action="store_true", help="print the tables only; write no files")
-    parser.add_argument("--memory-probe", metavar="MATCHER", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-probe", nargs=2, metavar=("MATCHER", "KIND"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     quick = args.quick
     sizes = args.sizes or ("200" if quick else "1000,100000")
@@ -609,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     settings, args = parse_args(argv)
     if args.memory_probe:
-        print(json.dumps(memory_probe(args.memory_probe, settings)))
+        print(json.dumps(memory_probe(args.memory_probe[0], args.memory_probe[1], settings)))
         return 0
     rows, skipped = contenders()
     results = Results(notes=list(skipped))
