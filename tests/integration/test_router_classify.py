@@ -1,0 +1,117 @@
+"""The JVM-side classification (:func:`routing.router.classify.classify`) agrees with the Python validator.
+
+The router judges keys and payloads with Spark SQL expressions so no Python
+runs per record; the rules are the validator's, restated. Here both judge the
+same hostile records: a table of hand-picked edge cases (encoded surrogates,
+overlong and truncated UTF-8, limits at and one past their boundary in bytes
+and in words, control characters, strict-policy characters) plus Hypothesis
+byte strings biased toward dots and multi-byte sequences. The reason codes must
+be equal record by record (``None`` = valid), and a valid record's
+``routing_key`` must be the decoded key. One Spark action per policy per example.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from routing.errors import TopicError
+from routing.limits import Limits
+from routing.router.classify import classify
+from routing.router.pipeline import SOURCE_DDL
+from routing.settings import RouterSettings
+from routing.validation import Policy, Validator
+from tests import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the session starts)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.integration
+
+#: Small limits, so random data crosses them often.
+LIMITS = Limits(max_key_bytes=24, max_key_words=5, max_payload_bytes=16)
+
+EDGE_KEYS: list[bytes | None] = [
+    None, b"", b".", b"....", b".....", b"a.b.c.d.e", b"a.b.c.d.e.f", b"a" * 24, b"a" * 25,
+    "é".encode() * 12, "é".encode() * 12 + b"a", "日本語".encode() * 2 + b"abcdef", "€".encode() * 8 + b"a",
+    b"\xed\xa0\x80", b"\xed\xbf\xbf", b"a.\xed\xb0\x80.b", b"\xc0\xaf", b"\xc1\xbf", b"\xe0\x80\xaf",
+    b"\xf0\x80\x80\xaf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xff", b"\xfe\xff", b"\xe2\x82", b"a.\xe2",
+    b"\x80", b"\xef\xbb\xbfa", b"\xf0\x9f\x98\x80", b"\x00", b"a.\x00.b", b"a\x1fb", b"a\x7fb", "a\u0085b".encode(),
+    b"A-z_0.9", b"a b", b"a\tb", b"a..b", b"a.", b".a", b"*", b"#", b"a.*.b", b"a/b", b"a\nb", "ü".encode(),
+    b"\xed\xa0\x80" * 9,  # too long and not UTF-8: the length rule comes first
+    b"a." * 12,  # 24 bytes, 13 words
+]
+
+hostile_bytes = st.one_of(
+    st.binary(max_size=30),
+    st.lists(
+        st.sampled_from([b".", b"a", b"Z9", b"_-", b"\xc3\xa9", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xe2\x82",
+                         b"\xc0\xaf", b"\x00", b" ", b"*", b"#", b"\xff"]),
+        max_size=14,
+    ).map(b"".join),
+    st.text(max_size=12).map(lambda text: text.encode("utf-8", "surrogatepass")),
+)
+records = st.lists(
+    st.tuples(st.one_of(st.none(), hostile_bytes), st.one_of(st.none(), st.binary(min_size=14, max_size=18))),
+    min_size=1, max_size=150,
+)
+
+
+def python_reason(validator: Validator, key: bytes | None, payload: bytes | None) -> tuple[str | None, str | None]:
+    """(reason, decoded key) as the Python validator judges the record."""
+    try:
+        decoded = validator.decode_key(key)
+        validator.check_payload(payload)
+    except TopicError as error:
+        return error.reason, None
+    return None, decoded
+
+
+def judge_in_spark(
+    spark: SparkSession, validator: Validator, rows: list[tuple[bytes | None, bytes | None]]
+) -> list[tuple[str | None, str | None]]:
+    timestamp = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    frame = spark.createDataFrame(
+        [(key, payload, "t", 0, index, timestamp, []) for index, (key, payload) in enumerate(rows)], SOURCE_DDL
+    )
+    judged = classify(frame, RouterSettings(key_source="key"), validator)
+    collected = judged.select("offset", "reason", "routing_key").collect()
+    by_offset = {row["offset"]: (row["reason"], row["routing_key"]) for row in collected}
+    assert sorted(by_offset) == list(range(len(rows)))
+    return [by_offset[index] for index in range(len(rows))]
+
+
+def check_agreement(spark: SparkSession, rows: list[tuple[bytes | None, bytes | None]]) -> None:
+    for policy in Policy:
+        validator = Validator(limits=LIMITS, policy=policy)
+        expected = [python_reason(validator, key, payload) for key, payload in rows]
+        actual = judge_in_spark(spark, validator, rows)
+        mismatches = [
+            (policy.value, key, payload, want, got)
+            for (key, payload), want, got in zip(rows, expected, actual, strict=True)
+            if want != got
+        ]
+        assert mismatches == []
+
+
+def test_edge_cases_classify_like_the_validator(spark: SparkSession) -> None:
+    rows: list[tuple[bytes | None, bytes | None]] = [(key, b"ok") for key in EDGE_KEYS]
+    rows += [(b"a.b", b"p" * 16), (b"a.b", b"p" * 17), (b"a.b", None), (b"a.b", b""), (None, b"p" * 17),
+             (b"\xff", b"p" * 17), (b"a" * 25, b"p" * 17)]
+    reasons = {python_reason(Validator(limits=LIMITS, policy=policy), key, payload)[0]
+               for policy in Policy for key, payload in rows}
+    # The table exercises every rule the classifier has.
+    assert reasons == {None, "null_key", "key_too_long", "invalid_key", "too_many_words", "payload_too_large"}
+    check_agreement(spark, rows)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=records)
+def test_hostile_bytes_classify_like_the_validator(
+    spark: SparkSession, rows: list[tuple[bytes | None, bytes | None]]
+) -> None:
+    check_agreement(spark, rows)
