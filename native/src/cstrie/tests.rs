@@ -327,3 +327,87 @@ fn trie_and_snapshot_are_send_and_sync() {
     assert_send_sync::<CsTrie>();
     assert_send_sync::<Snapshot>();
 }
+
+/// Install `kind` as a GCAS proposal on `inode` *without* committing it, as a
+/// writer preempted between its CAS and its commit would leave it.
+fn leave_proposal_pending(inode: &INode, kind: MainKind, guard: &Guard) {
+    let old = inode.main.load(guard).expect("main node");
+    let proposal = Arc::new(MainNode { kind, prev: AtomicArc::new(Some(Arc::new(node::GcasPrev::Pending(old.to_arc())))) });
+    assert!(inode.main.compare_exchange(Some(old), Some(proposal), guard).is_ok());
+}
+
+fn root_inode(trie: &CsTrie) -> Arc<INode> {
+    let guard = epoch::pin();
+    match trie.root.load(&guard).expect("root").get() {
+        RootState::Stable(root) => root.clone(),
+        RootState::Swapping(_) => unreachable!("no snapshot is running"),
+    }
+}
+
+#[test]
+fn a_pending_proposal_under_the_current_generation_is_committed_by_readers() {
+    let trie = CsTrie::new();
+    trie.subscribe("a.b", "s");
+    let root = root_inode(&trie);
+    let guard = epoch::pin();
+    leave_proposal_pending(&root, MainKind::Branches(CNode::default()), &guard);
+    // The live reader finishes the writer's GCAS: the generation still holds.
+    assert_eq!(trie.lookup("a.b"), Vec::<Arc<str>>::new());
+    assert!(root.main.load(&guard).expect("main").prev.load(&guard).is_none(), "committed");
+}
+
+#[test]
+fn a_pending_proposal_is_committed_before_a_snapshot_takes_the_root() {
+    let trie = CsTrie::new();
+    trie.subscribe("a.b", "s");
+    let root = root_inode(&trie);
+    let guard = epoch::pin();
+    leave_proposal_pending(&root, MainKind::Branches(CNode::default()), &guard);
+    // The snapshot reads the root's main node first, completing the GCAS, so
+    // the write is ordered before the snapshot in both views.
+    let snapshot = trie.snapshot();
+    assert!(snapshot.is_empty());
+    assert!(trie.lookup("a.b").is_empty());
+}
+
+#[test]
+fn a_pending_proposal_on_a_snapshotted_inode_is_rolled_back() {
+    let trie = CsTrie::new();
+    trie.subscribe("a.b", "s");
+    let old_root = root_inode(&trie);
+    let snapshot = trie.snapshot();
+    assert!(Arc::ptr_eq(&old_root, &snapshot.root));
+    let guard = epoch::pin();
+
+    // A writer that read the root before the snapshot proposes on it after:
+    // a snapshot reader must roll it back (read-only decides "failed").
+    leave_proposal_pending(&old_root, MainKind::Branches(CNode::default()), &guard);
+    assert_eq!(snapshot.lookup("a.b"), ids(&["s"]));
+    assert_eq!(snapshot.len(), 1);
+
+    // So must a live reader: the root's generation moved on.
+    leave_proposal_pending(&old_root, MainKind::Branches(CNode::default()), &guard);
+    let main = gcas::gcas_read(&old_root, trie.ctx(), &guard);
+    assert!(main.cnode().is_some_and(|cnode| cnode.literal("a").is_some()), "rolled back to the old C-node");
+
+    // And the writer's own commit reports failure, so it retries.
+    let current = gcas::gcas_read(&old_root, trie.ctx(), &guard);
+    assert!(!gcas::gcas(&old_root, current, MainKind::Branches(CNode::default()), trie.ctx(), &guard));
+    assert_eq!(snapshot.lookup("a.b"), ids(&["s"]));
+    assert_eq!(trie.lookup("a.b"), ids(&["s"]));
+}
+
+#[test]
+fn a_root_write_racing_a_snapshot_aborts_the_swap_not_the_write() {
+    let trie = CsTrie::new();
+    let guard = epoch::pin();
+    let state = trie.root.load(&guard).expect("root");
+    let RootState::Stable(root) = state.get() else { unreachable!() };
+    let expected = gcas::gcas_read(root, trie.ctx(), &guard);
+    // The root's main node changes between the snapshot's read and its swap.
+    trie.subscribe("x", "s");
+    let new_root = INode::new(99, expected.to_arc());
+    assert!(!gcas::rdcss_root(&trie.root, state, root.clone(), expected.to_arc(), new_root, &guard));
+    assert_eq!(root_inode(&trie).gen, root.gen, "the root was not swapped");
+    assert_eq!(trie.lookup("x"), ids(&["s"]));
+}
