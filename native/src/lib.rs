@@ -9,6 +9,8 @@ pub mod codec;
 pub mod cstrie;
 pub mod errors;
 pub mod frozen;
+// Only in test builds and cargo-fuzz builds (which pass `--cfg fuzzing`).
+#[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod topic;
