@@ -44,7 +44,10 @@ fn script(writer: usize, length: usize) -> Script {
         let held = state.iter().nth(rng.below(state.len() + 1)).cloned();
         let operation = match held {
             Some((pattern, subscriber)) if rng.below(2) == 0 => Operation::Unsubscribe(pattern, subscriber),
-            _ => Operation::Subscribe(rng.text(PATTERN_ALPHABET, 3), subscribers[rng.below(subscribers.len())].clone()),
+            _ => Operation::Subscribe(
+                rng.text(PATTERN_ALPHABET, 3),
+                subscribers[rng.below(subscribers.len())].clone(),
+            ),
         };
         match &operation {
             Operation::Subscribe(pattern, subscriber) => state.insert((pattern.clone(), subscriber.clone())),
@@ -53,7 +56,11 @@ fn script(writer: usize, length: usize) -> Script {
         operations.push(operation);
         states.push(state.clone());
     }
-    Script { owner, operations, states }
+    Script {
+        owner,
+        operations,
+        states,
+    }
 }
 
 fn run_writer(trie: &CsTrie, script: &Script, completed: &AtomicUsize) {
@@ -63,7 +70,12 @@ fn run_writer(trie: &CsTrie, script: &Script, completed: &AtomicUsize) {
             Operation::Subscribe(pattern, subscriber) => trie.subscribe(pattern, subscriber),
             Operation::Unsubscribe(pattern, subscriber) => trie.unsubscribe(pattern, subscriber),
         };
-        assert_eq!(changed, script.states[index] != script.states[index + 1], "{} op {index}", script.owner);
+        assert_eq!(
+            changed,
+            script.states[index] != script.states[index + 1],
+            "{} op {index}",
+            script.owner
+        );
         completed.store(index + 1, Ordering::SeqCst);
     }
 }
@@ -72,7 +84,11 @@ fn run_writer(trie: &CsTrie, script: &Script, completed: &AtomicUsize) {
 fn check_snapshot(snapshot: &Snapshot, scripts: &[Script], before: &[usize], after: &[usize]) {
     let pairs = snapshot.subscriptions();
     for (writer, script) in scripts.iter().enumerate() {
-        let own: BTreeSet<Pair> = pairs.iter().filter(|(_, id)| id.starts_with(&script.owner)).cloned().collect();
+        let own: BTreeSet<Pair> = pairs
+            .iter()
+            .filter(|(_, id)| id.starts_with(&script.owner))
+            .cloned()
+            .collect();
         let last = (after[writer] + 1).min(script.operations.len());
         let window = before[writer]..=last;
         assert!(
@@ -84,7 +100,9 @@ fn check_snapshot(snapshot: &Snapshot, scripts: &[Script], before: &[usize], aft
 
 fn run(writers: usize, operations_per_writer: usize, snapshotters: usize) {
     let trie = CsTrie::new();
-    let scripts: Vec<Script> = (0..writers).map(|writer| script(writer, operations_per_writer)).collect();
+    let scripts: Vec<Script> = (0..writers)
+        .map(|writer| script(writer, operations_per_writer))
+        .collect();
     let completed: Vec<AtomicUsize> = (0..writers).map(|_| AtomicUsize::new(0)).collect();
     let writers_done = AtomicBool::new(false);
     let checked = AtomicUsize::new(0);
@@ -109,7 +127,7 @@ fn run(writers: usize, operations_per_writer: usize, snapshotters: usize) {
                     let after: Vec<usize> = completed.iter().map(|c| c.load(Ordering::SeqCst)).collect();
                     check_snapshot(&snapshot, scripts, &before, &after);
                     taken += 1;
-                    if taken % 25 == 0 {
+                    if taken.is_multiple_of(25) {
                         assert_snapshot_self_consistent(&snapshot, &mut rng, 3);
                     }
                 }
@@ -130,7 +148,10 @@ fn run(writers: usize, operations_per_writer: usize, snapshotters: usize) {
     // The final state is every writer's last state.
     let finished: Vec<usize> = scripts.iter().map(|script| script.operations.len()).collect();
     check_snapshot(&trie.snapshot(), &scripts, &finished, &finished);
-    let total: usize = scripts.iter().map(|script| script.states.last().map_or(0, BTreeSet::len)).sum();
+    let total: usize = scripts
+        .iter()
+        .map(|script| script.states.last().map_or(0, BTreeSet::len))
+        .sum();
     assert_eq!(trie.len(), total);
 }
 

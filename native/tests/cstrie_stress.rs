@@ -30,29 +30,53 @@ fn run_thread(trie: &CsTrie, thread_index: usize, start: &Barrier) -> BTreeSet<P
     for step in 0..OPERATIONS_PER_THREAD {
         match rng.below(10) {
             0..=3 => {
-                let pair = (rng.text(PATTERN_ALPHABET, 3), subscribers[rng.below(subscribers.len())].clone());
+                let pair = (
+                    rng.text(PATTERN_ALPHABET, 3),
+                    subscribers[rng.below(subscribers.len())].clone(),
+                );
                 let expected = model.insert(pair.clone());
-                assert_eq!(trie.subscribe(&pair.0, &pair.1), expected, "thread {thread_index} step {step}");
+                assert_eq!(
+                    trie.subscribe(&pair.0, &pair.1),
+                    expected,
+                    "thread {thread_index} step {step}"
+                );
             }
             4..=6 => {
                 // Mostly remove something held, so nodes get tombed and pruned.
                 let pair = match model.iter().nth(rng.below(model.len() + 1)) {
                     Some(held) if rng.below(4) != 0 => held.clone(),
-                    _ => (rng.text(PATTERN_ALPHABET, 3), subscribers[rng.below(subscribers.len())].clone()),
+                    _ => (
+                        rng.text(PATTERN_ALPHABET, 3),
+                        subscribers[rng.below(subscribers.len())].clone(),
+                    ),
                 };
                 let expected = model.remove(&pair);
-                assert_eq!(trie.unsubscribe(&pair.0, &pair.1), expected, "thread {thread_index} step {step}");
+                assert_eq!(
+                    trie.unsubscribe(&pair.0, &pair.1),
+                    expected,
+                    "thread {thread_index} step {step}"
+                );
             }
             7..=8 => {
                 let key = rng.text(KEY_ALPHABET, 4);
-                let own: Vec<Arc<str>> =
-                    trie.lookup(&key).into_iter().filter(|id| owned_by(thread_index, id)).collect();
-                assert_eq!(own, oracle_lookup(&model, &key), "thread {thread_index} step {step} key {key:?}");
+                let own: Vec<Arc<str>> = trie
+                    .lookup(&key)
+                    .into_iter()
+                    .filter(|id| owned_by(thread_index, id))
+                    .collect();
+                assert_eq!(
+                    own,
+                    oracle_lookup(&model, &key),
+                    "thread {thread_index} step {step} key {key:?}"
+                );
             }
             _ => {
                 let snapshot = trie.snapshot();
-                let own: BTreeSet<Pair> =
-                    snapshot.subscriptions().into_iter().filter(|(_, id)| owned_by(thread_index, id)).collect();
+                let own: BTreeSet<Pair> = snapshot
+                    .subscriptions()
+                    .into_iter()
+                    .filter(|(_, id)| owned_by(thread_index, id))
+                    .collect();
                 assert_eq!(own, model, "thread {thread_index} step {step}: snapshot slice");
                 if step % 10 == 0 {
                     assert_snapshot_self_consistent(&snapshot, &mut rng, 5);
@@ -68,12 +92,18 @@ fn concurrent_operations_match_per_thread_models() {
     let trie = CsTrie::new();
     let start = Barrier::new(THREADS);
     let models: Vec<BTreeSet<Pair>> = thread::scope(|scope| {
-        let workers: Vec<_> =
-            (0..THREADS).map(|index| scope.spawn({
-                let (trie, start) = (&trie, &start);
-                move || run_thread(trie, index, start)
-            })).collect();
-        workers.into_iter().map(|worker| worker.join().expect("worker panicked")).collect()
+        let workers: Vec<_> = (0..THREADS)
+            .map(|index| {
+                scope.spawn({
+                    let (trie, start) = (&trie, &start);
+                    move || run_thread(trie, index, start)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().expect("worker panicked"))
+            .collect()
     });
 
     let expected: BTreeSet<Pair> = models.into_iter().flatten().collect();
@@ -84,7 +114,11 @@ fn concurrent_operations_match_per_thread_models() {
     let mut rng = Rng(7);
     for _ in 0..200 {
         let key = rng.text(KEY_ALPHABET, 4);
-        assert_eq!(trie.lookup(&key), oracle_lookup(&expected, &key), "final lookup of {key:?}");
+        assert_eq!(
+            trie.lookup(&key),
+            oracle_lookup(&expected, &key),
+            "final lookup of {key:?}"
+        );
     }
 
     for (pattern, subscriber) in &expected {
@@ -128,8 +162,11 @@ fn concurrent_churn_never_hides_stable_subscriptions() {
                 let mut rng = Rng(100 + reader);
                 for _ in 0..3_000 {
                     let key = rng.text(KEY_ALPHABET, 4);
-                    let found: Vec<Arc<str>> =
-                        trie.lookup(&key).into_iter().filter(|id| id.starts_with("stable:")).collect();
+                    let found: Vec<Arc<str>> = trie
+                        .lookup(&key)
+                        .into_iter()
+                        .filter(|id| id.starts_with("stable:"))
+                        .collect();
                     assert_eq!(found, oracle_lookup(stable, &key), "key {key:?}");
                 }
             });

@@ -84,13 +84,19 @@ fn into_raw<T>(value: Option<Arc<T>>) -> *mut T {
 
 impl<T: Send + Sync + 'static> AtomicArc<T> {
     pub(crate) fn new(value: Option<Arc<T>>) -> Self {
-        AtomicArc { ptr: AtomicPtr::new(into_raw(value)), owns: PhantomData }
+        AtomicArc {
+            ptr: AtomicPtr::new(into_raw(value)),
+            owns: PhantomData,
+        }
     }
 
     /// The current value. Acquire pairs with the Release of the CAS that
     /// published it, so its (immutable) contents are visible.
     pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> Option<Guarded<'g, T>> {
-        NonNull::new(self.ptr.load(Ordering::Acquire)).map(|ptr| Guarded { ptr, guard: PhantomData })
+        NonNull::new(self.ptr.load(Ordering::Acquire)).map(|ptr| Guarded {
+            ptr,
+            guard: PhantomData,
+        })
     }
 
     /// Replace `current` (compared by address) with `new`. On success the
@@ -105,7 +111,10 @@ impl<T: Send + Sync + 'static> AtomicArc<T> {
     ) -> Result<Option<Guarded<'g, T>>, Option<Arc<T>>> {
         let current = current.map_or(ptr::null_mut(), |value| value.as_ptr() as *mut T);
         let new = into_raw(new);
-        match self.ptr.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
+        match self
+            .ptr
+            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+        {
             Ok(_) => {
                 if !current.is_null() {
                     let retired = current as usize;
@@ -116,7 +125,10 @@ impl<T: Send + Sync + 'static> AtomicArc<T> {
                         drop(unsafe { Arc::from_raw(retired as *const T) });
                     });
                 }
-                Ok(NonNull::new(new).map(|ptr| Guarded { ptr, guard: PhantomData }))
+                Ok(NonNull::new(new).map(|ptr| Guarded {
+                    ptr,
+                    guard: PhantomData,
+                }))
             }
             Err(_) => Err(NonNull::new(new).map(|ptr| {
                 // SAFETY: `new` came from `into_raw` just above and was never

@@ -79,8 +79,12 @@ pub(crate) fn rdcss_root(
     new: Arc<INode>,
     guard: &Guard,
 ) -> bool {
-    let descriptor =
-        Arc::new(RootState::Swapping(RdcssDescriptor { old, expected_main, new, decision: AtomicU8::new(UNDECIDED) }));
+    let descriptor = Arc::new(RootState::Swapping(RdcssDescriptor {
+        old,
+        expected_main,
+        new,
+        decision: AtomicU8::new(UNDECIDED),
+    }));
     match root.compare_exchange(Some(old_state), Some(descriptor), guard) {
         Ok(installed) => {
             let installed = installed.expect("just installed");
@@ -95,7 +99,9 @@ pub(crate) fn rdcss_root(
 }
 
 fn complete_rdcss(root: &AtomicArc<RootState>, state: Guarded<'_, RootState>, abort: bool, guard: &Guard) {
-    let RootState::Swapping(descriptor) = state.get() else { return };
+    let RootState::Swapping(descriptor) = state.get() else {
+        return;
+    };
     let mut decision = descriptor.decision.load(Ordering::Acquire);
     if decision == UNDECIDED {
         let proposal = if abort {
@@ -108,13 +114,19 @@ fn complete_rdcss(root: &AtomicArc<RootState>, state: Guarded<'_, RootState>, ab
                 ABORTED
             }
         };
-        decision = match descriptor.decision.compare_exchange(UNDECIDED, proposal, Ordering::AcqRel, Ordering::Acquire)
+        decision = match descriptor
+            .decision
+            .compare_exchange(UNDECIDED, proposal, Ordering::AcqRel, Ordering::Acquire)
         {
             Ok(_) => proposal,
             Err(actual) => actual,
         };
     }
-    let next = if decision == COMMITTED { descriptor.new.clone() } else { descriptor.old.clone() };
+    let next = if decision == COMMITTED {
+        descriptor.new.clone()
+    } else {
+        descriptor.old.clone()
+    };
     // Failure means a helper already swung the slot, to the same decision.
     let _ = root.compare_exchange(Some(state), Some(Arc::new(RootState::Stable(next))), guard);
 }
@@ -132,8 +144,10 @@ pub(crate) fn gcas_read<'g>(inode: &INode, ctx: Ctx<'_>, guard: &'g Guard) -> Gu
 /// Propose `kind` as the main node of `inode` in place of `old`. Returns
 /// whether the proposal committed (false: retry from a fresh read).
 pub(crate) fn gcas(inode: &INode, old: Guarded<'_, MainNode>, kind: MainKind, ctx: Ctx<'_>, guard: &Guard) -> bool {
-    let proposal =
-        Arc::new(MainNode { kind, prev: AtomicArc::new(Some(Arc::new(GcasPrev::Pending(old.to_arc())))) });
+    let proposal = Arc::new(MainNode {
+        kind,
+        prev: AtomicArc::new(Some(Arc::new(GcasPrev::Pending(old.to_arc())))),
+    });
     match inode.main.compare_exchange(Some(old), Some(proposal), guard) {
         Ok(installed) => {
             let installed = installed.expect("just installed");

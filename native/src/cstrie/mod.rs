@@ -189,9 +189,22 @@ impl CsTrie {
             };
             let expected_main = gcas_read(old_root, self.ctx(), &guard);
             let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-            let new_root = Arc::new(INode { main: AtomicArc::new(Some(expected_main.to_arc())), gen: generation });
-            if rdcss_root(&self.root, state, old_root.clone(), expected_main.to_arc(), new_root, &guard) {
-                return Snapshot { root: old_root.clone(), pairs: Arc::new(OnceLock::new()) };
+            let new_root = Arc::new(INode {
+                main: AtomicArc::new(Some(expected_main.to_arc())),
+                gen: generation,
+            });
+            if rdcss_root(
+                &self.root,
+                state,
+                old_root.clone(),
+                expected_main.to_arc(),
+                new_root,
+                &guard,
+            ) {
+                return Snapshot {
+                    root: old_root.clone(),
+                    pairs: Arc::new(OnceLock::new()),
+                };
             }
         }
     }
@@ -228,7 +241,10 @@ impl CsTrie {
                 // Only the empty pattern ends at the root itself.
                 return match cnode.empty_pattern.with(subscriber) {
                     None => Attempt::Done(false),
-                    Some(set) => commit(CNode { empty_pattern: set, ..cnode.clone() }),
+                    Some(set) => commit(CNode {
+                        empty_pattern: set,
+                        ..cnode.clone()
+                    }),
                 };
             };
             let rest = &words[depth + 1..];
@@ -241,14 +257,20 @@ impl CsTrie {
                     None => Attempt::Done(false),
                     Some(set) => commit(cnode.with_branch(
                         word,
-                        Some(Branch { subscribers: set, child: branch.child.clone() }),
+                        Some(Branch {
+                            subscribers: set,
+                            child: branch.child.clone(),
+                        }),
                     )),
                 };
             }
             match &branch.child {
                 None => {
                     let child = new_branch(rest, subscriber, start_gen).child;
-                    let branch = Branch { subscribers: branch.subscribers.clone(), child };
+                    let branch = Branch {
+                        subscribers: branch.subscribers.clone(),
+                        child,
+                    };
                     return commit(cnode.with_branch(word, Some(branch)));
                 }
                 Some(child) if child.gen == start_gen => {
@@ -282,20 +304,32 @@ impl CsTrie {
                 return Attempt::Restart;
             };
             let Some(&word) = words.get(depth) else {
-                let Some(set) = cnode.empty_pattern.without(subscriber) else { return Attempt::Done(false) };
-                let new = CNode { empty_pattern: set, ..cnode.clone() };
+                let Some(set) = cnode.empty_pattern.without(subscriber) else {
+                    return Attempt::Done(false);
+                };
+                let new = CNode {
+                    empty_pattern: set,
+                    ..cnode.clone()
+                };
                 return match gcas(inode, main, MainKind::Branches(new), ctx, guard) {
                     true => Attempt::Done(true),
                     false => Attempt::Restart,
                 };
             };
-            let Some(branch) = cnode.branch(word) else { return Attempt::Done(false) };
+            let Some(branch) = cnode.branch(word) else {
+                return Attempt::Done(false);
+            };
             if depth + 1 == words.len() {
-                let Some(set) = branch.subscribers.without(subscriber) else { return Attempt::Done(false) };
+                let Some(set) = branch.subscribers.without(subscriber) else {
+                    return Attempt::Done(false);
+                };
                 let child = branch.child.clone().filter(|child| !is_tombed(child, ctx, guard));
                 let remaining = match (set.is_empty(), child) {
                     (true, None) => None,
-                    (_, child) => Some(Branch { subscribers: set, child }),
+                    (_, child) => Some(Branch {
+                        subscribers: set,
+                        child,
+                    }),
                 };
                 let new = cnode.with_branch(word, remaining);
                 let tomb = depth > 0 && new.is_empty();
@@ -325,7 +359,14 @@ impl CsTrie {
 
     /// Copy `inode`'s C-node with every child I-node copied into generation
     /// `gen` (same main nodes: O(width), not O(subtree)).
-    fn renew(&self, inode: &INode, main: atomic_arc::Guarded<'_, MainNode>, cnode: &CNode, gen: Generation, guard: &Guard) -> bool {
+    fn renew(
+        &self,
+        inode: &INode,
+        main: atomic_arc::Guarded<'_, MainNode>,
+        cnode: &CNode,
+        gen: Generation,
+        guard: &Guard,
+    ) -> bool {
         let mut renewed = cnode.clone();
         for (_, branch) in renewed.literals.iter_mut() {
             renew_branch(branch, gen, self.ctx(), guard);
@@ -383,7 +424,10 @@ impl CsTrie {
             }
             let remaining = match branch.subscribers.is_empty() {
                 true => None,
-                false => Some(Branch { subscribers: branch.subscribers.clone(), child: None }),
+                false => Some(Branch {
+                    subscribers: branch.subscribers.clone(),
+                    child: None,
+                }),
             };
             let new = cnode.with_branch(word, remaining);
             let tomb = !std::ptr::eq(parent, root) && new.is_empty();
@@ -415,11 +459,17 @@ fn renew_branch(branch: &mut Branch, gen: Generation, ctx: Ctx<'_>, guard: &Guar
 /// pattern ends here; otherwise a fresh chain of I-nodes for `rest` (built
 /// bottom-up, without recursion) carries the subscriber at its end.
 fn new_branch(rest: &[PatternWord<'_>], subscriber: &Arc<str>, gen: Generation) -> Branch {
-    let mut branch = Branch { subscribers: SubscriberSet::single(subscriber.clone()), child: None };
+    let mut branch = Branch {
+        subscribers: SubscriberSet::single(subscriber.clone()),
+        child: None,
+    };
     for &word in rest.iter().rev() {
         let cnode = CNode::single(word, branch);
         let child = INode::new(gen, MainNode::committed(MainKind::Branches(cnode)));
-        branch = Branch { subscribers: SubscriberSet::default(), child: Some(child) };
+        branch = Branch {
+            subscribers: SubscriberSet::default(),
+            child: Some(child),
+        };
     }
     branch
 }

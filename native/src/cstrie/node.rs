@@ -59,7 +59,9 @@ pub(crate) struct SubscriberSet {
 
 impl SubscriberSet {
     pub(crate) fn single(id: Arc<str>) -> Self {
-        SubscriberSet { ids: Some(Arc::from(vec![id])) }
+        SubscriberSet {
+            ids: Some(Arc::from(vec![id])),
+        }
     }
 
     pub(crate) fn as_slice(&self) -> &[Arc<str>] {
@@ -85,7 +87,9 @@ impl SubscriberSet {
         ids.extend_from_slice(&self.as_slice()[..at]);
         ids.push(id.clone());
         ids.extend_from_slice(&self.as_slice()[at..]);
-        Some(SubscriberSet { ids: Some(Arc::from(ids)) })
+        Some(SubscriberSet {
+            ids: Some(Arc::from(ids)),
+        })
     }
 
     /// The set minus `id`, or `None` when `id` is absent.
@@ -96,7 +100,9 @@ impl SubscriberSet {
         }
         let mut ids = self.as_slice().to_vec();
         ids.remove(at);
-        Some(SubscriberSet { ids: Some(Arc::from(ids)) })
+        Some(SubscriberSet {
+            ids: Some(Arc::from(ids)),
+        })
     }
 }
 
@@ -155,7 +161,10 @@ impl CNode {
             PatternWord::Star => copy.star = branch,
             PatternWord::Hash => copy.hash = branch,
             PatternWord::Literal(literal) => {
-                match (copy.literals.binary_search_by(|(held, _)| (**held).cmp(literal)), branch) {
+                match (
+                    copy.literals.binary_search_by(|(held, _)| (**held).cmp(literal)),
+                    branch,
+                ) {
                     (Ok(at), Some(branch)) => copy.literals[at].1 = branch,
                     (Ok(at), None) => {
                         copy.literals.remove(at);
@@ -183,14 +192,21 @@ impl CNode {
     }
 
     fn branches_mut(&mut self) -> impl Iterator<Item = &mut Branch> {
-        self.literals.iter_mut().map(|(_, branch)| branch).chain(self.star.iter_mut()).chain(self.hash.iter_mut())
+        self.literals
+            .iter_mut()
+            .map(|(_, branch)| branch)
+            .chain(self.star.iter_mut())
+            .chain(self.hash.iter_mut())
     }
 }
 
 impl MainNode {
     /// A committed main node (no GCAS pending), for nodes not yet published.
     pub(crate) fn committed(kind: MainKind) -> Arc<MainNode> {
-        Arc::new(MainNode { kind, prev: AtomicArc::new(None) })
+        Arc::new(MainNode {
+            kind,
+            prev: AtomicArc::new(None),
+        })
     }
 
     pub(crate) fn cnode(&self) -> Option<&CNode> {
@@ -203,7 +219,10 @@ impl MainNode {
 
 impl INode {
     pub(crate) fn new(gen: Generation, main: Arc<MainNode>) -> Arc<INode> {
-        Arc::new(INode { main: AtomicArc::new(Some(main)), gen })
+        Arc::new(INode {
+            main: AtomicArc::new(Some(main)),
+            gen,
+        })
     }
 }
 
@@ -214,7 +233,9 @@ impl Drop for INode {
         let mut pending: Vec<Arc<MainNode>> = self.main.take().into_iter().collect();
         while let Some(main) = pending.pop() {
             // Only the last owner dismantles; shared nodes just lose a count.
-            let Some(mut main) = Arc::into_inner(main) else { continue };
+            let Some(mut main) = Arc::into_inner(main) else {
+                continue;
+            };
             if let Some(prev) = main.prev.take().and_then(Arc::into_inner) {
                 match prev {
                     GcasPrev::Pending(node) | GcasPrev::Failed(node) => pending.push(node),

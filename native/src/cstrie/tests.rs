@@ -61,12 +61,20 @@ const VALIDITY: &[(&str, &str, bool)] = &[
 #[test]
 fn validity_table_one_pattern_at_a_time() {
     for &(pattern, key, expected) in VALIDITY {
-        assert_eq!(matches(pattern, key), expected, "the table itself disagrees with the oracle: {pattern:?} {key:?}");
+        assert_eq!(
+            matches(pattern, key),
+            expected,
+            "the table itself disagrees with the oracle: {pattern:?} {key:?}"
+        );
         let trie = CsTrie::new();
         trie.subscribe(pattern, "s");
         let expected_ids = if expected { ids(&["s"]) } else { Vec::new() };
         assert_eq!(trie.lookup(key), expected_ids, "live: {pattern:?} vs {key:?}");
-        assert_eq!(trie.snapshot().lookup(key), expected_ids, "snapshot: {pattern:?} vs {key:?}");
+        assert_eq!(
+            trie.snapshot().lookup(key),
+            expected_ids,
+            "snapshot: {pattern:?} vs {key:?}"
+        );
     }
 }
 
@@ -80,8 +88,11 @@ fn validity_table_all_patterns_together() {
     }
     let snapshot = trie.snapshot();
     for &(_, key, _) in VALIDITY {
-        let expected: Vec<Arc<str>> =
-            patterns.iter().filter(|pattern| matches(pattern, key)).map(|pattern| Arc::from(*pattern)).collect();
+        let expected: Vec<Arc<str>> = patterns
+            .iter()
+            .filter(|pattern| matches(pattern, key))
+            .map(|pattern| Arc::from(*pattern))
+            .collect();
         assert_eq!(trie.lookup(key), expected, "live, key {key:?}");
         assert_eq!(snapshot.lookup(key), expected, "snapshot, key {key:?}");
     }
@@ -148,8 +159,10 @@ fn subscribers_topics_and_subscriptions() {
     assert_eq!(snapshot.topics("alice"), vec![".", "stock.#", "stock.*.msft"]);
     assert_eq!(snapshot.topics("carol"), vec!["", "a..b"]);
     assert_eq!(snapshot.topics("nobody"), Vec::<String>::new());
-    let mut expected: Vec<(String, Arc<str>)> =
-        pairs.iter().map(|(pattern, subscriber)| (pattern.to_string(), Arc::from(*subscriber))).collect();
+    let mut expected: Vec<(String, Arc<str>)> = pairs
+        .iter()
+        .map(|(pattern, subscriber)| (pattern.to_string(), Arc::from(*subscriber)))
+        .collect();
     expected.sort();
     assert_eq!(snapshot.subscriptions(), expected);
     assert_eq!(snapshot.len(), pairs.len());
@@ -187,7 +200,18 @@ fn snapshot_is_isolated_from_later_writes() {
 fn unsubscribing_everything_prunes_back_to_the_empty_trie() {
     let trie = CsTrie::new();
     assert_eq!(trie.node_count(), 1);
-    let patterns = ["a.b.c.d", "a.b", "a.*.c", "#", "a.#.d", "#.#.#", "*.*.*.*.*", "", "x..y", "a.b.c.e"];
+    let patterns = [
+        "a.b.c.d",
+        "a.b",
+        "a.*.c",
+        "#",
+        "a.#.d",
+        "#.#.#",
+        "*.*.*.*.*",
+        "",
+        "x..y",
+        "a.b.c.e",
+    ];
     for pattern in patterns {
         trie.subscribe(pattern, "s1");
         trie.subscribe(pattern, "s2");
@@ -220,7 +244,11 @@ fn pruning_also_works_across_snapshots() {
     }
     assert_eq!(trie.node_count(), 1);
     for (taken, snapshot) in snapshots.iter().enumerate() {
-        let expected = if taken < patterns.len() { taken + 1 } else { 2 * patterns.len() - taken - 1 };
+        let expected = if taken < patterns.len() {
+            taken + 1
+        } else {
+            2 * patterns.len() - taken - 1
+        };
         assert_eq!(snapshot.len(), expected, "snapshot {taken}");
     }
 }
@@ -274,7 +302,10 @@ impl Rng {
 
     fn text(&mut self, alphabet: &[&str], max_words: usize) -> String {
         let count = self.below(max_words + 1);
-        (0..count).map(|_| alphabet[self.below(alphabet.len())]).collect::<Vec<_>>().join(".")
+        (0..count)
+            .map(|_| alphabet[self.below(alphabet.len())])
+            .collect::<Vec<_>>()
+            .join(".")
     }
 }
 
@@ -299,7 +330,11 @@ fn random_operations_agree_with_a_sequential_model_and_the_oracle() {
             }
         }
         let snapshot = trie.snapshot();
-        assert_eq!(snapshot.subscriptions(), model.iter().cloned().collect::<Vec<_>>(), "seed {seed}");
+        assert_eq!(
+            snapshot.subscriptions(),
+            model.iter().cloned().collect::<Vec<_>>(),
+            "seed {seed}"
+        );
         assert_eq!(trie.len(), model.len());
         for _ in 0..60 {
             let key = rng.text(&key_alphabet, 5);
@@ -332,7 +367,10 @@ fn trie_and_snapshot_are_send_and_sync() {
 /// writer preempted between its CAS and its commit would leave it.
 fn leave_proposal_pending(inode: &INode, kind: MainKind, guard: &Guard) {
     let old = inode.main.load(guard).expect("main node");
-    let proposal = Arc::new(MainNode { kind, prev: AtomicArc::new(Some(Arc::new(node::GcasPrev::Pending(old.to_arc())))) });
+    let proposal = Arc::new(MainNode {
+        kind,
+        prev: AtomicArc::new(Some(Arc::new(node::GcasPrev::Pending(old.to_arc())))),
+    });
     assert!(inode.main.compare_exchange(Some(old), Some(proposal), guard).is_ok());
 }
 
@@ -353,7 +391,10 @@ fn a_pending_proposal_under_the_current_generation_is_committed_by_readers() {
     leave_proposal_pending(&root, MainKind::Branches(CNode::default()), &guard);
     // The live reader finishes the writer's GCAS: the generation still holds.
     assert_eq!(trie.lookup("a.b"), Vec::<Arc<str>>::new());
-    assert!(root.main.load(&guard).expect("main").prev.load(&guard).is_none(), "committed");
+    assert!(
+        root.main.load(&guard).expect("main").prev.load(&guard).is_none(),
+        "committed"
+    );
 }
 
 #[test]
@@ -388,11 +429,20 @@ fn a_pending_proposal_on_a_snapshotted_inode_is_rolled_back() {
     // So must a live reader: the root's generation moved on.
     leave_proposal_pending(&old_root, MainKind::Branches(CNode::default()), &guard);
     let main = gcas::gcas_read(&old_root, trie.ctx(), &guard);
-    assert!(main.cnode().is_some_and(|cnode| cnode.literal("a").is_some()), "rolled back to the old C-node");
+    assert!(
+        main.cnode().is_some_and(|cnode| cnode.literal("a").is_some()),
+        "rolled back to the old C-node"
+    );
 
     // And the writer's own commit reports failure, so it retries.
     let current = gcas::gcas_read(&old_root, trie.ctx(), &guard);
-    assert!(!gcas::gcas(&old_root, current, MainKind::Branches(CNode::default()), trie.ctx(), &guard));
+    assert!(!gcas::gcas(
+        &old_root,
+        current,
+        MainKind::Branches(CNode::default()),
+        trie.ctx(),
+        &guard
+    ));
     assert_eq!(snapshot.lookup("a.b"), ids(&["s"]));
     assert_eq!(trie.lookup("a.b"), ids(&["s"]));
 }
@@ -402,12 +452,21 @@ fn a_root_write_racing_a_snapshot_aborts_the_swap_not_the_write() {
     let trie = CsTrie::new();
     let guard = epoch::pin();
     let state = trie.root.load(&guard).expect("root");
-    let RootState::Stable(root) = state.get() else { unreachable!() };
+    let RootState::Stable(root) = state.get() else {
+        unreachable!()
+    };
     let expected = gcas::gcas_read(root, trie.ctx(), &guard);
     // The root's main node changes between the snapshot's read and its swap.
     trie.subscribe("x", "s");
     let new_root = INode::new(99, expected.to_arc());
-    assert!(!gcas::rdcss_root(&trie.root, state, root.clone(), expected.to_arc(), new_root, &guard));
+    assert!(!gcas::rdcss_root(
+        &trie.root,
+        state,
+        root.clone(),
+        expected.to_arc(),
+        new_root,
+        &guard
+    ));
     assert_eq!(root_inode(&trie).gen, root.gen, "the root was not swapped");
     assert_eq!(trie.lookup("x"), ids(&["s"]));
 }

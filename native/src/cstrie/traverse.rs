@@ -61,14 +61,23 @@ pub(crate) fn matching<'g>(
     on_tomb: Option<TombHelper<'_>>,
 ) -> Vec<Arc<str>> {
     let mut found: Vec<&'g Arc<str>> = Vec::new();
-    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else { return Vec::new() };
+    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
+        return Vec::new();
+    };
     if key.is_empty() {
         found.extend(root_cnode.empty_pattern.as_slice());
     }
     // States still to expand: (I-node owning the C-node, its C-node, key position).
     let mut stack: Vec<(&INode, &CNode, usize)> = vec![(root, root_cnode, 0)];
     let mut hash_expanded: HashSet<(usize, usize)> = HashSet::new();
-    let mut walk = Walk { key_len: key.len(), ctx, guard, on_tomb, found: &mut found, stack: Vec::new() };
+    let mut walk = Walk {
+        key_len: key.len(),
+        ctx,
+        guard,
+        on_tomb,
+        found: &mut found,
+        stack: Vec::new(),
+    };
     while let Some((inode, cnode, at)) = stack.pop() {
         if at < key.len() {
             if let Some(branch) = cnode.literal(key[at]) {
@@ -99,8 +108,12 @@ pub(crate) fn matching<'g>(
 
 /// The subscribers stored under exactly `pattern` (no matching).
 pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, guard: &Guard) -> Vec<Arc<str>> {
-    let Some(mut cnode) = gcas_read(root, ctx, guard).get().cnode() else { return Vec::new() };
-    let Some((last, inner)) = pattern.split_last() else { return cnode.empty_pattern.as_slice().to_vec() };
+    let Some(mut cnode) = gcas_read(root, ctx, guard).get().cnode() else {
+        return Vec::new();
+    };
+    let Some((last, inner)) = pattern.split_last() else {
+        return cnode.empty_pattern.as_slice().to_vec();
+    };
     for word in inner {
         let next = cnode.branch(*word).and_then(|branch| branch.child.as_ref());
         match next.and_then(|child| gcas_read(child, ctx, guard).get().cnode()) {
@@ -108,17 +121,17 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
             None => return Vec::new(),
         }
     }
-    cnode.branch(*last).map(|branch| branch.subscribers.as_slice().to_vec()).unwrap_or_default()
+    cnode
+        .branch(*last)
+        .map(|branch| branch.subscribers.as_slice().to_vec())
+        .unwrap_or_default()
 }
 
 /// Visit every stored `(pattern text, subscribers)` with a non-empty set.
-pub(crate) fn for_each_pattern(
-    root: &INode,
-    ctx: Ctx<'_>,
-    guard: &Guard,
-    mut visit: impl FnMut(&str, &[Arc<str>]),
-) {
-    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else { return };
+pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut visit: impl FnMut(&str, &[Arc<str>])) {
+    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
+        return;
+    };
     if !root_cnode.empty_pattern.is_empty() {
         visit("", root_cnode.empty_pattern.as_slice());
     }
@@ -138,7 +151,10 @@ pub(crate) fn for_each_pattern(
             if !branch.subscribers.is_empty() {
                 visit(&pattern, branch.subscribers.as_slice());
             }
-            if let Some(child_cnode) = branch.child.as_ref().and_then(|child| gcas_read(child, ctx, guard).get().cnode())
+            if let Some(child_cnode) = branch
+                .child
+                .as_ref()
+                .and_then(|child| gcas_read(child, ctx, guard).get().cnode())
             {
                 stack.push((child_cnode, Some(pattern)));
             }

@@ -27,7 +27,10 @@ impl Rng {
     /// Up to `max_words` words drawn from `alphabet`, joined with dots.
     pub fn text(&mut self, alphabet: &[&str], max_words: usize) -> String {
         let count = self.below(max_words + 1);
-        (0..count).map(|_| alphabet[self.below(alphabet.len())]).collect::<Vec<_>>().join(".")
+        (0..count)
+            .map(|_| alphabet[self.below(alphabet.len())])
+            .collect::<Vec<_>>()
+            .join(".")
     }
 }
 
@@ -55,6 +58,10 @@ pub fn assert_snapshot_self_consistent(snapshot: &Snapshot, rng: &mut Rng, probe
     assert_eq!(snapshot.len(), pairs.len());
     for _ in 0..probes {
         let key = rng.text(KEY_ALPHABET, 4);
-        assert_eq!(snapshot.lookup(&key), oracle_lookup(&pairs, &key), "snapshot lookup of {key:?}");
+        assert_eq!(
+            snapshot.lookup(&key),
+            oracle_lookup(&pairs, &key),
+            "snapshot lookup of {key:?}"
+        );
     }
 }
