@@ -90,9 +90,11 @@ impl<T: Send + Sync + 'static> AtomicArc<T> {
         }
     }
 
-    /// The current value. Acquire pairs with the Release of the CAS that
+    /// The current value. The result borrows both the slot and the guard:
+    /// the slot's container must outlive it too, since dropping the container
+    /// releases the slot's count immediately. Acquire pairs with the Release of the CAS that
     /// published it, so its (immutable) contents are visible.
-    pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> Option<Guarded<'g, T>> {
+    pub(crate) fn load<'g>(&'g self, _guard: &'g Guard) -> Option<Guarded<'g, T>> {
         NonNull::new(self.ptr.load(Ordering::Acquire)).map(|ptr| Guarded {
             ptr,
             guard: PhantomData,
@@ -104,7 +106,7 @@ impl<T: Send + Sync + 'static> AtomicArc<T> {
     /// has unpinned, and the new value is returned as seen under `guard`; on
     /// failure `new` is handed back untouched.
     pub(crate) fn compare_exchange<'g>(
-        &self,
+        &'g self,
         current: Option<Guarded<'_, T>>,
         new: Option<Arc<T>>,
         guard: &'g Guard,

@@ -60,7 +60,7 @@ pub(crate) enum Ctx<'t> {
 /// The current root I-node, completing any snapshot swap in progress. With
 /// `abort`, an undecided swap is aborted rather than checked (used while
 /// committing a GCAS, which may be a write to the old root itself).
-pub(crate) fn read_root<'g>(root: &AtomicArc<RootState>, abort: bool, guard: &'g Guard) -> &'g INode {
+pub(crate) fn read_root<'g>(root: &'g AtomicArc<RootState>, abort: bool, guard: &'g Guard) -> &'g INode {
     loop {
         let state = root.load(guard).expect("the root slot is never null");
         match state.get() {
@@ -71,13 +71,13 @@ pub(crate) fn read_root<'g>(root: &AtomicArc<RootState>, abort: bool, guard: &'g
 }
 
 /// Start an RDCSS. Returns whether the root was swapped to `new`.
-pub(crate) fn rdcss_root(
-    root: &AtomicArc<RootState>,
+pub(crate) fn rdcss_root<'g>(
+    root: &'g AtomicArc<RootState>,
     old_state: Guarded<'_, RootState>,
     old: Arc<INode>,
     expected_main: Arc<MainNode>,
     new: Arc<INode>,
-    guard: &Guard,
+    guard: &'g Guard,
 ) -> bool {
     let descriptor = Arc::new(RootState::Swapping(RdcssDescriptor {
         old,
@@ -98,7 +98,7 @@ pub(crate) fn rdcss_root(
     }
 }
 
-fn complete_rdcss(root: &AtomicArc<RootState>, state: Guarded<'_, RootState>, abort: bool, guard: &Guard) {
+fn complete_rdcss<'g>(root: &'g AtomicArc<RootState>, state: Guarded<'_, RootState>, abort: bool, guard: &'g Guard) {
     let RootState::Swapping(descriptor) = state.get() else {
         return;
     };
@@ -132,7 +132,7 @@ fn complete_rdcss(root: &AtomicArc<RootState>, state: Guarded<'_, RootState>, ab
 }
 
 /// The committed main node of `inode`, finishing any GCAS in progress on it.
-pub(crate) fn gcas_read<'g>(inode: &INode, ctx: Ctx<'_>, guard: &'g Guard) -> Guarded<'g, MainNode> {
+pub(crate) fn gcas_read<'g>(inode: &'g INode, ctx: Ctx<'_>, guard: &'g Guard) -> Guarded<'g, MainNode> {
     let main = inode.main.load(guard).expect("a reachable I-node has a main node");
     if main.prev.load(guard).is_none() {
         main
@@ -143,7 +143,13 @@ pub(crate) fn gcas_read<'g>(inode: &INode, ctx: Ctx<'_>, guard: &'g Guard) -> Gu
 
 /// Propose `kind` as the main node of `inode` in place of `old`. Returns
 /// whether the proposal committed (false: retry from a fresh read).
-pub(crate) fn gcas(inode: &INode, old: Guarded<'_, MainNode>, kind: MainKind, ctx: Ctx<'_>, guard: &Guard) -> bool {
+pub(crate) fn gcas<'g>(
+    inode: &'g INode,
+    old: Guarded<'_, MainNode>,
+    kind: MainKind,
+    ctx: Ctx<'_>,
+    guard: &'g Guard,
+) -> bool {
     let proposal = Arc::new(MainNode {
         kind,
         prev: AtomicArc::new(Some(Arc::new(GcasPrev::Pending(old.to_arc())))),
@@ -159,7 +165,7 @@ pub(crate) fn gcas(inode: &INode, old: Guarded<'_, MainNode>, kind: MainKind, ct
 }
 
 fn gcas_commit<'g>(
-    inode: &INode,
+    inode: &'g INode,
     mut main: Guarded<'g, MainNode>,
     ctx: Ctx<'_>,
     guard: &'g Guard,
