@@ -151,11 +151,15 @@ class OptimizedInvertedBitmapMatcher:
             if n > len(positions):
                 candidates = BitMap(self._hash_ids)
             for p, position in enumerate(positions):
+                # Union only the non-empty rows: most positions have one, and then no copy is made
+                # (the row is only read; '&' below always builds a new bitmap).
                 if p < n:
-                    row = position.rows.get(words[p])
-                    allowed = BitMap.union(position.star, position.any, row) if row else position.star | position.any
+                    parts = [b for b in (position.rows.get(words[p]), position.star, position.any) if b]
                 else:
-                    allowed = position.null | position.any
+                    parts = [b for b in (position.null, position.any) if b]
+                if not parts:
+                    return frozenset()
+                allowed = parts[0] if len(parts) == 1 else BitMap.union(*parts)
                 candidates = allowed if candidates is None else candidates & allowed
                 if not candidates:
                     return frozenset()
