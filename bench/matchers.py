@@ -519,7 +519,8 @@ def chart(rows: Sequence[Contender], settings: Settings, results: Results, path:
         step = width * 2 / max(1, len(series))
         for index, (label, values) in enumerate(series):
             xs = [p - width + step * (index + 0.5) for p in positions]
-            axis.bar(xs, [v if v else 0 for v in values], step, label=label)  # type: ignore[attr-defined]
+            # Values under 1 (e.g. tracemalloc of native rows, which it cannot see) would stretch the log axis.
+            axis.bar(xs, [v if v and v >= 1 else 0 for v in values], step, label=label)  # type: ignore[attr-defined]
         axis.set_yscale("log")  # type: ignore[attr-defined]
         axis.set_title(title)  # type: ignore[attr-defined]
         axis.set_ylabel(ylabel)  # type: ignore[attr-defined]
