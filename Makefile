@@ -67,7 +67,10 @@ FUZZ_SECONDS ?= 10
 fuzz-smoke:
 	@if cargo +nightly fuzz --version >/dev/null 2>&1; then \
 		cd native && for target in from_bytes batch_keys lookups; do \
-			cargo +nightly fuzz run -O $$target -- -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -max_len=512 || exit 1; \
+			mkdir -p fuzz/corpus/$$target; \
+			seeds=$$(test -d fuzz/seeds/$$target && echo fuzz/seeds/$$target); \
+			cargo +nightly fuzz run -O $$target fuzz/corpus/$$target $$seeds -- \
+				-runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -max_len=512 || exit 1; \
 		done; \
 	else echo "fuzz-smoke: nightly cargo-fuzz not installed; cargo test ran the bounded fuzz smoke"; fi
 
