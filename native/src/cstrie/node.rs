@@ -125,7 +125,8 @@ pub(crate) struct CNode {
     /// the root's C-node: that is where a zero-word pattern ends.
     pub(crate) empty_pattern: SubscriberSet,
     /// Literal-word branches. Invariant: sorted by word, words unique.
-    pub(crate) literals: Vec<(Box<str>, Branch)>,
+    /// Words are `Arc`s so copying the table on write allocates no strings.
+    pub(crate) literals: Vec<(Arc<str>, Branch)>,
     /// The branch for a whole-word `*`.
     pub(crate) star: Option<Branch>,
     /// The branch for a whole-word `#`.
@@ -169,7 +170,7 @@ impl CNode {
                     (Ok(at), None) => {
                         copy.literals.remove(at);
                     }
-                    (Err(at), Some(branch)) => copy.literals.insert(at, (literal.into(), branch)),
+                    (Err(at), Some(branch)) => copy.literals.insert(at, (Arc::from(literal), branch)),
                     (Err(_), None) => {}
                 }
             }

@@ -4,15 +4,16 @@
 //! Matching walks states `(C-node, key position)` with an explicit stack (no
 //! recursion, so deep tries cannot overflow the stack). A `#` branch can
 //! consume any number of words, so the same state can be reached along many
-//! paths (`#.#.#...`); every `#` expansion is remembered as
-//! `(C-node address, position)` and expanded once. Between two `#` edges each
+//! paths (`#.#.#...`); for each C-node the walk remembers the lowest position
+//! its `#` branch was taken from, and never takes it again for a position
+//! already covered, so every `(#-child, position)` state is expanded once. Between two `#` edges each
 //! edge consumes exactly one word, so deduplicating at `#` edges bounds the
 //! whole walk by O(nodes x (key words + 1)).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
+use hashbrown::HashMap;
 
 use super::gcas::{gcas_read, Ctx};
 use super::node::{Branch, CNode, INode};
@@ -29,7 +30,8 @@ struct Walk<'w, 'g, 'h> {
     guard: &'g Guard,
     on_tomb: Option<TombHelper<'h>>,
     found: &'w mut Vec<&'g Arc<str>>,
-    /// States discovered by `follow`, moved to the main stack by the caller.
+    /// States still to expand: (I-node owning the C-node, its C-node, key
+    /// position).
     stack: Vec<(&'g INode, &'g CNode, usize)>,
 }
 
@@ -67,18 +69,18 @@ pub(crate) fn matching<'g>(
     if key.is_empty() {
         found.extend(root_cnode.empty_pattern.as_slice());
     }
-    // States still to expand: (I-node owning the C-node, its C-node, key position).
-    let mut stack: Vec<(&INode, &CNode, usize)> = vec![(root, root_cnode, 0)];
-    let mut hash_expanded: HashSet<(usize, usize)> = HashSet::new();
+    // For each C-node whose `#` branch was taken: the lowest key position it
+    // was taken from (C-node addresses are stable: the guard keeps them alive).
+    let mut hash_expanded: HashMap<usize, usize> = HashMap::new();
     let mut walk = Walk {
         key_len: key.len(),
         ctx,
         guard,
         on_tomb,
         found: &mut found,
-        stack: Vec::new(),
+        stack: vec![(root, root_cnode, 0)],
     };
-    while let Some((inode, cnode, at)) = stack.pop() {
+    while let Some((inode, cnode, at)) = walk.stack.pop() {
         if at < key.len() {
             if let Some(branch) = cnode.literal(key[at]) {
                 walk.follow(inode, PatternWord::Literal(key[at]), branch, at + 1);
@@ -88,22 +90,24 @@ pub(crate) fn matching<'g>(
             }
         }
         if let Some(branch) = &cnode.hash {
-            let address = cnode as *const CNode as usize;
-            for next in at..=key.len() {
-                // Expanding (cnode, at) covers every later position too, so
-                // the first one already seen means the rest were as well.
-                if !hash_expanded.insert((address, next)) {
-                    break;
+            // `#` here was already expanded from `lowest` on, which covered
+            // every later position; only positions before it are new.
+            let lowest = hash_expanded
+                .entry(cnode as *const CNode as usize)
+                .or_insert(key.len() + 1);
+            let end = *lowest;
+            if at < end {
+                *lowest = at;
+                for next in at..end {
+                    walk.follow(inode, PatternWord::Hash, branch, next);
                 }
-                walk.follow(inode, PatternWord::Hash, branch, next);
             }
         }
-        stack.append(&mut walk.stack);
     }
-    let mut ids: Vec<Arc<str>> = found.into_iter().cloned().collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
+    // Deduplicate before cloning: one refcount bump per distinct subscriber.
+    found.sort_unstable_by(|left, right| left.cmp(right));
+    found.dedup_by(|left, right| left == right);
+    found.into_iter().cloned().collect()
 }
 
 /// The subscribers stored under exactly `pattern` (no matching).
