@@ -62,15 +62,17 @@ native-test:
 
 # Short coverage-guided runs of the cargo-fuzz targets, where nightly + cargo-fuzz exist
 # (`cargo install cargo-fuzz`); elsewhere the bounded smoke runs inside `cargo test` cover them.
+# A fresh corpus each time keeps the run bounded (longer campaigns: `cargo +nightly fuzz run <target>`).
 FUZZ_RUNS ?= 2000
 FUZZ_SECONDS ?= 10
 fuzz-smoke:
 	@if cargo +nightly fuzz --version >/dev/null 2>&1; then \
 		cd native && for target in from_bytes batch_keys lookups; do \
-			mkdir -p fuzz/corpus/$$target; \
+			corpus=$$(mktemp -d); \
 			seeds=$$(test -d fuzz/seeds/$$target && echo fuzz/seeds/$$target); \
-			cargo +nightly fuzz run -O $$target fuzz/corpus/$$target $$seeds -- \
+			cargo +nightly fuzz run -O $$target $$corpus $$seeds -- \
 				-runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -max_len=512 || exit 1; \
+			rm -rf $$corpus; \
 		done; \
 	else echo "fuzz-smoke: nightly cargo-fuzz not installed; cargo test ran the bounded fuzz smoke"; fi
 
