@@ -2,17 +2,43 @@
 
 ``demo`` routes the seed's opening example with every matcher and prints who
 receives what, checking that all matchers agree with the regex oracle.
+
+``match --subscriptions SOURCE KEY...`` prints who receives each key. SOURCE is
+an import file of the refresh job (CSV with header ``op,subscriber,pattern,ts``
+or JSON lines), a plain ``pattern,subscriber`` CSV, or a Delta subscription
+table (a directory with ``_delta_log``; ``--version`` time-travels). Files go
+through the same per-line validation and the same sequential model
+(:func:`~routing.subscriptions.apply_events_model`) as the refresh job, each
+file one batch in the order given, so the active set is exactly what an import
+would produce; rejected lines are reported on stderr with their reason codes.
+Only a table starts Spark. Keys are validated like the router does: a key it
+would dead-letter is shown as rejected with its reason. Exit status 0, or 2
+for bad arguments or an unreadable source.
+
+``explain PATTERN KEY`` shows why a key does or does not match a pattern
+(:mod:`routing.explain`): exit status 0 if it matches, 1 if not, 2 on error.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import csv
+import json
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from routing import matchers
+from routing.config import ConfigError
+from routing.errors import TopicError
 from routing.reference import ReferenceMatcher
+
+if TYPE_CHECKING:
+    from routing.settings import Settings
+    from routing.validation import Validator
 
 DEMO_SUBSCRIPTIONS = [("forex.usd", "1"), ("forex.*", "2"), ("stock.nasdaq.msft", "3")]
 DEMO_MESSAGES = ["forex.gbp", "stock.nyse.ibm", "forex.eur", "forex.usd", "stock.nasdaq.msft"]
@@ -73,15 +99,284 @@ def run_demo(out: Callable[[str], None] = print) -> int:
     return 0 if not failures else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# -- match --------------------------------------------------------------------------------------
+
+#: Rejected import lines shown one by one on stderr (the rest are only counted).
+SHOWN_REJECTS = 10
+
+
+class SourceError(ValueError):
+    """A subscription source that cannot be read at all."""
+
+
+def is_delta_table(path: str | os.PathLike[str]) -> bool:
+    return (Path(path) / "_delta_log").is_dir()
+
+
+def _plain_csv_pairs(
+    path: Path, validator: Validator
+) -> tuple[list[tuple[str, str]], list[tuple[int, str, str]]]:
+    """(pattern, subscriber) pairs of a ``pattern,subscriber`` CSV, and its rejected lines.
+
+    Every row is a subscribe; past ``max_subscriptions_per_subscriber`` a subscriber's further
+    rows are rejected in file order.
+    """
+    pairs: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    held: collections.Counter[str] = collections.Counter()
+    rejects: list[tuple[int, str, str]] = []
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle, strict=True)
+            for record in reader:
+                line = reader.line_num
+                pattern, subscriber = record.get("pattern"), record.get("subscriber")
+                if pattern is None or subscriber is None or None in record:
+                    rejects.append((line, "malformed_csv", "record does not have the header's 2 fields"))
+                    continue
+                try:
+                    validator.validate_pattern(pattern)
+                    validator.validate_subscriber(subscriber)
+                    if (pattern, subscriber) not in seen:
+                        validator.check_subscription_count(subscriber, held[subscriber] + 1)
+                except TopicError as error:
+                    rejects.append((line, error.reason, str(error)))
+                    continue
+                if (pattern, subscriber) not in seen:
+                    seen.add((pattern, subscriber))
+                    held[subscriber] += 1
+                    pairs.append((pattern, subscriber))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise SourceError(f"subscriptions file {str(path)!r} cannot be read: {error}") from None
+    return pairs, rejects
+
+
+def _csv_header(path: Path) -> list[str]:
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            return next(csv.reader(handle), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise SourceError(f"subscriptions file {str(path)!r} cannot be read: {error}") from None
+
+
+def subscriptions_from_files(
+    paths: Sequence[str], validator: Validator, *, max_event_bytes: int, report: Callable[[str], None]
+) -> frozenset[tuple[str, str]]:
+    """Active (pattern, subscriber) pairs after applying ``paths`` in order, one batch per file.
+
+    Every rejected line is counted (and the first few shown) through ``report``.
+    """
+    from routing.subscriptions import apply_events_model
+    from routing.subscriptions.events import FIELDS, ImportFileError, import_format, read_import_file
+
+    batches = []
+    plain: set[tuple[str, str]] = set()
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            raise SourceError(f"subscriptions source {name!r} is neither a file nor a Delta table directory")
+        try:
+            kind = import_format(path)
+        except ImportFileError as error:
+            raise SourceError(str(error)) from None
+        header = _csv_header(path) if kind == "csv" else []
+        if kind == "csv" and not set(FIELDS) <= set(header):
+            if not {"pattern", "subscriber"} <= set(header):
+                raise SourceError(
+                    f"subscriptions file {name!r}: CSV header must name op,subscriber,pattern,ts (an import file) "
+                    f"or pattern,subscriber, got {','.join(header) or 'nothing'}"
+                )
+            pairs, rejects = _plain_csv_pairs(path, validator)
+            plain.update(pairs)
+            _report_rejects(name, [(line, reason, detail) for line, reason, detail in rejects], report)
+            continue
+        try:
+            _, outcomes = read_import_file(path, validator, max_event_bytes=max_event_bytes)
+        except ImportFileError as error:
+            raise SourceError(str(error)) from None
+        batches.append(outcomes)
+        _report_rejects(
+            name,
+            [
+                (outcome.received.import_line or 0, outcome.rejection.reason, outcome.rejection.detail)
+                for outcome in outcomes
+                if outcome.rejection is not None
+            ],
+            report,
+        )
+    model = apply_events_model(batches, validator, max_event_bytes=max_event_bytes)
+    for change_id, reason in sorted(model.rejects.items()):
+        if reason == "too_many_subscriptions":
+            report(f"{change_id}: rejected [reason={reason}]")
+    return model.active_pairs() | frozenset(plain)
+
+
+def _report_rejects(name: str, rejects: Sequence[tuple[int, str, str]], report: Callable[[str], None]) -> None:
+    if not rejects:
+        return
+    by_reason = collections.Counter(reason for _, reason, _ in rejects)
+    summary = ", ".join(f"{reason}={count}" for reason, count in sorted(by_reason.items()))
+    report(f"{name}: {len(rejects)} line(s) rejected ({summary})")
+    for line, reason, detail in rejects[:SHOWN_REJECTS]:
+        report(f"  line {line}: {detail} [reason={reason}]" if "[reason=" not in detail else f"  line {line}: {detail}")
+    if len(rejects) > SHOWN_REJECTS:
+        report(f"  ... and {len(rejects) - SHOWN_REJECTS} more")
+
+
+def subscriptions_from_table(settings: Settings, path: str, version: int | None) -> tuple[int, list[tuple[str, str]]]:
+    """(version, active pairs) of a Delta subscription table; starts Spark (stopped again if it was not running)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    from routing.spark import get_spark
+    from routing.subscriptions import read_snapshot
+
+    running = SparkSession.getActiveSession() is not None
+    spark = get_spark(settings, app_name="routing-match")
+    try:
+        snapshot = read_snapshot(spark, path, version)
+    except (PySparkException, Py4JJavaError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        at = "" if version is None else f" at version {version}"
+        raise SourceError(f"Delta table {path!r} cannot be read{at}: {first_line}") from None
+    finally:
+        if not running:
+            spark.stop()
+    return snapshot.version, list(snapshot.pairs)
+
+
+def match_keys(
+    pairs: frozenset[tuple[str, str]] | Sequence[tuple[str, str]], keys: Sequence[str], validator: Validator
+) -> list[dict[str, object]]:
+    """Per key: its subscribers (sorted), or the reason the router would dead-letter it."""
+    from routing.matchers import FrozenMatcher
+
+    matcher = FrozenMatcher(pairs)
+    results: list[dict[str, object]] = []
+    for key in keys:
+        try:
+            validator.validate_key(key)
+            subscribers = sorted(matcher.lookup(key))
+            validator.check_fanout(key, len(subscribers))
+        except TopicError as error:
+            results.append({"key": key, "rejected": error.reason, "detail": str(error)})
+            continue
+        results.append({"key": key, "subscribers": subscribers})
+    return results
+
+
+def run_match(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
+    from routing.settings import settings_from_args
+
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as error:
+        err(f"match: {error}")
+        return 2
+    validator = settings.validator()
+    sources: list[str] = args.subscriptions
+    tables = [source for source in sources if is_delta_table(source)]
+    try:
+        if tables:
+            if len(sources) > 1:
+                raise SourceError("a Delta table must be the only --subscriptions source")
+            version, pairs = subscriptions_from_table(settings, tables[0], args.version)
+            err(f"{tables[0]}: version {version}, {len(pairs)} active subscription(s)")
+            active: frozenset[tuple[str, str]] = frozenset(pairs)
+        else:
+            if args.version is not None:
+                raise SourceError("--version applies only to a Delta table")
+            active = subscriptions_from_files(
+                sources, validator, max_event_bytes=settings.subscriptions.max_event_bytes, report=err
+            )
+    except SourceError as error:
+        err(f"match: {error}")
+        return 2
+    for result in match_keys(active, args.keys, validator):
+        if args.json:
+            out(json.dumps(result, ensure_ascii=False, sort_keys=True))
+        elif "rejected" in result:
+            out(f"{result['key']!r} -> rejected: {result['detail']}")
+        else:
+            subscribers = result["subscribers"]
+            assert isinstance(subscribers, list)
+            out(f"{result['key']!r} -> {', '.join(subscribers) if subscribers else 'nobody'}")
+    return 0
+
+
+# -- explain ------------------------------------------------------------------------------------
+
+
+def run_explain(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
+    from routing.explain import explain
+    from routing.validation import Validator
+
+    try:
+        explanation = explain(args.pattern, args.key)
+    except TopicError as error:
+        err(f"explain: {error}")
+        return 2
+    out(explanation.render())
+    # The grammar decides the match; the configured limits/policy decide whether the router would
+    # even get that far, so say so when they would not.
+    try:
+        validator = Validator.load()
+    except ConfigError as error:
+        err(f"explain: cannot check the configured limits: {error}")
+        return 2
+    for what, check in (("pattern", validator.validate_pattern), ("key", validator.validate_key)):
+        try:
+            check(getattr(args, what))
+        except TopicError as error:
+            out(f"  note: the configured validation would reject this {what}: {error}")
+    return 0 if explanation.matched else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from routing.settings import add_settings_arguments
+
     parser = argparse.ArgumentParser(prog="python -m routing", description="Tools over the routing domain.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="route the seed's opening example with every matcher")
-    args = parser.parse_args(argv)
+    match = commands.add_parser(
+        "match",
+        help="print the subscribers of each routing key",
+        description="Print who receives each routing key, given subscriptions from import files or a Delta table. "
+        "Exit status 0, or 2 for bad arguments or an unreadable source.",
+    )
+    match.add_argument(
+        "--subscriptions", metavar="FILE|TABLE", action="append", required=True,
+        help="a refresh-job import file (CSV op,subscriber,pattern,ts or JSON lines), a pattern,subscriber CSV, "
+        "or a Delta subscription table directory; files repeat and apply in order",
+    )
+    match.add_argument("--version", type=int, help="read the Delta table at this version (time travel)")
+    match.add_argument("--json", action="store_true", help="one JSON object per key")
+    match.add_argument("keys", metavar="KEY", nargs="+", help="routing keys to look up")
+    add_settings_arguments(match)
+    explain = commands.add_parser(
+        "explain",
+        help="say why a routing key does or does not match a pattern",
+        description="Align PATTERN with KEY word by word: which pattern word consumed which key words, or where "
+        "and why the match failed. Exit status 0 if it matches, 1 if not, 2 on error.",
+    )
+    explain.add_argument("pattern", metavar="PATTERN")
+    explain.add_argument("key", metavar="KEY")
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    out: Callable[[str], None] = print,
+    err: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "demo":
-        return run_demo()
-    parser.error(f"unknown command {args.command}")
-    return 2
+        return run_demo(out)
+    if args.command == "match":
+        return run_match(args, out, err)
+    return run_explain(args, out, err)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,378 @@
+"""``python -m routing match`` and ``explain``, and the alignment behind ``explain``.
+
+Oracles: the regex matcher (:mod:`routing.reference`) for every verdict and every
+``match`` answer, and, for import files, a last-op-per-pair replay of events
+written with strictly increasing timestamps (so the file semantics reduce to
+"the last event for a pair wins"). The Delta-table case (one Spark test) checks
+the table path against the file path over the same imports.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import pattern_and_key
+
+from routing.__main__ import main
+from routing.explain import ANY_WORDS, LITERAL, ONE_WORD, explain, word_kind
+from routing.reference import ReferenceMatcher, reference_matches
+from routing.topic import HASH, STAR, split_words
+
+SAMPLES = Path(__file__).resolve().parent.parent / "conf" / "samples"
+
+
+def run(*argv: str) -> tuple[int, list[str], list[str]]:
+    out: list[str] = []
+    err: list[str] = []
+    code = main(list(argv), out=out.append, err=err.append)
+    return code, out, err
+
+
+# -- explain: the alignment --------------------------------------------------------------------
+
+
+def check_alignment(pattern: str, key: str) -> None:
+    """Every property an explanation must have, matched or not."""
+    result = explain(pattern, key)
+    assert result.matched == reference_matches(pattern, key)
+    pwords, kwords = split_words(pattern), split_words(key)
+    # Steps are consecutive pattern words, each consuming a contiguous run of key words right after the last.
+    position = 0
+    for index, step in enumerate(result.steps):
+        assert step.pattern_index == index and step.pattern_word == pwords[index]
+        assert step.key_start == position and step.key_slice == tuple(kwords[step.key_start : step.key_end])
+        if step.pattern_word == HASH:
+            assert step.key_end >= step.key_start
+        else:
+            assert step.key_end == step.key_start + 1
+            if step.pattern_word != STAR:
+                assert kwords[step.key_start] == step.pattern_word
+        position = step.key_end
+    if result.matched:
+        assert len(result.steps) == len(pwords) and position == len(kwords)
+        assert result.failures == ()
+        return
+    assert result.failures, "a miss always says why"
+    stuck = len(result.steps)
+    for failure in result.failures:
+        assert failure.pattern_index == (None if stuck == len(pwords) else stuck)
+        if failure.pattern_index is None:
+            assert failure.key_index < len(kwords)  # key words left over
+        elif failure.key_index < len(kwords):
+            word = pwords[stuck]
+            assert word != HASH and word != STAR and word != kwords[failure.key_index]
+        else:
+            assert pwords[stuck] != HASH  # needed a word, none left
+
+
+@settings(max_examples=300)
+@given(pattern_and_key())
+def test_explain_agrees_with_the_oracle_and_aligns_validly(case: tuple[str, str]) -> None:
+    check_alignment(*case)
+
+
+@settings(max_examples=150)
+@given(st.lists(st.sampled_from(["a", "b", STAR, HASH]), max_size=10), st.lists(st.sampled_from("ab"), max_size=12))
+def test_explain_on_dense_wildcard_patterns(pattern: list[str], key: list[str]) -> None:
+    check_alignment(".".join(pattern), ".".join(key))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "key", "matched", "consumed"),
+    [
+        # consumed: key words per pattern word along the reported alignment (for a miss: the partial one)
+        ("stock.*.msft", "stock.nasdaq.msft", True, [["stock"], ["nasdaq"], ["msft"]]),
+        ("#.#", "a.b", True, [["a", "b"], []]),  # the earlier '#' is greedy
+        ("#", "", True, [[]]),
+        ("", "", True, []),
+        ("*.#.*", "x", False, [["x"], []]),
+        ("stock.*", "stock.nasdaq.msft", False, [["stock"], ["nasdaq"]]),
+        ("a*", "ab", False, []),  # a glued wildcard is a literal
+        ("a*", "a*", True, [["a*"]]),
+        ("a.#.c", "a.b.d", False, [["a"], ["b", "d"]]),
+        ("*", "", False, []),
+        ("", "a", False, []),
+        ("#.a", ".a", True, [[""], ["a"]]),  # empty words are real words
+    ],
+)
+def test_explain_validity_table(pattern: str, key: str, matched: bool, consumed: list[list[str]]) -> None:
+    result = explain(pattern, key)
+    assert result.matched is matched is reference_matches(pattern, key)
+    assert [list(step.key_slice) for step in result.steps] == consumed
+
+
+def test_explain_names_the_failure() -> None:
+    text = explain("a.#.c", "a.b.d").render()
+    assert "does NOT match" in text
+    assert "pattern word 3 'c' differs from key word 2 'b'" in text
+    assert "pattern word 3 'c' differs from key word 3 'd'" in text
+    assert "needs a key word, none is left" in text
+    assert "the pattern ended but 1 key word(s) are left: 'msft'" in explain("stock.*", "stock.nasdaq.msft").render()
+
+
+def test_word_kinds() -> None:
+    assert [word_kind(word) for word in ("*", "#", "a*", "#b", "")] == [ONE_WORD, ANY_WORDS, LITERAL, LITERAL, LITERAL]
+
+
+def test_explain_is_polynomial_on_many_hashes() -> None:
+    # 15 '#' against a 31-word key: exponential backtracking would never return.
+    pattern = ".".join([HASH] * 15 + ["z"])
+    key = ".".join(["a"] * 31)
+    assert explain(pattern, key).matched is False
+    assert explain(pattern, key + ".z").matched is True
+
+
+def test_explain_rejects_non_text() -> None:
+    with pytest.raises(TypeError):
+        explain(b"a.b", "a.b")  # type: ignore[arg-type]
+    code, _, err = run("explain", "a.\udcff", "a.b")  # what a non-UTF-8 argv byte decodes to
+    assert code == 2 and "invalid_pattern" in err[0]
+
+
+# -- explain: the command ------------------------------------------------------------------------
+
+
+@settings(max_examples=60)
+@given(pattern_and_key())
+def test_explain_command_exit_status_is_the_verdict(case: tuple[str, str]) -> None:
+    pattern, key = case
+    code, out, _ = run("explain", pattern, key)
+    assert code == (0 if reference_matches(pattern, key) else 1)
+    assert out[0].startswith(f"pattern {pattern!r} {'MATCHES' if code == 0 else 'does NOT match'}")
+
+
+def test_explain_notes_what_validation_would_reject() -> None:
+    code, out, _ = run("explain", "#", "a" * 300)
+    assert code == 0
+    notes = [line for line in out if "note: the configured validation would reject this key" in line]
+    assert len(notes) == 1 and "key_too_long" in notes[0]
+
+
+# -- match from files ------------------------------------------------------------------------------
+
+
+def write_events(path: Path, events: list[tuple[str, str, str]], start_ts: int) -> None:
+    """JSON lines (or CSV by suffix) of (op, subscriber, pattern) with strictly increasing ts."""
+    if path.suffix == ".csv":
+        lines = ["op,subscriber,pattern,ts"]
+        lines += [f'{op},{subscriber},"{pattern}",{start_ts + i}' for i, (op, subscriber, pattern) in enumerate(events)]
+    else:
+        lines = [
+            json.dumps({"op": op, "subscriber": subscriber, "pattern": pattern, "ts": start_ts + i})
+            for i, (op, subscriber, pattern) in enumerate(events)
+        ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def replay(events: list[tuple[str, str, str]]) -> set[tuple[str, str]]:
+    """The active (pattern, subscriber) pairs: the last op for each pair wins."""
+    last: dict[tuple[str, str], str] = {}
+    for op, subscriber, pattern in events:
+        last[(pattern, subscriber)] = op
+    return {pair for pair, op in last.items() if op == "subscribe"}
+
+
+def expected_lines(pairs: set[tuple[str, str]], keys: list[str]) -> list[str]:
+    oracle = ReferenceMatcher(sorted(pairs))
+    return [f"{key!r} -> {', '.join(sorted(oracle.lookup(key))) or 'nobody'}" for key in keys]
+
+
+# Patterns the CSV writer can quote plainly (no '"' in the alphabet) and that every policy accepts.
+event_patterns = st.lists(st.sampled_from(["a", "b", "stock", STAR, HASH]), min_size=1, max_size=4).map(".".join)
+events = st.lists(
+    st.tuples(st.sampled_from(["subscribe", "subscribe", "unsubscribe"]), st.sampled_from(["s1", "s2", "s3"]),
+              event_patterns),
+    max_size=25,
+)
+lookup_keys = st.lists(st.lists(st.sampled_from(["a", "b", "stock", "x"]), min_size=1, max_size=4).map(".".join),
+                       min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events, events, lookup_keys)
+def test_match_files_agree_with_a_replay_and_the_oracle(
+    tmp_path_factory: pytest.TempPathFactory,
+    first: list[tuple[str, str, str]],
+    second: list[tuple[str, str, str]],
+    keys: list[str],
+) -> None:
+    folder = tmp_path_factory.mktemp("match")
+    write_events(folder / "first.csv", first, start_ts=1_000)
+    write_events(folder / "second.json", second, start_ts=100_000)  # later files win ties in time too
+    code, out, err = run(
+        "match", "--subscriptions", str(folder / "first.csv"), "--subscriptions", str(folder / "second.json"), *keys
+    )
+    assert code == 0, err
+    assert out == expected_lines(replay(first + second), keys)
+
+
+def test_match_sample_files_json_output() -> None:
+    keys = ["stock.nasdaq.msft", "forex.usd", "nothing.here"]
+    files = [str(SAMPLES / "subscriptions.csv"), str(SAMPLES / "subscriptions.json")]
+    code, out, err = run("match", "--json", "--subscriptions", files[0], "--subscriptions", files[1], *keys)
+    assert code == 0, err
+    # The samples are last-writer-wins by their own timestamps; check against the model-independent oracle
+    # over the pairs each sample line leaves active once ordered by ts.
+    from routing.subscriptions.events import read_import_file
+    from routing.validation import Validator
+
+    validator = Validator.load()
+    ordered: list[tuple[int, str, str, str]] = []
+    for name in files:
+        _, outcomes = read_import_file(name, validator, max_event_bytes=65_536)
+        for outcome in outcomes:
+            assert outcome.event is not None, "the samples hold only valid events"
+            event = outcome.event
+            ordered.append((event.ts_millis, event.op.value, event.subscriber, event.pattern))
+    ordered.sort(key=lambda item: item[0])
+    oracle = ReferenceMatcher(sorted(replay([(op, sub, pattern) for _, op, sub, pattern in ordered])))
+    assert [json.loads(line) for line in out] == [
+        {"key": key, "subscribers": sorted(oracle.lookup(key))} for key in keys
+    ]
+
+
+def test_match_plain_pattern_subscriber_csv(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    words = ["a", "b", STAR, HASH]
+    pairs = {(".".join(rng.choices(words, k=rng.randint(1, 4))), f"s{rng.randint(1, 5)}") for _ in range(60)}
+    path = tmp_path / "plain.csv"
+    path.write_text("subscriber,pattern\n" + "".join(f"{s},{p}\n" for p, s in sorted(pairs)), encoding="utf-8")
+    keys = [".".join(rng.choices(["a", "b", "c"], k=rng.randint(1, 5))) for _ in range(40)]
+    code, out, err = run("match", "--subscriptions", str(path), *keys)
+    assert code == 0 and err == []
+    assert out == expected_lines(pairs, keys)
+
+
+def test_match_reports_rejected_lines_and_keys(tmp_path: Path) -> None:
+    path = tmp_path / "events.json"
+    path.write_text(
+        '{"op": "subscribe", "subscriber": "s1", "pattern": "a.#", "ts": 1}\n'
+        "not json\n"
+        '{"op": "subscribe", "subscriber": "s2", "pattern": "a.*", "ts": "yesterday"}\n',
+        encoding="utf-8",
+    )
+    plain = tmp_path / "plain.csv"
+    plain.write_text("pattern,subscriber\nb.*,\nb.*,s3,extra\nb.*,s3\n", encoding="utf-8")
+    code, out, err = run(
+        "match", "--subscriptions", str(path), "--subscriptions", str(plain), "a.b", "b.c", "a.." + "b" * 300
+    )
+    assert code == 0
+    assert out[:2] == ["'a.b' -> s1", "'b.c' -> s3"]
+    assert "rejected" in out[2] and "key_too_long" in out[2]
+    assert f"{path}: 2 line(s) rejected (invalid_ts=1, malformed_json=1)" in err
+    assert any("line 2:" in line and "malformed_json" in line for line in err)
+    assert f"{plain}: 2 line(s) rejected (invalid_subscriber=1, malformed_csv=1)" in err
+
+
+def test_match_enforces_the_subscription_limit_in_plain_csv(tmp_path: Path) -> None:
+    path = tmp_path / "plain.csv"
+    path.write_text("pattern,subscriber\na,s1\nb,s1\nc,s1\nc,s2\n", encoding="utf-8")
+    code, out, err = run(
+        "match", "--set", "limits.max_subscriptions_per_subscriber=2", "--subscriptions", str(path), "a", "b", "c"
+    )
+    assert code == 0
+    assert out == ["'a' -> s1", "'b' -> s1", "'c' -> s2"]
+    assert any("too_many_subscriptions=1" in line for line in err)
+
+
+def test_match_dead_letters_over_the_fanout_limit(tmp_path: Path) -> None:
+    path = tmp_path / "plain.csv"
+    path.write_text("pattern,subscriber\n#,s1\na,s2\na.#,s3\n", encoding="utf-8")
+    code, out, _ = run("match", "--set", "limits.max_fanout=2", "--subscriptions", str(path), "--json", "a", "b")
+    assert code == 0
+    assert json.loads(out[0])["rejected"] == "fanout_limit"
+    assert json.loads(out[1]) == {"key": "b", "subscribers": ["s1"]}
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        (None, "missing.csv", "is neither a file nor a Delta table directory"),
+        ("a,b\n1,2\n", "bad.csv", "CSV header must name op,subscriber,pattern,ts"),
+        ("x", "subs.txt", "unknown format '.txt'"),
+        ("", "empty.csv", "CSV header must name"),
+    ],
+)
+def test_match_source_errors(tmp_path: Path, content: str | None, name: str, message: str) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    code, out, err = run("match", "--subscriptions", str(path), "a")
+    assert code == 2 and out == []
+    assert message in err[0]
+
+
+def test_match_flag_errors(tmp_path: Path) -> None:
+    path = tmp_path / "plain.csv"
+    path.write_text("pattern,subscriber\na,s1\n", encoding="utf-8")
+    code, _, err = run("match", "--version", "1", "--subscriptions", str(path), "a")
+    assert code == 2 and "--version applies only to a Delta table" in err[0]
+    code, _, err = run("match", "--set", "limits.max_key_bytes=x", "--subscriptions", str(path), "a")
+    assert code == 2 and "max_key_bytes" in err[0]
+    with pytest.raises(SystemExit) as exit_info:
+        run("match", "a")  # --subscriptions is required
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit) as exit_info:
+        run("match", "--subscriptions", str(path))  # at least one key
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("command", ["match", "explain"])
+def test_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run(command, "--help")
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert f"python -m routing {command}" in text and "Exit status" in text
+
+
+def test_entry_point_runs_as_a_module() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "routing", "explain", "stock.#", "stock.nasdaq.msft"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "'#'          (zero or more words) -> key words 2-3 'nasdaq.msft'" in completed.stdout
+
+
+# -- match from a Delta table --------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_match_delta_table_agrees_with_the_import_files(spark: object, settings: object, tmp_path: Path) -> None:
+    import dataclasses
+
+    from jobs.refresh_subscriptions import import_files
+    from routing.settings import Settings
+    from routing.subscriptions import read_active
+
+    assert isinstance(settings, Settings)
+    table = tmp_path / "subscriptions"
+    local = settings.replace(
+        subscriptions=dataclasses.replace(
+            settings.subscriptions, table_path=str(table), rejects_path=str(tmp_path / "rejects")
+        )
+    )
+    files = [str(SAMPLES / "subscriptions.csv"), str(SAMPLES / "subscriptions.json")]
+    import_files(spark, local, files)  # type: ignore[arg-type]
+    keys = ["stock.nasdaq.msft", "stock.lse.msft", "forex.usd", "crypto.btc.eur.spot", "nothing"]
+    code, from_table, err = run("match", "--subscriptions", str(table), *keys)
+    assert code == 0, err
+    code, from_files, _ = run("match", "--subscriptions", files[0], "--subscriptions", files[1], *keys)
+    assert from_table == from_files
+    assert from_table == expected_lines(set(read_active(spark, str(table))), keys)  # type: ignore[arg-type]
+    # Time travel: version 1 is the table after the first file only.
+    code, first_only, _ = run("match", "--subscriptions", str(table), "--version", "1", *keys)
+    assert code == 0
+    code, from_csv, _ = run("match", "--subscriptions", files[0], *keys)
+    assert first_only == from_csv
+    code, _, err = run("match", "--subscriptions", str(table), "--version", "99", "a")
+    assert code == 2 and "cannot be read at version 99" in err[-1]
