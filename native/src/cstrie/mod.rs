@@ -5,17 +5,17 @@
 //! The Ctrie of Prokopec et al. (Scala's `TrieMap`), generalised to topic
 //! patterns the way Workiva's matchbox does it:
 //!
-//! * **I-node** ([`node::INode`]): an indirection cell with an atomic pointer
+//! * **I-node** (`node::INode`): an indirection cell with an atomic pointer
 //!   to its main node and a *generation*. I-nodes never move; every update is a
 //!   GCAS of one I-node's main pointer, so concurrent updates elsewhere in the
 //!   trie (above or below) are never lost.
-//! * **C-node** ([`node::CNode`]): an immutable branch table. Literal words are
+//! * **C-node** (`node::CNode`): an immutable branch table. Literal words are
 //!   a sorted table; the wildcards are the named fields `star` and `hash` (as in
 //!   nats' `sublist.go`), never magic keys. Each branch holds the subscribers
 //!   whose pattern ends with that word and optionally the child I-node for
 //!   longer patterns. The root C-node also holds the empty pattern's
 //!   subscribers (zero words end at the root).
-//! * **T-node** ([`node::MainKind::Tomb`]): when an unsubscribe leaves a
+//! * **T-node** (`node::MainKind::Tomb`): when an unsubscribe leaves a
 //!   non-root C-node with no branches, the I-node is tombed instead. A tomb is
 //!   final: nothing is ever inserted below it, so an insert racing with the
 //!   removal cannot be lost. Whoever meets a tomb (writers always, live
@@ -35,6 +35,15 @@
 //! generation first copy the C-node above it with its child I-nodes renewed
 //! into the current generation ("copy on access"), so the snapshot's nodes
 //! are never written again; pending GCASes on them are rolled back.
+//!
+//! # Matching
+//!
+//! A lookup walks `(C-node, key position)` states with an explicit stack
+//! (`traverse.rs`). `*` and literal edges consume one word; a `#` edge may
+//! consume any number, and each C-node's `#` edge is taken at most once per
+//! key position, so the walk is O(nodes x (key words + 1)) however many `#`
+//! a pattern has (15 `#` against a 31-word key is ~500 states, not C(46, 15)).
+//! Results are deduplicated and sorted by subscriber id.
 //!
 //! # Memory reclamation
 //!
@@ -475,6 +484,10 @@ fn new_branch(rest: &[PatternWord<'_>], subscriber: &Arc<str>, gen: Generation) 
 }
 
 /// A frozen, read-only view of a [`CsTrie`]. Cheap to clone; `Send + Sync`.
+///
+/// Every method reads the same state: the trie as it was at the snapshot's
+/// linearization point. Reads never write, except to roll back a writer's
+/// proposal that raced the snapshot and can no longer commit (see `gcas.rs`).
 #[derive(Clone)]
 pub struct Snapshot {
     /// The root I-node the trie had before the snapshot swapped it out. Its
