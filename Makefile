@@ -15,7 +15,7 @@ ifeq ($(and $(wildcard $(JARS_DIR)/spark/delta-spark_*.jar),$(wildcard $(JARS_DI
 .PHONY: $(JARS_STAMP)
 endif
 
-.PHONY: help install jars native native-test fuzz-smoke lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars package native native-test fuzz-smoke lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
@@ -23,13 +23,14 @@ help:
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
 	@echo "make clean  remove build products (keeps .venv/)"
 	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
+	@echo "make package  the wheel, the packed environment and the jars spark-submit ships, in dist/"
 	@echo "make kafka-start | kafka-status | kafka-stop   the local KRaft broker (data in var/kafka/)"
 
 $(INSTALLED): setup.py pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; Python 3.11 is required" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip setuptools wheel "setuptools-rust>=1.9"
-	$(PIP) install --quiet -e ".[test,bench]"
+	$(PIP) install --quiet -e ".[test,bench,package]"
 	touch $@
 
 $(JARS_STAMP): conf/jvm/pom.xml
@@ -42,6 +43,11 @@ $(JARS_STAMP): conf/jvm/pom.xml
 jars: $(JARS_STAMP)
 
 install: $(INSTALLED) $(JARS_STAMP)
+
+# What a cluster runs (see conf/spark-submit/): the wheel with the native extension, a venv-pack'ed
+# environment (cached under build/ by the wheel's content) and the Spark jars. Idempotent.
+package: install
+	$(PY) -m jobs.package
 
 kafka-start: install
 	$(PY) -m jobs.local_kafka start

@@ -35,6 +35,10 @@ setup(
             "matplotlib>=3.8",
             "hdrhistogram>=0.10",
         ],
+        # `make package`: packs a clean virtualenv into the archive spark-submit ships (--archives).
+        "package": [
+            "venv-pack>=0.2",
+        ],
     },
     # The `extension-module` cargo feature is enabled only here, so plain
     # `cargo test` binaries link against libpython normally.
