@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import struct
 
 import pyarrow as pa
 import pytest
@@ -89,6 +90,14 @@ def test_max_rows_is_enforced() -> None:
         frozen.match_batch(batch, max_rows=-1)
     with pytest.raises(ValueError, match="max_rows"):
         frozen.match_batch(batch, max_rows=True)
+
+
+def test_malformed_string_arrays_are_value_errors() -> None:
+    # Buffers pyarrow accepts without a full validation: the second string is not UTF-8.
+    offsets = pa.py_buffer(struct.pack("<3i", 0, 1, 3))
+    broken = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"a\xff\xfe")])
+    with pytest.raises(ValueError, match="malformed Arrow array"):
+        FrozenMatcher([("#", "s")]).match_batch(broken)
 
 
 @pytest.mark.parametrize(

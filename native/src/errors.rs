@@ -8,6 +8,7 @@
 //! | `BatchTooLarge`     | `routing._native.BatchLimitError(ValueError)`   |
 //! | `ResultTooLarge`    | `routing._native.BatchLimitError(ValueError)`   |
 //! | `UnsupportedArray`  | `TypeError`                                   |
+//! | `InvalidArray`      | `ValueError`                                  |
 //! | `EmptySubscriber`   | `ValueError` (the Python wrappers check first)  |
 //! | `TooLarge`          | `OverflowError`                               |
 
@@ -28,6 +29,8 @@ pub enum NativeError {
     ResultTooLarge(String),
     /// `match_batch` was given something other than a string array.
     UnsupportedArray(String),
+    /// A string array whose buffers break the Arrow format (e.g. invalid UTF-8).
+    InvalidArray(String),
     EmptySubscriber,
     /// More subscriptions than the 32-bit indices of the frozen layout address.
     TooLarge,
@@ -53,6 +56,7 @@ impl fmt::Display for NativeError {
                     "match_batch needs a pyarrow string or large_string array, not {found}"
                 )
             }
+            NativeError::InvalidArray(reason) => write!(f, "match_batch was given a malformed Arrow array: {reason}"),
             NativeError::EmptySubscriber => write!(f, "subscriber id must not be empty"),
             NativeError::TooLarge => write!(f, "too many subscriptions for the frozen matcher's 32-bit indices"),
         }
@@ -97,7 +101,7 @@ pub mod python {
                 NativeError::Format(_) => FrozenFormatError::new_err(message),
                 NativeError::BatchTooLarge { .. } | NativeError::ResultTooLarge(_) => BatchLimitError::new_err(message),
                 NativeError::UnsupportedArray(_) => PyTypeError::new_err(message),
-                NativeError::EmptySubscriber => PyValueError::new_err(message),
+                NativeError::InvalidArray(_) | NativeError::EmptySubscriber => PyValueError::new_err(message),
                 NativeError::TooLarge => PyOverflowError::new_err(message),
             }
         }

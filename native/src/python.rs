@@ -96,7 +96,7 @@ impl PyFrozenMatcher {
         let data = unsafe { ArrayData::from_pyarrow_bound_unchecked(keys)? };
         let result = py.detach(|| -> Result<ArrayData, NativeError> {
             data.validate_full()
-                .map_err(|error| NativeError::UnsupportedArray(format!("an invalid array ({error})")))?;
+                .map_err(|error| NativeError::InvalidArray(error.to_string()))?;
             let array = make_array(data);
             let (list, _) = batch::match_batch(&self.inner, array.as_ref(), max_rows)?;
             Ok(list.to_data())
