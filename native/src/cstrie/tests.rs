@@ -470,3 +470,50 @@ fn a_root_write_racing_a_snapshot_aborts_the_swap_not_the_write() {
     assert_eq!(root_inode(&trie).gen, root.gen, "the root was not swapped");
     assert_eq!(trie.lookup("x"), ids(&["s"]));
 }
+
+/// Tomb the I-node under root branch `word` without compressing it, as a
+/// remover preempted between its two steps would leave it.
+fn leave_uncompressed_tomb(trie: &CsTrie, word: &str) {
+    let guard = epoch::pin();
+    let root = read_root(&trie.root, false, &guard);
+    let root_main = gcas_read(root, trie.ctx(), &guard);
+    let child = root_main
+        .get()
+        .cnode()
+        .and_then(|cnode| cnode.literal(word))
+        .and_then(|b| b.child.as_deref());
+    let child = child.expect("a child under the word");
+    let current = gcas_read(child, trie.ctx(), &guard);
+    assert!(gcas(child, current, MainKind::Tomb, trie.ctx(), &guard));
+}
+
+#[test]
+fn a_live_lookup_that_meets_a_tomb_compresses_it() {
+    let trie = CsTrie::new();
+    trie.subscribe("a.b", "s");
+    leave_uncompressed_tomb(&trie, "a");
+    assert_eq!(trie.node_count(), 2, "the tombed I-node is still linked");
+    assert!(trie.lookup("a.b").is_empty());
+    assert_eq!(trie.node_count(), 1, "the lookup helped remove it");
+}
+
+#[test]
+fn writers_that_meet_a_tomb_compress_it_and_retry() {
+    for (pattern, key) in [("a.b", "a.b"), ("a.c.d", "a.c.d"), ("a", "a")] {
+        let trie = CsTrie::new();
+        trie.subscribe("a.b", "s");
+        leave_uncompressed_tomb(&trie, "a");
+        assert!(trie.subscribe(pattern, "t"), "{pattern}");
+        assert_eq!(trie.lookup(key), ids(&["t"]), "{pattern}");
+        assert!(trie.unsubscribe(pattern, "t"));
+        assert_eq!(trie.node_count(), 1, "{pattern}");
+    }
+    let trie = CsTrie::new();
+    trie.subscribe("a.b", "s");
+    trie.subscribe("a", "s");
+    leave_uncompressed_tomb(&trie, "a");
+    // The branch keeps its own subscribers; only the dead child goes.
+    assert!(!trie.unsubscribe("a.b", "s"));
+    assert_eq!(trie.node_count(), 1);
+    assert_eq!(trie.lookup("a"), ids(&["s"]));
+}
