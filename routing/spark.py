@@ -9,6 +9,13 @@ a download attempt.
 A JVM holds one SparkContext, so Spark's *static* configuration (jars, master, driver memory,
 extensions) is fixed by the first call in a process; later calls return the running session
 (``getOrCreate``) with runtime options from ``extra_conf`` applied.
+
+Under spark-submit the command line wins: whatever it set (``--master``, ``--jars``, ``--conf``)
+overrides the settings, because PySpark's builder would otherwise silently replace it (a
+``--master spark://...`` job would run in ``local[2]``). The jars then come from ``--jars`` (checked
+for Delta and the Kafka source like ``spark.jars_dir``), and the Python of the executors is the
+submitter's choice (``spark.pyspark.python``/``PYSPARK_PYTHON``, e.g. ``./environment/bin/python`` of
+a packed environment), never this driver's interpreter path, which does not exist on other nodes.
 """
 
 from __future__ import annotations
@@ -39,13 +46,27 @@ def spark_jars(settings: Settings) -> list[Path]:
     """The jar files a session loads, checked to include Delta and the Kafka source."""
     jars_dir = Path(settings.spark.jars_dir)
     jars = sorted(jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
-    missing = [prefix for prefix in REQUIRED_JARS if not any(jar.name.startswith(prefix) for jar in jars)]
+    _check_required_jars([jar.name for jar in jars], f"{jars_dir}", "run `make jars`")
+    return jars
+
+
+def _check_required_jars(names: list[str], where: str, remedy: str) -> None:
+    missing = [prefix for prefix in REQUIRED_JARS if not any(name.startswith(prefix) for name in names)]
     if missing:
         raise SparkJarsMissingError(
-            f"Spark jars missing from {jars_dir} ({', '.join(prefix.rstrip('_-') for prefix in missing)}): "
-            "run `make jars`"
+            f"Spark jars missing from {where} ({', '.join(prefix.rstrip('_-') for prefix in missing)}): {remedy}"
         )
-    return jars
+
+
+def submitted_conf() -> dict[str, str]:
+    """The Spark configuration spark-submit passed this driver; empty when not run by spark-submit."""
+    # spark-submit starts the JVM first and hands the Python driver its gateway through this variable.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return {key: value for key, value in SparkConf().getAll()}
 
 
 def spark_conf(
@@ -54,16 +75,27 @@ def spark_conf(
     app_name: str = DEFAULT_APP_NAME,
     master: str | None = None,
     extra_conf: Mapping[str, str] | None = None,
+    submitted: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The full Spark configuration :func:`get_spark` starts a session with."""
+    """The full Spark configuration :func:`get_spark` starts a session with.
+
+    ``submitted`` is what spark-submit set (:func:`submitted_conf`); it overrides everything else.
+    """
     spark = settings.spark
+    submitted = submitted or {}
     for directory in (spark.ivy_dir, spark.local_dir):
         Path(directory).mkdir(parents=True, exist_ok=True)
+    if "spark.jars" in submitted:
+        names = [Path(jar).name for jar in submitted["spark.jars"].split(",")]
+        _check_required_jars(names, "spark-submit --jars", "pass the jars of `make package` (dist/jars/)")
+        jars = submitted["spark.jars"]
+    else:
+        jars = ",".join(str(jar) for jar in spark_jars(settings))
     conf = {
         "spark.master": master or spark.master,
         "spark.app.name": app_name,
         # Local jars only; an empty Ivy home proves nothing was fetched.
-        "spark.jars": ",".join(str(jar) for jar in spark_jars(settings)),
+        "spark.jars": jars,
         "spark.jars.ivy": spark.ivy_dir,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -85,8 +117,12 @@ def spark_conf(
         # Delta's defaults assume a cluster: 50 partitions to read a table's log is slow on 2 cores.
         "spark.databricks.delta.snapshotPartitions": str(spark.shuffle_partitions),
     }
+    if submitted:
+        # The submitter picks the executors' Python (see module docstring).
+        del conf["spark.pyspark.python"], conf["spark.pyspark.driver.python"]
     conf.update(spark.conf)
     conf.update(extra_conf or {})
+    conf.update(submitted)
     forbidden = sorted(key for key in conf if key in FORBIDDEN_CONF)
     if forbidden:
         raise ValueError(
@@ -107,7 +143,7 @@ def get_spark(
     from pyspark.sql import SparkSession
 
     settings = settings or load_settings()
-    conf = spark_conf(settings, app_name=app_name, master=master, extra_conf=extra_conf)
+    conf = spark_conf(settings, app_name=app_name, master=master, extra_conf=extra_conf, submitted=submitted_conf())
     active = SparkSession.getActiveSession()
     if active is not None:
         for key, value in (extra_conf or {}).items():
