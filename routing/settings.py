@@ -303,6 +303,8 @@ class RouterSettings:
     kafka_sink_topic_template: str = "deliveries.{subscriber}"
     #: Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch).
     arrow_batch_rows: int = 10_000
+    #: Delta table of one metrics row per batch (the BatchReport); empty = not written.
+    metrics_path: str = ""
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -328,6 +330,8 @@ class RouterSettings:
         _resolve_paths(
             self, ("checkpoint_path", "deliveries_path", "dead_letters_path", "unrouted_path", "ledger_path")
         )
+        if self.metrics_path:  # optional: empty stays empty (off)
+            _resolve_paths(self, ("metrics_path",))
 
 
 @dataclasses.dataclass(frozen=True)

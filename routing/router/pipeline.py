@@ -166,6 +166,23 @@ def observed_metrics() -> list[Column]:
     return metrics
 
 
+#: Columns of the ``router.metrics_path`` table taken from :meth:`BatchReport.as_dict`, in order.
+METRICS_COLUMNS = (
+    "batch_id", "snapshot_version", "replayed_version", "input_rows", "distinct_keys", "deliveries", "unmatched",
+    "dead_letters", "match_ms", "batch_seconds",
+)
+#: The metrics table: one row per (app id, batch id); then a ``dead_<reason>`` count per dead-letter reason.
+METRICS_DDL = ", ".join(
+    [
+        "app_id STRING NOT NULL, batch_id BIGINT NOT NULL, snapshot_version BIGINT NOT NULL",
+        "replayed_version BOOLEAN NOT NULL, input_rows BIGINT, distinct_keys BIGINT, deliveries BIGINT",
+        "unmatched BIGINT, dead_letters BIGINT, match_ms DOUBLE, batch_seconds DOUBLE",
+        *(f"dead_{reason} BIGINT" for reason in DEAD_LETTER_REASONS),
+        "recorded_at TIMESTAMP",
+    ]
+)
+
+
 @dataclasses.dataclass
 class BatchReport:
     batch_id: int
@@ -278,8 +295,35 @@ class Router:
                 routed.unpersist()
             self.snapshots.release(published)
         report = BatchReport(batch_id, version, recorded is not None, metrics, time.perf_counter() - started)
+        if router.metrics_path:
+            self._write_metrics(report)
         with self._lock:
             self.reports[batch_id] = report
+
+    def _write_metrics(self, report: BatchReport) -> None:
+        """Append the batch's report to the ``router.metrics_path`` Delta table, once per batch id.
+
+        Idempotent like the other tables (``txnAppId`` = app id, ``txnVersion`` = batch id): a batch
+        Spark re-executes keeps its first row. Written after the data (so ``batch_seconds`` excludes
+        it); a failure fails the batch, which is retried like any other write.
+        """
+        import datetime as dt
+
+        row = report.as_dict()
+        values = [
+            self.settings.router.app_id,
+            *(row[name] for name in METRICS_COLUMNS),
+            *(report.metrics.get(f"dead_{reason}", 0) for reason in DEAD_LETTER_REASONS),
+            dt.datetime.now(dt.UTC),
+        ]
+        (
+            self.spark.createDataFrame([tuple(values)], METRICS_DDL)
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.settings.router.app_id)
+            .option("txnVersion", report.batch_id)
+            .save(self.settings.router.metrics_path)
+        )
 
     def _publish_to_kafka(self, deliveries: DataFrame) -> None:
         """Deliveries to Kafka with the delivery id as key and header (consumers dedupe on it)."""

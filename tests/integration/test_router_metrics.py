@@ -1,0 +1,116 @@
+"""The ``router.metrics_path`` table: one row per batch, equal to an independent count, written once.
+
+The batches are static DataFrames in the Kafka source's shape handed straight to
+:meth:`Router.process_batch` (what ``foreachBatch`` does), so no broker is
+needed. The oracle judges each record with the :class:`Validator` and matches it
+with the regex :class:`ReferenceMatcher` over the subscriptions read back from
+the table.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from router_support import apply_subscriptions, router_settings
+
+from routing.errors import TopicError
+from routing.reference import ReferenceMatcher
+from routing.router.pipeline import SOURCE_DDL, Router
+from routing.router.tables import DEAD_LETTER_REASONS
+from routing.settings import Settings
+from routing.subscriptions import read_active
+
+SUBSCRIPTIONS = [("stock.*.msft", "msft"), ("stock.#", "all-stock"), ("forex.usd", "fx"), ("#.eur", "eur")]
+KEYS: list[bytes | None] = [
+    b"stock.nasdaq.msft", b"stock.nyse.ibm", b"forex.usd", b"forex.eur", b"weather.paris", None, b"\xff.bad",
+    b"k" * 300, b"a..b",
+]
+
+
+def records(seed: int, count: int, topic: str = "metrics") -> list[tuple[Any, ...]]:
+    rng = random.Random(seed)
+    moment = dt.datetime(2026, 1, 5, 12, tzinfo=dt.UTC)
+    rows = []
+    for offset in range(count):
+        payload = b"x" * (5000 if rng.random() < 0.05 else 16)
+        rows.append((rng.choice(KEYS), payload, topic, seed, offset, moment, []))
+    return rows
+
+
+def batch_frame(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
+    """A micro-batch as ``foreachBatch`` hands it over (one partition, like a one-partition topic)."""
+    return spark.createDataFrame(rows, SOURCE_DDL).coalesce(1)
+
+
+def expected_counts(rows: list[tuple[Any, ...]], settings: Settings, pairs: list[tuple[str, str]]) -> dict[str, int]:
+    validator = settings.validator()
+    oracle = ReferenceMatcher(pairs)
+    counts: collections.Counter[str] = collections.Counter()
+    for key, payload, *_ in rows:
+        counts["input_rows"] += 1
+        try:
+            text = validator.decode_key(key)
+            validator.check_payload(payload)
+        except TopicError as error:
+            counts["dead_letters"] += 1
+            counts[f"dead_{error.reason}"] += 1
+            continue
+        receivers = oracle.lookup(text)
+        counts["deliveries"] += len(receivers)
+        counts["unmatched"] += not receivers
+    return dict(counts)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_metrics_rows_match_an_independent_count_once_per_batch(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    local = router_settings(settings, tmp_path, ["metrics"], metrics_path=str(tmp_path / "router_metrics"))
+    local = local.replace(limits=dataclasses.replace(local.limits, max_payload_bytes=4096))
+    version = apply_subscriptions(spark, local, tmp_path / "subs.json", subscribe=SUBSCRIPTIONS)
+    pairs = read_active(spark, local.subscriptions.table_path)
+    router = Router(spark, local)
+    router.snapshots.maybe_refresh(force=True)
+    batches = {0: records(0, 300), 1: records(1, 200)}
+    try:
+        for batch_id, rows in batches.items():
+            router.process_batch(batch_frame(spark, rows), batch_id)
+        router.process_batch(batch_frame(spark, batches[0]), 0)  # Spark re-executing batch 0
+    finally:
+        router.close(progress_wait_s=0)
+
+    table = spark.read.format("delta").load(local.router.metrics_path)
+    rows = {row["batch_id"]: row.asDict() for row in table.collect()}
+    assert table.count() == 2 and sorted(rows) == [0, 1], "one row per batch id, the replay wrote nothing"
+    for batch_id, batch_rows in batches.items():
+        row = rows[batch_id]
+        expected = expected_counts(batch_rows, local, pairs)
+        assert row["app_id"] == local.router.app_id
+        assert row["snapshot_version"] == version and row["replayed_version"] is False
+        for name in ("input_rows", "deliveries", "unmatched", "dead_letters"):
+            assert row[name] == expected.get(name, 0), name
+        for reason in DEAD_LETTER_REASONS:
+            assert row[f"dead_{reason}"] == expected.get(f"dead_{reason}", 0), reason
+        assert 1 <= row["distinct_keys"] <= row["input_rows"]  # summed per Arrow batch
+        assert row["match_ms"] >= 0 and row["batch_seconds"] > 0 and row["recorded_at"] is not None
+    # The same numbers as the in-memory report of the first execution and the deliveries table.
+    deliveries = spark.read.format("delta").load(local.router.deliveries_path)
+    for batch_id in batches:
+        assert rows[batch_id]["deliveries"] == deliveries.where(f"batch_id = {batch_id}").count()
+    assert router.reports[0].replayed is True  # the in-memory report is the re-execution's
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", ""), ("var/delta/router_metrics", "RESOLVED")])
+def test_metrics_path_setting_is_optional(value: str, expected: str) -> None:
+    from routing.settings import REPO_ROOT, load_settings
+
+    router = load_settings(overrides={"router": {"metrics_path": value}}).router
+    assert router.metrics_path == (str(REPO_ROOT / value) if expected == "RESOLVED" else "")
+    assert load_settings().router.metrics_path == "", "off by default"
