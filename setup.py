@@ -30,6 +30,12 @@ setup(
             "hypothesis>=6.100",
             "ruff>=0.6",
             "mypy>=1.11",
+            # notebooks/explore.ipynb runs in the tests (nbclient + an IPython kernel); nbstripout
+            # strips outputs before a commit (a test fails on any committed output).
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
+            "nbstripout>=0.7",
         ],
         "bench": [
             "matplotlib>=3.8",
