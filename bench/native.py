@@ -241,26 +241,38 @@ def bench_latency(rng: random.Random, results: Results, quick: bool) -> None:
 # --- 2. match_batch throughput --------------------------------------------------------------------------------
 
 
-def bench_batch(rng: random.Random, results: Results, quick: bool) -> None:
-    progress("match_batch throughput")
+def batch_workloads(rng: random.Random, rows_count: int) -> list[tuple[str, list[tuple[str, str]], list[str]]]:
+    """(name, subscriptions, keys): realistic (all distinct / 1,000 distinct) and the seed's hot set."""
     vocab = vocabulary(rng, 300)
     patterns = [realistic_pattern(rng, vocab) for _ in range(10_000)]
-    pairs = [(pattern, f"sub-{i}") for i, pattern in enumerate(patterns)]
-    trie, cs = TrieMatcher(), CSTrieMatcher()
-    for pattern, subscriber in pairs:
-        trie.subscribe(pattern, subscriber)
-        cs.subscribe(pattern, subscriber)
-    frozen = cs.freeze()
-    rows_count = 100_000 if quick else 1_000_000
-    distinct_keys = realistic_keys(rng, vocab, patterns, rows_count)
+    realistic = [(pattern, f"sub-{i}") for i, pattern in enumerate(patterns)]
     pool = realistic_keys(rng, vocab, patterns, 1000)
-    repeated_keys = [rng.choice(pool) for _ in range(rows_count)]
-    trie_sample = 20_000 if quick else 100_000
+    hot = [seed_topic(rng) for _ in range(1000)]
+    return [
+        ("realistic, mostly distinct keys", realistic, realistic_keys(rng, vocab, patterns, rows_count)),
+        ("realistic, 1,000 distinct keys", realistic, [rng.choice(pool) for _ in range(rows_count)]),
+        # Half hits (hot topics repeat), half fresh random topics: mostly distinct.
+        (
+            "seed hot set, half hits",
+            [(topic, topic) for topic in hot],
+            [rng.choice(hot) if rng.random() < 0.5 else seed_topic(rng) for _ in range(rows_count)],
+        ),
+    ]
 
+
+def bench_batch(rng: random.Random, results: Results, quick: bool) -> None:
+    progress("match_batch throughput")
+    rows_count = 100_000 if quick else 1_000_000
+    trie_sample = 20_000 if quick else 100_000
     rows = []
-    for name, keys in (("all keys distinct", distinct_keys), ("1,000 distinct keys", repeated_keys)):
+    for name, pairs, keys in batch_workloads(rng, rows_count):
+        trie, cs = TrieMatcher(), CSTrieMatcher()
+        for pattern, subscriber in pairs:
+            trie.subscribe(pattern, subscriber)
+            cs.subscribe(pattern, subscriber)
+        frozen = cs.freeze()
         array = pa.array(keys, type=pa.string())
-        run = best_of(3, lambda array=array: frozen.match_batch(array))  # type: ignore[misc]
+        run = best_of(3, lambda: frozen.match_batch(array))  # noqa: B023 - called before the loop moves on
         trie_run = python_lookup_ns(trie.lookup, keys[:trie_sample])
         cpu_rate = rows_count / run.cpu_s
         wall_rate = rows_count / run.wall_s
@@ -270,6 +282,8 @@ def bench_batch(rng: random.Random, results: Results, quick: bool) -> None:
         rows.append(
             [
                 name,
+                f"{len(pairs):,}",
+                f"{len(set(keys)):,}",
                 f"{cpu_rate:,.0f}",
                 f"{wall_rate:,.0f}",
                 f"{trie_rate:,.0f}",
@@ -277,10 +291,19 @@ def bench_batch(rng: random.Random, results: Results, quick: bool) -> None:
             ]
         )
     results.add(
-        f"match_batch throughput ({rows_count:,} rows, 10,000 realistic subscriptions, one thread)",
-        ["batch", "match_batch keys/s (CPU)", "keys/s (wall)", "TrieMatcher.lookup keys/s (CPU)", "ratio"],
+        f"match_batch throughput ({rows_count:,} rows, one thread)",
+        [
+            "workload",
+            "subscriptions",
+            "distinct keys",
+            "match_batch keys/s (CPU)",
+            "keys/s (wall)",
+            "TrieMatcher.lookup keys/s (CPU)",
+            "ratio",
+        ],
         rows,
-        f"TrieMatcher timed on the first {trie_sample:,} keys of the same batch, in a Python loop.",
+        f"TrieMatcher timed on the first {trie_sample:,} keys of the same batch, in a Python loop. Realistic: "
+        "5-word keys over a 300-word vocabulary, 30% built to hit one of the 10,000 patterns.",
     )
 
 
@@ -422,7 +445,7 @@ def judge(value: float, target: float, higher_is_better: bool) -> str:
     if ok:
         return "pass"
     off = (target / value - 1) if higher_is_better else (value / target - 1)
-    return f"miss by {off:.0%}"
+    return f"miss by {off:.1%}"
 
 
 def targets(results: Results, largest: int) -> None:
@@ -433,7 +456,7 @@ def targets(results: Results, largest: int) -> None:
             ["frozen lookup, seed hot workload", f"≤ {LOOKUP_TARGET_NS:.0f} ns", ns(hot.cpu_s),
              judge(hot.cpu_s, LOOKUP_TARGET_NS, False)]
         )
-    for name in ("all keys distinct", "1,000 distinct keys"):
+    for name in ("realistic, mostly distinct keys", "realistic, 1,000 distinct keys", "seed hot set, half hits"):
         rate = results.batch.get(name)
         if rate is not None:
             rows.append(
