@@ -6,23 +6,28 @@
    isolation: the dev virtualenv already has setuptools-rust, and cargo's target dir is shared,
    so an unchanged crate is not recompiled).
 2. **The packed environment** ``dist/spark-topic-router-env.tar.gz``: a clean virtualenv under
-   ``build/package-env/<key>/`` with the wheel and its dependencies installed, packed by
+   ``build/package-env/`` with the wheel and its dependencies installed, packed by
    ``venv-pack``. spark-submit ships it with ``--archives ...#environment`` and executors run
-   ``./environment/bin/python``. ``<key>`` hashes the wheel's ``RECORD`` (the content hash of
-   every file in it; the wheel file itself differs per build by its zip timestamps), the
-   interpreter and the exclusions, so an unchanged wheel reuses the archive already packed.
+   ``./environment/bin/python``. The archive's key hashes the wheel's ``RECORD`` (the content
+   hash of every file in it; the wheel file itself differs per build by its zip timestamps), its
+   requirements, the interpreter and the exclusions, so an unchanged wheel reuses the archive
+   already packed; a changed wheel with the same requirements is reinstalled into the cached
+   virtualenv and repacked (seconds, not the minutes a fresh environment takes).
    pyspark's ``jars/`` (about 450 MB) are left out: on a cluster the JVM is the cluster's Spark
    and Python workers only import pyspark's Python modules. venv-pack does not copy the
    interpreter: ``bin/python`` links to the base Python 3.11, which must exist at the same path on
    every node (or repoint it with ``venv-pack --python-prefix``).
 3. **The JVM jars** ``dist/jars/``: a copy of ``var/jars/spark`` (``make jars``), for ``--jars``.
 
-Re-running it is cheap and leaves the same files. It prints what it produced.
+Re-running it is cheap and leaves the same files. It prints what it produced. Concurrent runs
+(``make package`` and the cluster test) take turns on ``build/package.lock``: they share setuptools'
+``build/`` directories and the environment cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import shutil
@@ -82,46 +87,73 @@ def build_wheel(dist: Path) -> Path:
     return wheels[0]
 
 
-def env_key(wheel: Path, python: str) -> str:
-    """Content key of the packed environment built from ``wheel`` (see module docstring)."""
-    digest = hashlib.sha256()
+def _wheel_member(wheel: Path, suffix: str) -> bytes:
     with zipfile.ZipFile(wheel) as archive:
-        records = [name for name in archive.namelist() if name.endswith(".dist-info/RECORD")]
-        if len(records) != 1:
-            raise PackageError(f"{wheel.name} has no single .dist-info/RECORD")
-        digest.update(archive.read(records[0]))
-    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
-                             check=True).stdout
-    digest.update(version.encode())
-    digest.update("\0".join(ENV_EXCLUDES).encode())
+        names = [name for name in archive.namelist() if name.endswith(suffix)]
+        if len(names) != 1:
+            raise PackageError(f"{wheel.name} has no single {suffix}")
+        return archive.read(names[0])
+
+
+def _key(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()[:16]
 
 
+def env_keys(wheel: Path, python: str) -> tuple[str, str]:
+    """(dependencies key, archive key) of the environment built from ``wheel`` (see module docstring)."""
+    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
+                             check=True).stdout.encode()
+    requirements = b"\n".join(line for line in _wheel_member(wheel, ".dist-info/METADATA").splitlines()
+                               if line.startswith(b"Requires-Dist:"))
+    excludes = "\0".join(ENV_EXCLUDES).encode()
+    return (_key(version, requirements),
+            _key(version, requirements, excludes, _wheel_member(wheel, ".dist-info/RECORD")))
+
+
 def build_env_archive(wheel: Path, dist: Path, build: Path, python: str) -> tuple[Path, str, bool]:
-    """The packed environment in ``dist``, taken from the cache under ``build`` or built into it."""
-    key = env_key(wheel, python)
-    cache = build / "package-env" / key
-    cached_archive = cache / ENV_ARCHIVE_NAME
+    """The packed environment in ``dist``, taken from the cache under ``build`` or built into it.
+
+    Two cache levels: a virtualenv with the dependencies per dependency set (``venv-<key>``; creating it
+    is the slow part) into which each new wheel is reinstalled, and the newest archive (``env-<key>``).
+    """
+    deps_key, archive_key = env_keys(wheel, python)
+    cache = build / "package-env"
+    cache.mkdir(parents=True, exist_ok=True)
+    cached_archive = cache / f"env-{archive_key}.tar.gz"
     rebuilt = not cached_archive.is_file()
     if rebuilt:
-        shutil.rmtree(cache, ignore_errors=True)
-        venv = cache / "venv"
-        run([python, "-m", "venv", venv], "creating the environment's virtualenv")
-        run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel],
-            "installing the wheel and its dependencies into the environment")
-        partial = cache / f"{ENV_ARCHIVE_NAME}.partial"
-        excludes = [arg for pattern in ENV_EXCLUDES for arg in ("--exclude", pattern)]
+        venv = cache / f"venv-{deps_key}"
+        pip: list[str | os.PathLike[str]] = [
+            venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        if not (venv / ".complete").is_file():
+            shutil.rmtree(venv, ignore_errors=True)
+            run([python, "-m", "venv", venv], "creating the environment's virtualenv")
+            run([*pip, wheel], "installing the wheel and its dependencies into the environment")
+            (venv / ".complete").touch()
+        else:
+            run([*pip, "--no-deps", "--force-reinstall", wheel], "reinstalling the wheel into the environment")
+        partial = cache / f"env-{archive_key}.partial"
+        excludes = [arg for pattern in (*ENV_EXCLUDES, ".complete") for arg in ("--exclude", pattern)]
         venv_pack = Path(sys.executable).parent / "venv-pack"
         if not venv_pack.exists():
             raise PackageError(f"{venv_pack} not found: pip install -e '.[package]'")
         run([venv_pack, "--quiet", "--force", "--prefix", venv, "--format", "tar.gz", "--output", partial,
              *excludes], "packing the environment with venv-pack")
-        # Only a complete archive carries the cache's name.
+        # Only a complete archive carries the cache's name; older archives and dependency sets are dead weight.
         partial.rename(cached_archive)
+        for other in cache.iterdir():
+            if other not in (cached_archive, venv):
+                if other.is_dir():
+                    shutil.rmtree(other, ignore_errors=True)
+                else:
+                    other.unlink(missing_ok=True)
     target = dist / ENV_ARCHIVE_NAME
-    if not target.is_file() or target.stat().st_size != cached_archive.stat().st_size or rebuilt:
+    if rebuilt or not target.is_file() or target.stat().st_size != cached_archive.stat().st_size:
         shutil.copyfile(cached_archive, target)
-    return target, key, rebuilt
+    return target, archive_key, rebuilt
 
 
 def copy_jars(jars_dir: Path, dist: Path) -> tuple[Path, ...]:
@@ -141,9 +173,12 @@ def build_package(dist: Path, build: Path, *, python: str = DEFAULT_PYTHON, jars
     resolved_python = shutil.which(python)
     if resolved_python is None:
         raise PackageError(f"{python} not found: the packed environment needs Python 3.11")
-    wheel = build_wheel(dist)
-    archive, key, rebuilt = build_env_archive(wheel, dist, build, resolved_python)
-    jars = copy_jars(jars_dir or REPO_ROOT / "var" / "jars" / "spark", dist)
+    build.mkdir(parents=True, exist_ok=True)
+    with (build / "package.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wheel = build_wheel(dist)
+        archive, key, rebuilt = build_env_archive(wheel, dist, build, resolved_python)
+        jars = copy_jars(jars_dir or REPO_ROOT / "var" / "jars" / "spark", dist)
     return Package(wheel=wheel, env_archive=archive, jars=jars, env_key=key, env_rebuilt=rebuilt)
 
 
