@@ -159,6 +159,39 @@ impl Interned {
     }
 }
 
+/// Byte ranges of the words of a non-empty key, appended to `spans`.
+///
+/// `.` is ASCII, so every range is on char boundaries. Eight bytes at a time
+/// (SWAR): in `x = chunk ^ "........"` a separator is a zero byte, and
+/// `!(((x & 0x7F..) + 0x7F..) | x | 0x7F..)` sets the high bit of exactly the
+/// zero bytes (no carry crosses a byte), which beats `str::split` on keys of
+/// short words.
+fn split_spans(bytes: &[u8], spans: &mut Vec<(usize, usize)>) {
+    const DOTS: u64 = u64::from_ne_bytes([b'.'; 8]);
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    let mut start = 0;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut base = 0;
+    for chunk in &mut chunks {
+        let x = u64::from_le_bytes(chunk.try_into().expect("chunks of 8")) ^ DOTS;
+        let mut zeros = !(((x & LOW7) + LOW7) | x | LOW7);
+        while zeros != 0 {
+            let index = base + (zeros.trailing_zeros() / 8) as usize;
+            spans.push((start, index));
+            start = index + 1;
+            zeros &= zeros - 1;
+        }
+        base += 8;
+    }
+    for (offset, &byte) in chunks.remainder().iter().enumerate() {
+        if byte == b'.' {
+            spans.push((start, base + offset));
+            start = base + offset + 1;
+        }
+    }
+    spans.push((start, bytes.len()));
+}
+
 /// For items sorted by owner: `starts[i] .. starts[i + 1]` are the items of owner `i`.
 fn range_starts(owners: usize, sorted_owners: impl Iterator<Item = u32>) -> Vec<u32> {
     let mut starts = vec![0u32; owners + 1];
@@ -473,16 +506,7 @@ impl FrozenMatcher {
         hash_low.clear();
         found.clear();
         if !key.is_empty() {
-            // A byte scan: `.` is ASCII, so every span is on char boundaries,
-            // and this beats `str::split` on short words.
-            let mut start = 0;
-            for (index, &byte) in key.as_bytes().iter().enumerate() {
-                if byte == b'.' {
-                    word_spans.push((start, index));
-                    start = index + 1;
-                }
-            }
-            word_spans.push((start, key.len()));
+            split_spans(key.as_bytes(), word_spans);
         }
         word_ids.clear();
         word_ids.resize(word_spans.len(), UNRESOLVED);
@@ -698,6 +722,22 @@ pub(crate) mod tests {
             held.sort();
             assert_eq!(held, expected);
             assert_eq!(frozen.len(), expected.len());
+        }
+    }
+
+    #[test]
+    fn word_spans_match_split_words() {
+        let mut rng = Rng(21);
+        let alphabet: &[&str] = &[".", "a", "é", "\u{2e80}", "..", "#", "\u{00ae}"];
+        let mut spans = Vec::new();
+        for _ in 0..3000 {
+            let key: String = (0..1 + rng.below(40))
+                .map(|_| alphabet[rng.below(alphabet.len())])
+                .collect();
+            spans.clear();
+            split_spans(key.as_bytes(), &mut spans);
+            let words: Vec<&str> = spans.iter().map(|&(start, stop)| &key[start..stop]).collect();
+            assert_eq!(words, split_words(&key), "{key:?}");
         }
     }
 
