@@ -5,9 +5,11 @@
 //!
 //! Kafka batches repeat keys heavily, so each distinct key is matched once: a
 //! hash map from key text to its result, whose subscriber ids are then spread
-//! back to every row holding that key. When the first [`PROBE_ROWS`] keys turn
-//! out nearly all distinct, the map would cost more than it saves, so the rest
-//! of the batch is matched row by row. The output is written straight into
+//! back to every row holding that key. The map is not free (every key is
+//! hashed and stored, with cache misses once it is large), so it must keep
+//! earning its keep: after a first warm-up window of [`PROBE_ROWS`] keys, any
+//! window in which fewer than half the keys were repeats switches it off and
+//! the rest of the batch is matched row by row. The output is written straight into
 //! Arrow buffers (offsets, validity, UTF-8 bytes), with no per-row allocation.
 
 use std::sync::Arc;
@@ -28,13 +30,13 @@ pub struct BatchStats {
     pub rows: usize,
     pub null_rows: usize,
     /// Lookups actually performed: the distinct non-null keys while
-    /// de-duplicating (always, for batches up to [`PROBE_ROWS`] keys).
+    /// de-duplicating (always, for batches up to 2 x [`PROBE_ROWS`] keys).
     pub lookups: usize,
     /// Whether de-duplication stayed on for the whole batch.
     pub deduplicated: bool,
 }
 
-/// Keys sampled before deciding whether de-duplication pays.
+/// Non-null keys per window over which de-duplication must pay (see module docs).
 pub const PROBE_ROWS: usize = 1024;
 
 /// Match every key of `keys`. `max_rows`, when given, is enforced before any work.
@@ -91,6 +93,8 @@ where
         result_ranges.push((start, ids.len() as u32));
         Ok((result_ranges.len() - 1) as u32)
     };
+    // Repeated keys in the current window of PROBE_ROWS non-null keys.
+    let mut window_repeats = 0usize;
     for row in 0..rows {
         if keys.is_null(row) {
             stats.null_rows += 1;
@@ -100,7 +104,10 @@ where
         let key: &'a str = keys.value(row);
         let result = if stats.deduplicated {
             match distinct.entry(key) {
-                Entry::Occupied(seen) => *seen.get(),
+                Entry::Occupied(seen) => {
+                    window_repeats += 1;
+                    *seen.get()
+                }
                 Entry::Vacant(slot) => *slot.insert(lookup(key, &mut result_ranges)?),
             }
         } else {
@@ -108,9 +115,13 @@ where
         };
         row_results.push(result);
         let seen = row + 1 - stats.null_rows;
-        if stats.deduplicated && seen == PROBE_ROWS && distinct.len() * 10 > seen * 9 {
-            stats.deduplicated = false;
-            distinct = HashMap::new();
+        if stats.deduplicated && seen % PROBE_ROWS == 0 {
+            // The first window only warms the map; later ones must repeat at least half their keys.
+            if seen > PROBE_ROWS && window_repeats * 2 < PROBE_ROWS {
+                stats.deduplicated = false;
+                distinct = HashMap::new();
+            }
+            window_repeats = 0;
         }
     }
     stats.lookups = result_ranges.len();
@@ -235,8 +246,8 @@ mod tests {
     #[test]
     fn mostly_distinct_batches_stop_deduplicating_and_stay_correct() {
         let matcher = FrozenMatcher::build([("k1.#", "a"), ("*.x", "b"), ("#", "c")]).unwrap();
-        // PROBE_ROWS distinct keys, then repeats of a few.
-        let keys: Vec<Option<String>> = (0..PROBE_ROWS)
+        // Distinct keys for two windows, then repeats of a few (and nulls).
+        let keys: Vec<Option<String>> = (0..2 * PROBE_ROWS)
             .map(|i| Some(format!("k{i}.x")))
             .chain((0..3000).map(|i| {
                 if i % 7 == 0 {
@@ -250,12 +261,14 @@ mod tests {
         assert!(!stats.deduplicated);
         assert_eq!(stats.lookups, keys.iter().flatten().count());
         assert_eq!(rows(&list), expected(&matcher, &keys));
-        // Repeats from the start keep de-duplication on.
-        let repeated: Vec<Option<String>> = (0..5000).map(|i| Some(format!("k{}.x", i % 5))).collect();
-        let (list, stats) = match_batch(&matcher, &StringArray::from(repeated.clone()), None).unwrap();
+        // A small pool: many distinct keys while the map warms up, then mostly repeats.
+        let pooled: Vec<Option<String>> = (0..6 * PROBE_ROWS)
+            .map(|i| Some(format!("k{}.x", (i * 7919) % 1000)))
+            .collect();
+        let (list, stats) = match_batch(&matcher, &StringArray::from(pooled.clone()), None).unwrap();
         assert!(stats.deduplicated);
-        assert_eq!(stats.lookups, 5);
-        assert_eq!(rows(&list), expected(&matcher, &repeated));
+        assert_eq!(stats.lookups, 1000);
+        assert_eq!(rows(&list), expected(&matcher, &pooled));
     }
 
     #[test]
