@@ -292,7 +292,7 @@ def run_available_now(spark: SparkSession, settings: Settings) -> Router:
     router = Router(spark, with_router(settings, trigger="available_now"))
     query = router.start()
     try:
-        query.awaitTermination(WAIT_TIMEOUT_S)
+        query.awaitTermination(int(WAIT_TIMEOUT_S))
         assert not query.isActive, "the available-now run did not finish"
         assert query.exception() is None, query.exception()
     finally:

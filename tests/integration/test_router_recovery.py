@@ -2,7 +2,8 @@
 
 * :func:`test_sigkilled_router_loses_and_duplicates_nothing` kills
   ``python -m jobs.route`` (its whole process group: driver, JVM and Python
-  workers) at seeded random points while records are still being produced,
+  workers) at seeded random points while records are still being produced
+  (the first time only after a batch has committed),
   restarts it from its checkpoint each time, then drains what is left. Every
   record must be routed exactly as the regex oracle says, with no delivery id
   twice and no batch id twice in the ledger.
@@ -86,6 +87,10 @@ def batches_logged(log_path: Path) -> int:
     return log_path.read_bytes().count(b'"event": "router_batch"')
 
 
+def started(log_path: Path) -> bool:
+    return b"router query started" in log_path.read_bytes()
+
+
 def wait_for(condition: Any, what: str, process: Any = None) -> None:
     """Poll until ``condition()``; a hang guard, not a timing assertion."""
     deadline = time.monotonic() + WAIT_TIMEOUT_S
@@ -127,8 +132,10 @@ def test_sigkilled_router_loses_and_duplicates_nothing(
     def produce_in_rounds() -> None:
         try:
             for start in range(0, len(keys), 150):
-                chunk = [(key, f"payload {start + index}".encode(), [])
-                         for index, key in enumerate(keys[start:start + 150])]
+                chunk: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]] = [
+                    (key, f"payload {start + index}".encode(), [])
+                    for index, key in enumerate(keys[start:start + 150])
+                ]
                 produced.extend(produce(job, topic, chunk, partitions=2))
                 time.sleep(1.0)
         except BaseException as error:  # reported by the test thread
@@ -143,9 +150,12 @@ def test_sigkilled_router_loses_and_duplicates_nothing(
             with log_path.open("wb") as log:
                 process = start_router(job, log)
                 try:
-                    # Let it finish at least one batch, then kill it at a random point of the next ones.
-                    wait_for(lambda path=log_path: batches_logged(path) >= 1, f"a batch of run {run}", process)
-                    time.sleep(rng.uniform(0.0, 3.0))
+                    # The first run commits at least one batch, so later runs restart from real progress;
+                    # every kill then lands at a random point (a batch's ledger entry, writes, or commit).
+                    wait_for(lambda path=log_path: started(path), f"the query of run {run}", process)
+                    if run == 0:
+                        wait_for(lambda path=log_path: batches_logged(path) >= 1, "a committed batch", process)
+                    time.sleep(rng.uniform(0.0, 6.0))
                     assert process.poll() is None, log_path.read_text(errors="replace")[-3000:]
                 finally:
                     kill_group(process)

@@ -140,7 +140,8 @@ def test_routing_by_message_key_matches_the_oracle(
         if row["reason"] == "fanout_limit":
             assert row["fanout"] > MAX_FANOUT
     for row in routed.deliveries:
-        assert row["routing_key"] == by_coordinates[(row["source_partition"], row["source_offset"])].key.decode()
+        key = by_coordinates[(row["source_partition"], row["source_offset"])].key
+        assert key is not None and row["routing_key"] == key.decode()
 
     # The per-batch reports (an Observation per batch) add up to the same figures.
     totals: collections.Counter[str] = collections.Counter()
