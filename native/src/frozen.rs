@@ -227,6 +227,23 @@ pub struct Scratch {
     found: Vec<u32>,
 }
 
+impl Scratch {
+    /// Buffers larger than this (after a huge key) are freed rather than kept.
+    const KEEP_CAPACITY: usize = 4096;
+
+    /// Release buffers a hostile key grew, so a long-lived thread-local scratch stays small.
+    pub fn trim(&mut self) {
+        let largest = self
+            .word_spans
+            .capacity()
+            .max(self.stack.capacity())
+            .max(self.found.capacity());
+        if largest > Self::KEEP_CAPACITY {
+            *self = Scratch::default();
+        }
+    }
+}
+
 /// `#` node -> lowest key position it was entered at. Lookups meet a few `#`
 /// nodes at most, so a short list scanned linearly is fastest; past
 /// [`HashLow::LINEAR`] entries (hostile pattern sets) it moves to a hash map

@@ -32,7 +32,9 @@ fn frozen_lookup<'py>(py: Python<'py>, matcher: &FrozenMatcher, key: &str) -> Py
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut scratch) => {
             let ids = matcher.lookup_ids(key, &mut scratch);
-            PyFrozenSet::new(py, ids.iter().map(|&id| matcher.subscriber(id)))
+            let found = PyFrozenSet::new(py, ids.iter().map(|&id| matcher.subscriber(id)));
+            scratch.trim();
+            found
         }
         // Only reachable by re-entrance; a fresh buffer keeps it correct.
         Err(_) => PyFrozenSet::new(py, matcher.lookup(key)),
