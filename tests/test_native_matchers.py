@@ -276,3 +276,23 @@ def test_foreign_bytes_are_rejected_with_a_clear_message() -> None:
     assert issubclass(FrozenFormatError, ValueError)
     with pytest.raises(TypeError):
         FrozenMatcher.from_bytes("not bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(60)
+def test_huge_keys_and_deep_patterns_are_answered() -> None:
+    """No recursion limits: a 20,000-word key and a 20,000-word pattern, against the Python trie."""
+    long_key = "a." * 20_000 + "x"
+    deep = ".".join(["w"] * 20_000)
+    pairs = [("#.x", "s"), ("a.#.a.x", "t"), ("*", "u"), (deep, "deep"), ("w.#", "w")]
+    native, trie = CSTrieMatcher(), TrieMatcher()
+    for pattern, subscriber in pairs:
+        native.subscribe(pattern, subscriber)
+        trie.subscribe(pattern, subscriber)
+    frozen = FrozenMatcher.from_bytes(native.freeze().to_bytes())
+    for key in (long_key, deep, "x", "w"):
+        want = trie.lookup(key)
+        assert native.lookup(key) == want
+        assert native.snapshot().lookup(key) == want
+        assert frozen.lookup(key) == want
+    native.unsubscribe(deep, "deep")
+    assert native.freeze().lookup(deep) == {"w"}
