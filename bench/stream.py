@@ -426,7 +426,7 @@ def python_trie_matcher(pairs: Broadcast[list[tuple[str, str]]]) -> Iterator[Non
     from udfs.route import route_record_batch
 
     def make_router(
-        version: int, load_bytes: Callable[[], bytes], *, max_fanout: int, max_batch_rows: int
+        version: int, load_bytes: Callable[[], bytes], *, max_fanout: int, max_batch_rows: int, table: str = ""
     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
         def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             matcher: Any = PythonTrieBatch(pairs.value)  # built per task: no worker-wide cache (see docstring)

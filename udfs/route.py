@@ -15,9 +15,12 @@ and ``reason``/``rule`` (null when valid). Per Arrow batch the function:
    ``stats`` row (input rows, distinct keys, match nanoseconds) that the
    driver sums through an ``Observation``.
 
-Each Python worker keeps the one deserialized matcher of the snapshot version
-it last used (:class:`MatcherCache`) and swaps it when the broadcast version
-changes, so a long-lived worker pays ``from_bytes`` once per version.
+Each Python worker keeps the one deserialized matcher of the snapshot it last
+used (:class:`MatcherCache`), named by (subscription table, version), and swaps
+it when that changes, so a long-lived worker pays ``from_bytes`` once per
+version. The table is part of the name because version numbers alone collide:
+two routers (or tests) in one Spark application with different tables both
+have a version 1, and the reused worker must not route one with the other's.
 """
 
 from __future__ import annotations
@@ -60,19 +63,19 @@ OUTPUT_CHUNK_ROWS = 65_536
 
 
 class MatcherCache:
-    """One deserialized matcher per Python worker, replaced when the snapshot version changes."""
+    """One deserialized matcher per Python worker, replaced when the snapshot (table, version) changes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._version: int | None = None
+        self._snapshot: tuple[str, int] | None = None
         self._matcher: FrozenMatcher | None = None
         self.loads = 0
 
-    def get(self, version: int, load_bytes: Callable[[], bytes]) -> FrozenMatcher:
+    def get(self, version: int, load_bytes: Callable[[], bytes], *, table: str = "") -> FrozenMatcher:
         with self._lock:
-            if self._version != version or self._matcher is None:
+            if self._snapshot != (table, version) or self._matcher is None:
                 self._matcher = FrozenMatcher.from_bytes(load_bytes())
-                self._version = version
+                self._snapshot = (table, version)
                 self.loads += 1
             return self._matcher
 
@@ -168,16 +171,18 @@ def _nullable(schema: pa.Schema) -> pa.Schema:
 
 
 def make_router(
-    version: int, load_bytes: Callable[[], bytes], *, max_fanout: int, max_batch_rows: int
+    version: int, load_bytes: Callable[[], bytes], *, max_fanout: int, max_batch_rows: int, table: str = ""
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function for one snapshot version.
+    """The ``mapInArrow`` function for one snapshot version of the subscription table ``table``.
 
     ``load_bytes`` returns the serialized matcher (normally ``lambda: broadcast.value``);
-    it is called at most once per worker per version.
+    it is called at most once per worker per (table, version).
     """
 
     def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return route_batches(version, load_bytes, batches, max_fanout=max_fanout, max_batch_rows=max_batch_rows)
+        return route_batches(
+            version, load_bytes, batches, max_fanout=max_fanout, max_batch_rows=max_batch_rows, table=table
+        )
 
     return route
 
@@ -189,12 +194,13 @@ def route_batches(
     *,
     max_fanout: int,
     max_batch_rows: int,
+    table: str = "",
 ) -> Iterator[pa.RecordBatch]:
-    """Route a partition's batches with the worker's cached matcher of ``version``.
+    """Route a partition's batches with the worker's cached matcher of (``table``, ``version``).
 
     Module-level (pickled by reference), so the worker-wide cache it uses is
     the worker's own, never a pickled copy.
     """
-    matcher = WORKER_CACHE.get(version, load_bytes)
+    matcher = WORKER_CACHE.get(version, load_bytes, table=table)
     for batch in batches:
         yield from route_record_batch(matcher, batch, max_fanout=max_fanout, max_batch_rows=max_batch_rows)

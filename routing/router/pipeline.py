@@ -270,6 +270,7 @@ class Router:
                 lambda: broadcast.value,
                 max_fanout=self.validator.limits.max_fanout,
                 max_batch_rows=self.validator.limits.max_batch_rows,
+                table=self.settings.subscriptions.table_path,
             )
             classified = classify(batch, router, self.validator).select(*CLASSIFIED_COLUMNS)
             observation = Observation(f"router_batch_{batch_id}")
