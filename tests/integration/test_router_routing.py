@@ -224,3 +224,21 @@ def assert_routed_as_expected(
     }
     assert {pinned[1] for pinned in routed.versions().values()} == {version}
     assert_ids_exact(routed)
+
+
+def test_worker_matcher_cache_tells_tables_apart() -> None:
+    """Version numbers collide across subscription tables: a reused worker must not route with the wrong one."""
+    from routing.matchers import CSTrieMatcher
+    from udfs.route import MatcherCache
+
+    def snapshot_bytes(pattern: str, subscriber: str) -> bytes:
+        trie = CSTrieMatcher()
+        trie.subscribe(pattern, subscriber)
+        return bytes(trie.freeze().to_bytes())
+
+    cache = MatcherCache()
+    first, second = snapshot_bytes("a.#", "first"), snapshot_bytes("a.#", "second")
+    assert cache.get(1, lambda: first, table="/tables/one").lookup("a.b") == frozenset({"first"})
+    assert cache.get(1, lambda: second, table="/tables/two").lookup("a.b") == frozenset({"second"})
+    assert cache.get(1, lambda: second, table="/tables/two").lookup("a.b") == frozenset({"second"})
+    assert cache.loads == 2  # the same (table, version) again is served from the cache
