@@ -100,6 +100,7 @@ demo: install native
 
 bench: install native
 	$(PY) bench/matchers.py
+	$(PY) bench/native.py
 
 clean:
 	rm -rf build dist *.egg-info native/target
