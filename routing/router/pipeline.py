@@ -36,7 +36,14 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from routing.router.classify import classify
 from routing.router.ledger import Ledger
 from routing.router.snapshots import SnapshotBroadcasts
-from routing.router.tables import DEAD_LETTER_REASONS, HEADERS_DDL, PARTITION_COLUMN
+from routing.router.tables import (
+    DEAD_LETTER_REASONS,
+    DEAD_LETTERS_DDL,
+    DELIVERIES_DDL,
+    HEADERS_DDL,
+    PARTITION_COLUMN,
+    UNROUTED_DDL,
+)
 from routing.subscriptions import create_table_if_absent
 from udfs.route import ADDED_DDL, KIND_DEAD_LETTER, KIND_DELIVERY, KIND_UNROUTED, make_router
 
@@ -146,6 +153,14 @@ def idempotent_append(frame: DataFrame, path: str, app_id: str, batch_id: int) -
     )
 
 
+def create_output_table_if_absent(spark: SparkSession, path: str, ddl: str) -> None:
+    """An empty, partitioned Delta table at ``path`` unless one is there."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        spark.createDataFrame([], ddl).write.format("delta").mode("ignore").partitionBy(PARTITION_COLUMN).save(path)
+
+
 def observed_metrics() -> list[Column]:
     """The per-batch counters, gathered by one ``Observation`` on the routed frame."""
     from pyspark.sql import functions as F
@@ -223,6 +238,15 @@ class Router:
         create_table_if_absent(spark, settings.subscriptions.table_path)
         self.ledger = Ledger(spark, router.ledger_path, router.app_id)
         self.ledger.create_if_absent()
+        # The outputs exist from the start, so a batch can skip an append it has no rows for.
+        self.outputs = [
+            (deliveries_frame, router.deliveries_path, DELIVERIES_DDL, "deliveries"),
+            (dead_letters_frame, router.dead_letters_path, DEAD_LETTERS_DDL, "dead_letters"),
+        ]
+        if router.write_unrouted:
+            self.outputs.append((unrouted_frame, router.unrouted_path, UNROUTED_DDL, "unmatched"))
+        for _, path, ddl, _ in self.outputs:
+            create_output_table_if_absent(spark, path, ddl)
         self.snapshots = SnapshotBroadcasts(
             spark, settings.subscriptions.table_path, refresh_interval_s=router.refresh_interval_s
         )
@@ -282,11 +306,10 @@ class Router:
             routed.count()  # compute once (the writes below read the cache) and fill the observation
             metrics = {name: int(value or 0) for name, value in observation.get.items()}
 
-            outputs = [(deliveries_frame, router.deliveries_path), (dead_letters_frame, router.dead_letters_path)]
-            if router.write_unrouted:
-                outputs.append((unrouted_frame, router.unrouted_path))
-            for frame_of, path in outputs:
-                idempotent_append(frame_of(routed, version, batch_id), path, router.app_id, batch_id)
+            for frame_of, path, _, counted_as in self.outputs:
+                # Rows are a function of (batch, snapshot version), so an empty output stays empty on replay.
+                if metrics.get(counted_as, 0):
+                    idempotent_append(frame_of(routed, version, batch_id), path, router.app_id, batch_id)
             if router.kafka_sink != "none":
                 self._publish_to_kafka(deliveries_frame(routed, version, batch_id))
             if self.after_writes is not None:
