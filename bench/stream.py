@@ -801,9 +801,8 @@ def measure(plan: Plan, settings: Settings, results: Results, *, topic: str, pre
 
     spark = get_spark(settings, app_name="bench-stream")
     work = WORK_DIR
-    # One table for the whole run, overwritten per size, so every size routes with its own Delta version:
-    # udfs.route's per-worker matcher cache is keyed by the snapshot version alone, and two tables both at
-    # version 0 would have the second size's router reuse the first size's matcher.
+    # One table for the whole run, overwritten per size: each size is a new version of it, as a live change
+    # of the subscriptions would be (the workers' matcher cache is keyed by table and version).
     table = work / "subscriptions"
     write_subscriptions(spark, table, [])
 
