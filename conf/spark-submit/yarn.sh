@@ -8,7 +8,7 @@
 # the settings file, e.g. router.deliveries_path = "hdfs:///router/deliveries".
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-: "${HADOOP_CONF_DIR:?set HADOOP_CONF_DIR (or YARN_CONF_DIR) to the cluster's client configuration}"
+: "${HADOOP_CONF_DIR:?set HADOOP_CONF_DIR to the YARN client configuration directory}"
 
 # --files puts router.toml in each container's working directory.
 CONF_NAME="$(basename "$ROUTER_CONF_FILE")"
