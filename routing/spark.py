@@ -16,6 +16,7 @@ overrides the settings, because PySpark's builder would otherwise silently repla
 for Delta and the Kafka source like ``spark.jars_dir``), and the Python of the executors is the
 submitter's choice (``spark.pyspark.python``/``PYSPARK_PYTHON``, e.g. ``./environment/bin/python`` of
 a packed environment), never this driver's interpreter path, which does not exist on other nodes.
+The loopback driver address is for local masters only: on a cluster Spark picks the host's own.
 """
 
 from __future__ import annotations
@@ -120,6 +121,10 @@ def spark_conf(
     if submitted:
         # The submitter picks the executors' Python (see module docstring).
         del conf["spark.pyspark.python"], conf["spark.pyspark.driver.python"]
+    effective_master = {**conf, **spark.conf, **(extra_conf or {}), **submitted}["spark.master"]
+    if not effective_master.startswith("local"):
+        # Executors on other hosts connect back to the driver: a loopback driver address would strand them.
+        del conf["spark.driver.host"], conf["spark.driver.bindAddress"]
     conf.update(spark.conf)
     conf.update(extra_conf or {})
     conf.update(submitted)

@@ -93,10 +93,13 @@ def test_spark_submit_master_jars_and_python_override_the_settings(settings: Set
         assert conf[key] == value, key
     # The driver's interpreter path means nothing on other nodes: the submitter chooses.
     assert "spark.pyspark.driver.python" not in conf
+    # Nor does a loopback driver address: executors elsewhere must reach the driver.
+    assert "spark.driver.host" not in conf and "spark.driver.bindAddress" not in conf
     # Outside spark-submit the settings (and this interpreter) apply, and the jars directory must exist.
     local = spark_conf(settings)
     assert local["spark.master"] == settings.spark.master
     assert local["spark.pyspark.python"] == sys.executable
+    assert local["spark.driver.host"] == local["spark.driver.bindAddress"] == "127.0.0.1"
     assert local["spark.jars"].split(",") == [str(path) for path in sorted(Path(settings.spark.jars_dir).glob("*.jar"))]
 
 
