@@ -26,11 +26,13 @@ help:
 	@echo "make package  the wheel, the packed environment and the jars spark-submit ships, in dist/"
 	@echo "make kafka-start | kafka-status | kafka-stop   the local KRaft broker (data in var/kafka/)"
 
+# No build isolation: the extension is built with this venv's Python (and setuptools-rust), so the
+# `native` target's rebuild finds cargo's cache warm instead of recompiling pyo3 for another interpreter.
 $(INSTALLED): setup.py pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; Python 3.11 is required" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip setuptools wheel "setuptools-rust>=1.9"
-	$(PIP) install --quiet -e ".[test,bench,package]"
+	$(PIP) install --quiet --no-build-isolation -e ".[test,bench,package]"
 	touch $@
 
 $(JARS_STAMP): conf/jvm/pom.xml
