@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from routing.router.classify import classify
-from routing.router.ledger import Ledger
+from routing.router.ledger import Ledger, txn_app_id
 from routing.router.snapshots import SnapshotBroadcasts
 from routing.router.tables import (
     DEAD_LETTER_REASONS,
@@ -252,6 +252,10 @@ class Router:
         )
         self.reports: dict[int, BatchReport] = {}
         self._lock = threading.Lock()
+        #: ``txnAppId`` of every idempotent write: app id + query id (see ``ledger.txn_app_id``), known once
+        #: the query has started; batches wait for it.
+        self.txn_app_id = ""
+        self._query_started = threading.Event()
         #: Test hook: called after the Delta writes and before the batch returns (so before the
         #: checkpoint commits); the crash-recovery test kills the process there.
         self.after_writes: Callable[[int], None] | None = None
@@ -279,6 +283,7 @@ class Router:
         from pyspark import StorageLevel
         from pyspark.sql import Observation
 
+        self._query_started.wait()
         started = time.perf_counter()
         router = self.settings.router
         recorded = self.ledger.recorded_version(batch_id)
@@ -309,7 +314,7 @@ class Router:
             for frame_of, path, _, counted_as in self.outputs:
                 # Rows are a function of (batch, snapshot version), so an empty output stays empty on replay.
                 if metrics.get(counted_as, 0):
-                    idempotent_append(frame_of(routed, version, batch_id), path, router.app_id, batch_id)
+                    idempotent_append(frame_of(routed, version, batch_id), path, self.txn_app_id, batch_id)
             if router.kafka_sink != "none":
                 self._publish_to_kafka(deliveries_frame(routed, version, batch_id))
             if self.after_writes is not None:
@@ -344,7 +349,7 @@ class Router:
             self.spark.createDataFrame([tuple(values)], METRICS_DDL)
             .write.format("delta")
             .mode("append")
-            .option("txnAppId", self.settings.router.app_id)
+            .option("txnAppId", self.txn_app_id)
             .option("txnVersion", report.batch_id)
             .save(self.settings.router.metrics_path)
         )
@@ -405,7 +410,20 @@ class Router:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=router.trigger_interval)
-        return writer.start()
+        query = writer.start()
+        self.bind_query(str(query.id))
+        return query
+
+    def bind_query(self, query_id: str) -> None:
+        """Write as the query ``query_id``: its id (kept in the checkpoint) joins the txnAppId.
+
+        A router restarted from its checkpoint keeps its id and so skips batches it already
+        committed; one started from a fresh checkpoint (batch ids from 0 again) gets a new id and is
+        never mistaken for the old one.
+        """
+        self.txn_app_id = txn_app_id(self.settings.router.app_id, query_id)
+        self.ledger.bind(query_id)
+        self._query_started.set()
 
 
 class _ProgressListener(StreamingQueryListener):

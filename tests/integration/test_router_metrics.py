@@ -78,6 +78,7 @@ def test_metrics_rows_match_an_independent_count_once_per_batch(
     pairs = read_active(spark, local.subscriptions.table_path)
     router = Router(spark, local)
     router.snapshots.maybe_refresh(force=True)
+    router.bind_query("metrics-test-query")
     batches = {0: records(0, 300), 1: records(1, 200)}
     try:
         for batch_id, rows in batches.items():
