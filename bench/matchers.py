@@ -69,6 +69,7 @@ from harness import (
     markdown_table,
     ns_per_op,
 )
+from workloads import realistic_hit, realistic_pattern, vocabulary
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -160,43 +161,6 @@ def seed_throughput_workload(rng: random.Random, lookups: int) -> tuple[list[tup
     pairs = [(pattern, str(i)) for i, pattern in enumerate(patterns)]
     keys = [".".join(digit() if w == "*" else w for w in patterns[i % 1000].split(".")) for i in range(lookups)]
     return pairs, keys
-
-
-def vocabulary(rng: random.Random, size: int) -> list[str]:
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    words: set[str] = set()
-    while len(words) < size:
-        words.add("".join(rng.choice(letters) for _ in range(rng.randint(3, 8))))
-    return sorted(words)
-
-
-def realistic_pattern(rng: random.Random, vocab: Sequence[str]) -> str:
-    words = [rng.choice(vocab) for _ in range(5)]
-    roll = rng.random()
-    if roll < 0.10:
-        words[rng.randrange(5)] = "*"
-    elif roll < 0.15:
-        # Two or three literal words first: a one-word prefix ("a.#") would catch a third of all
-        # random keys once there are a few thousand of them, and the hit rate would no longer be ~30%.
-        prefix = rng.randint(2, 3)
-        # Half end in '#', half keep a literal last word after it: "a.b.#" or "a.b.#.e".
-        words = [*words[:prefix], "#"] if rng.random() < 0.5 else [*words[:prefix], "#", words[4]]
-    return ".".join(words)
-
-
-def realistic_hit(rng: random.Random, vocab: Sequence[str], pattern: str) -> str:
-    """A 5-word key the pattern matches ('*' and '#' filled with vocabulary words)."""
-    words = pattern.split(".")
-    fixed = sum(1 for w in words if w != "#")
-    out: list[str] = []
-    for word in words:
-        if word == "*":
-            out.append(rng.choice(vocab))
-        elif word == "#":
-            out.extend(rng.choice(vocab) for _ in range(max(0, 5 - fixed)))
-        else:
-            out.append(word)
-    return ".".join(out)
 
 
 def realistic_workload(

@@ -51,6 +51,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa
+from workloads import realistic_hit, realistic_pattern, vocabulary
 
 from routing.matchers import CSTrieMatcher, FrozenMatcher, TrieMatcher
 
@@ -72,39 +73,6 @@ def progress(message: str) -> None:
 
 def seed_topic(rng: random.Random) -> str:
     return ".".join(str(rng.getrandbits(63)) for _ in range(5))
-
-
-def vocabulary(rng: random.Random, size: int) -> list[str]:
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    words: set[str] = set()
-    while len(words) < size:
-        words.add("".join(rng.choice(letters) for _ in range(rng.randint(3, 8))))
-    return sorted(words)
-
-
-def realistic_pattern(rng: random.Random, vocab: Sequence[str]) -> str:
-    words = [rng.choice(vocab) for _ in range(5)]
-    roll = rng.random()
-    if roll < 0.10:
-        words[rng.randrange(5)] = "*"
-    elif roll < 0.15:
-        prefix = rng.randint(2, 3)
-        words = [*words[:prefix], "#"] if rng.random() < 0.5 else [*words[:prefix], "#", words[4]]
-    return ".".join(words)
-
-
-def realistic_hit(rng: random.Random, vocab: Sequence[str], pattern: str) -> str:
-    words = pattern.split(".")
-    fixed = sum(1 for w in words if w != "#")
-    out: list[str] = []
-    for word in words:
-        if word == "*":
-            out.append(rng.choice(vocab))
-        elif word == "#":
-            out.extend(rng.choice(vocab) for _ in range(max(0, 5 - fixed)))
-        else:
-            out.append(word)
-    return ".".join(out)
 
 
 def realistic_keys(rng: random.Random, vocab: Sequence[str], patterns: Sequence[str], count: int) -> list[str]:
