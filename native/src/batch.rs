@@ -115,7 +115,7 @@ where
         };
         row_results.push(result);
         let seen = row + 1 - stats.null_rows;
-        if stats.deduplicated && seen % PROBE_ROWS == 0 {
+        if stats.deduplicated && seen.is_multiple_of(PROBE_ROWS) {
             // The first window only warms the map; later ones must repeat at least half their keys.
             if seen > PROBE_ROWS && window_repeats * 2 < PROBE_ROWS {
                 stats.deduplicated = false;

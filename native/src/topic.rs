@@ -86,6 +86,56 @@ pub fn matches(pattern: &str, key: &str) -> bool {
     words_match(&pattern_words(pattern), &split_words(key))
 }
 
+/// (pattern, key, matches): the validity table every native matcher's tests run.
+#[cfg(test)]
+pub(crate) const VALIDITY: &[(&str, &str, bool)] = &[
+    ("#", "", true),
+    ("#", "a.b", true),
+    ("", "", true),
+    ("", "a", false),
+    ("a", "", false),
+    ("*", "", false),
+    ("*", ".", false),
+    ("*.*", ".", true),
+    ("*.#.*", "a", false),
+    ("*.#.*", "a.b", true),
+    ("*.#.*", "a.b.c.d", true),
+    ("a.#.#.b", "a.b", true),
+    ("a.#.#.b", "a.x.y.b", true),
+    ("#.#", "", true),
+    ("#.#", "a.b.c", true),
+    ("a*", "ab", false),
+    ("a*", "a*", true),
+    ("a#", "a#", true),
+    ("a#", "a.b", false),
+    ("simply#carrots", "simply#carrots", true),
+    ("#.x", ".x", true),
+    ("#.x", "x", true),
+    ("#.x", "x.y", false),
+    ("x.#", "x", true),
+    ("x.#", "x.", true),
+    ("x.*", "x", false),
+    ("x.*", "x.", true),
+    ("stock.*.msft", "stock.nasdaq.msft", true),
+    ("stock.*.msft", "stock.msft", false),
+    ("stock.*.msft", "stock.nasdaq.nyse.msft", false),
+    ("stock.#.msft", "stock.nasdaq.nyse.msft", true),
+    ("Stock.msft", "stock.msft", false),
+    ("a..b", "a..b", true),
+    ("a.*.b", "a..b", true),
+    (".", ".", true),
+    (".", "", false),
+    ("*", "*", true),
+    ("*", "#", true),
+    ("#", "#", true),
+    ("a.b", "a.b.c", false),
+    ("a.b.c", "a.b", false),
+    ("é.*", "é.ü", true),
+    ("e.*", "é.ü", false),
+    ("forex.#", "forex", true),
+    ("#.b.#", "a.b.c", true),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,26 +149,7 @@ mod tests {
 
     #[test]
     fn validity_table() {
-        let table: &[(&str, &str, bool)] = &[
-            ("#", "", true),
-            ("#", "a.b", true),
-            ("", "", true),
-            ("", "a", false),
-            ("*", "", false),
-            ("*", ".", false),
-            ("*.*", ".", true),
-            ("*.#.*", "a", false),
-            ("*.#.*", "a.b", true),
-            ("a.#.#.b", "a.b", true),
-            ("#.#", "", true),
-            ("a*", "ab", false),
-            ("a*", "a*", true),
-            ("simply#carrots", "simply#carrots", true),
-            ("#.x", ".x", true),
-            ("stock.*.msft", "stock.nasdaq.msft", true),
-            ("stock.*.msft", "stock.msft", false),
-        ];
-        for &(pattern, key, expected) in table {
+        for &(pattern, key, expected) in VALIDITY {
             assert_eq!(matches(pattern, key), expected, "{pattern:?} vs {key:?}");
         }
     }

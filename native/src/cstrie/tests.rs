@@ -5,58 +5,11 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::topic::{matches, words_match};
+use crate::topic::{matches, words_match, VALIDITY};
 
 fn ids(values: &[&str]) -> Vec<Arc<str>> {
     values.iter().map(|value| Arc::from(*value)).collect()
 }
-
-/// (pattern, key, matches): the cases of `topic.rs` plus more edge cases.
-const VALIDITY: &[(&str, &str, bool)] = &[
-    ("#", "", true),
-    ("#", "a.b", true),
-    ("", "", true),
-    ("", "a", false),
-    ("a", "", false),
-    ("*", "", false),
-    ("*", ".", false),
-    ("*.*", ".", true),
-    ("*.#.*", "a", false),
-    ("*.#.*", "a.b", true),
-    ("*.#.*", "a.b.c.d", true),
-    ("a.#.#.b", "a.b", true),
-    ("a.#.#.b", "a.x.y.b", true),
-    ("#.#", "", true),
-    ("#.#", "a.b.c", true),
-    ("a*", "ab", false),
-    ("a*", "a*", true),
-    ("a#", "a#", true),
-    ("a#", "a.b", false),
-    ("simply#carrots", "simply#carrots", true),
-    ("#.x", ".x", true),
-    ("#.x", "x", true),
-    ("#.x", "x.y", false),
-    ("x.#", "x", true),
-    ("x.#", "x.", true),
-    ("x.*", "x", false),
-    ("x.*", "x.", true),
-    ("stock.*.msft", "stock.nasdaq.msft", true),
-    ("stock.*.msft", "stock.msft", false),
-    ("stock.*.msft", "stock.nasdaq.nyse.msft", false),
-    ("stock.#.msft", "stock.nasdaq.nyse.msft", true),
-    ("Stock.msft", "stock.msft", false),
-    ("a..b", "a..b", true),
-    ("a.*.b", "a..b", true),
-    (".", ".", true),
-    (".", "", false),
-    ("*", "*", true),
-    ("*", "#", true),
-    ("#", "#", true),
-    ("a.b", "a.b.c", false),
-    ("a.b.c", "a.b", false),
-    ("é.*", "é.ü", true),
-    ("e.*", "é.ü", false),
-];
 
 #[test]
 fn validity_table_one_pattern_at_a_time() {

@@ -105,7 +105,7 @@ pub(crate) fn matching<'g>(
         }
     }
     // Deduplicate before cloning: one refcount bump per distinct subscriber.
-    found.sort_unstable_by(|left, right| left.cmp(right));
+    found.sort_unstable();
     found.dedup_by(|left, right| left == right);
     found.into_iter().cloned().collect()
 }
