@@ -59,13 +59,13 @@ def spark_home() -> Path:
     return home
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports nothing listens on right now."""
+def free_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct TCP ports nothing listens on right now (the broker's tests use it too)."""
     probes = []
     try:
         for _ in range(count):
             probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            probe.bind((HOST, 0))
+            probe.bind((host, 0))
             probes.append(probe)
         return [probe.getsockname()[1] for probe in probes]
     finally:

@@ -16,7 +16,6 @@ Everything heavy is lazy: a unit test that requests none of ``kafka_broker``, ``
 from __future__ import annotations
 
 import itertools
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from jobs.cluster import free_ports
 from routing.settings import REPO_ROOT, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -34,20 +34,6 @@ if TYPE_CHECKING:
 
 #: Seconds an AdminClient operation in a fixture may take.
 ADMIN_TIMEOUT_S = 30.0
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports nothing listens on right now."""
-    sockets = []
-    try:
-        for _ in range(count):
-            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            probe.bind((host, 0))
-            sockets.append(probe)
-        return [probe.getsockname()[1] for probe in sockets]
-    finally:
-        for probe in sockets:
-            probe.close()
 
 
 def make_test_settings(root: Path, *, client_port: int, controller_port: int) -> Settings:

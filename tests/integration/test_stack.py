@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobs import local_kafka
+from jobs.cluster import free_ports
 from jobs.local_kafka import BrokerError
 from routing.config import ConfigError
 from routing.settings import (
@@ -251,17 +252,6 @@ def test_missing_spark_jars_say_run_make_jars(settings: Settings, tmp_path: Path
 
 
 # -- the broker ------------------------------------------------------------------
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for probe in sockets:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in sockets]
-    finally:
-        for probe in sockets:
-            probe.close()
 
 
 def broker_jvms(data_dir: Path) -> list[int]:
