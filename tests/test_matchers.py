@@ -8,11 +8,10 @@ fails on the oracle too instead of silently agreeing with a buggy matcher.
 
 from __future__ import annotations
 
-import random
-import threading
 from collections.abc import Callable, Iterable
 
 import pytest
+from concurrency import run_writers_and_readers
 from hypothesis import given, settings
 from strategies import scripts
 
@@ -334,51 +333,16 @@ CONCURRENT_KEYS = ("a.b", "a", "b", "", "a.b.c", "x.b.y", "a..b", "c.c.c")
 @pytest.mark.timeout(60)
 def test_concurrent_writers_and_readers_end_in_the_sequential_state(factory: Factory) -> None:
     m = factory()
-    writers, ops_per_writer = 4, 300
-    errors: list[BaseException] = []
-    models: list[set[tuple[str, str]]] = [set() for _ in range(writers)]
-    done = threading.Event()
 
-    def write(index: int) -> None:
-        # Disjoint subscriber ids per thread: the final state does not depend on the interleaving.
-        rng = random.Random(index)
-        model = models[index]
-        try:
-            for _ in range(ops_per_writer):
-                pair = (rng.choice(CONCURRENT_PATTERNS), f"w{index}-{rng.randrange(3)}")
-                if rng.random() < 0.6:
-                    m.subscribe(*pair)
-                    model.add(pair)
-                else:
-                    m.unsubscribe(*pair)
-                    model.discard(pair)
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
+    def read_once() -> None:
+        for key in CONCURRENT_KEYS:
+            result = m.lookup(key)
+            assert isinstance(result, frozenset)
+            assert all(isinstance(s, str) for s in result)
+        m.subscriptions()
+        len(m)
 
-    def read() -> None:
-        try:
-            while not done.is_set():
-                for key in CONCURRENT_KEYS:
-                    result = m.lookup(key)
-                    assert isinstance(result, frozenset)
-                    assert all(isinstance(s, str) for s in result)
-                m.subscriptions()
-                len(m)
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    readers = [threading.Thread(target=read) for _ in range(2)]
-    for thread in readers + threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    done.set()
-    for thread in readers:
-        thread.join()
-
-    assert not errors, errors
-    final = set().union(*models)
+    final = run_writers_and_readers(m, CONCURRENT_PATTERNS, read_once, writers=4, ops_per_writer=300)
     assert_same(m.subscriptions(), final, "subscriptions() after concurrent writes")
     assert len(m) == len(final)
     oracle = ReferenceMatcher(final)

@@ -12,6 +12,7 @@ import time
 
 import pyarrow as pa
 import pytest
+from concurrency import run_writers_and_readers
 
 from routing.matchers import CSTrieMatcher, FrozenMatcher, Snapshot
 from routing.reference import ReferenceMatcher
@@ -96,50 +97,17 @@ def test_snapshots_are_linearizable() -> None:
 @pytest.mark.timeout(120)
 def test_concurrent_updates_and_lookups_end_in_the_sequential_state() -> None:
     m = CSTrieMatcher()
-    writers, ops_per_writer = 4, 400
-    models: list[set[tuple[str, str]]] = [set() for _ in range(writers)]
-    errors: list[BaseException] = []
-    done = threading.Event()
 
-    def write(index: int) -> None:
-        # Disjoint subscriber ids per thread: the final state does not depend on the interleaving.
-        rng = random.Random(index)
-        try:
-            for _ in range(ops_per_writer):
-                pair = (rng.choice(PATTERNS), f"w{index}-{rng.randrange(3)}")
-                if rng.random() < 0.6:
-                    m.subscribe(*pair)
-                    models[index].add(pair)
-                else:
-                    m.unsubscribe(*pair)
-                    models[index].discard(pair)
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
+    def read_once() -> None:
+        for key in KEYS:
+            result = m.lookup(key)
+            assert isinstance(result, frozenset)
+        snapshot = m.snapshot()
+        frozen = snapshot.freeze()
+        # A snapshot and what is frozen from it always agree.
+        assert frozen.subscriptions() == snapshot.subscriptions()
 
-    def read() -> None:
-        try:
-            while not done.is_set():
-                for key in KEYS:
-                    result = m.lookup(key)
-                    assert isinstance(result, frozenset)
-                snapshot = m.snapshot()
-                frozen = snapshot.freeze()
-                # A snapshot and what is frozen from it always agree.
-                assert frozen.subscriptions() == snapshot.subscriptions()
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    readers = [threading.Thread(target=read) for _ in range(2)]
-    for thread in readers + threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    done.set()
-    for thread in readers:
-        thread.join()
-    assert not errors, errors
-    final = set().union(*models)
+    final = run_writers_and_readers(m, PATTERNS, read_once, writers=4, ops_per_writer=400)
     assert m.subscriptions() == final
     assert len(m) == len(final)
     oracle = ReferenceMatcher(final)
