@@ -299,9 +299,20 @@ def _cluster_id(paths: BrokerPaths) -> str:
     """The persisted cluster id, generated on first use (Kafka's format: base64url of a UUID)."""
     if paths.cluster_id.exists():
         return paths.cluster_id.read_text().strip()
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cluster_id = new_cluster_id()
     paths.cluster_id.write_text(cluster_id + "\n")
     return cluster_id
+
+
+def new_cluster_id() -> str:
+    """A random cluster id that never starts with ``-``, like Kafka's own ``Uuid.randomUuid``.
+
+    About 1.6% of base64url UUIDs start with ``-``, which command-line parsers read as an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _format_storage(java: str, settings: Settings, paths: BrokerPaths, env: Mapping[str, str]) -> None:
@@ -314,8 +325,7 @@ def _format_storage(java: str, settings: Settings, paths: BrokerPaths, env: Mapp
         broker_classpath(settings),
         STORAGE_TOOL_MAIN,
         "format",
-        "--cluster-id",
-        _cluster_id(paths),
+        f"--cluster-id={_cluster_id(paths)}",  # one token: a stored id may start with "-"
         "--config",
         str(paths.config),
         "--ignore-formatted",

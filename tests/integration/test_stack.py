@@ -465,6 +465,26 @@ def test_start_without_java_or_jars_says_so(fresh_settings: Settings, tmp_path: 
     assert broker_jvms(tmp_path / "kafka") == []
 
 
+def test_generated_cluster_ids_never_start_with_a_dash() -> None:
+    # About 1.6% of raw base64url UUIDs start with "-": 20,000 draws would hit one ~300 times.
+    ids = [local_kafka.new_cluster_id() for _ in range(20_000)]
+    assert not [cluster_id for cluster_id in ids if cluster_id.startswith("-")]
+    assert all(len(cluster_id) == 22 for cluster_id in ids)
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.integration
+def test_a_stored_cluster_id_starting_with_a_dash_formats_and_starts(fresh_settings: Settings) -> None:
+    data_dir = Path(fresh_settings.kafka.data_dir)
+    data_dir.mkdir(parents=True)
+    dashed = "-" + local_kafka.new_cluster_id()[1:]
+    (data_dir / "cluster.id").write_text(dashed + "\n")
+    broker = local_kafka.start(fresh_settings)
+    assert broker.started
+    assert f"cluster.id={dashed}" in (data_dir / "data" / "meta.properties").read_text()
+    assert local_kafka.status(fresh_settings).state == "running"
+
+
 @pytest.mark.integration
 def test_start_timeout_kills_the_broker_and_shows_its_log(tmp_path: Path) -> None:
     settings = broker_settings(tmp_path / "kafka", start_timeout_s=0.2)
