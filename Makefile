@@ -15,12 +15,14 @@ ifeq ($(and $(wildcard $(JARS_DIR)/spark/delta-spark_*.jar),$(wildcard $(JARS_DI
 .PHONY: $(JARS_STAMP)
 endif
 
-.PHONY: help install jars package native native-test fuzz-smoke lint test test-fast demo bench clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars package native native-test loom fuzz-smoke lint test test-fast demo bench bench-latency clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
 	@echo "make test   install everything, lint, type-check and run the whole test suite"
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
+	@echo "make bench-latency  sustained-rate latency of the router and the passthrough (~20 min; idle machine)"
+	@echo "make loom   the CS-trie's loom models (~40 s on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
 	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
 	@echo "make package  the wheel, the packed environment and the jars spark-submit ships, in dist/"
@@ -67,6 +69,16 @@ native: install
 # Rust unit tests and the bounded fuzz smoke runs (plain cargo test: no libpython, no nightly).
 native-test:
 	cd native && cargo test --quiet
+	# The churn memory bound at full size (2M cycles) needs an optimised build.
+	cd native && cargo test --quiet --release --test cstrie_memory
+
+# Loom models of the CS-trie (native/tests/cstrie_loom.rs): the real trie code with loom's atomics,
+# every interleaving up to a preemption bound (2 for the issue-9 model, 1 for the others; set
+# LOOM_MAX_PREEMPTIONS to override all). Not part of `make test`: ~40 s on 2 cores, plus ~2 min for
+# the first build. --cfg loom rebuilds every crate, so it gets its own target dir (no LTO: build time).
+loom:
+	cd native && RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_LTO=false \
+		CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo test --release --test cstrie_loom
 
 # Short coverage-guided runs of the cargo-fuzz targets, where nightly + cargo-fuzz exist
 # (`cargo install cargo-fuzz`); elsewhere the bounded smoke runs inside `cargo test` cover them.
@@ -103,6 +115,10 @@ demo: install native
 bench: install native
 	$(PY) bench/matchers.py
 	$(PY) bench/native.py
+
+# Its own target: a real broker and Spark at fixed offered rates for minutes (bench/latency.py --help).
+bench-latency: install native
+	$(PY) bench/latency.py
 
 clean:
 	rm -rf build dist *.egg-info native/target

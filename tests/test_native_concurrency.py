@@ -117,6 +117,75 @@ def test_concurrent_updates_and_lookups_end_in_the_sequential_state() -> None:
         assert frozen.lookup(key) == oracle.lookup(key)
 
 
+#: Subscribe/unsubscribe cycles per writer in the issue-9 probe (a few seconds): with renewal as
+#: it was before a9476af, 4 runs in 5 went wrong.
+PROBE_CYCLES = 300_000
+
+
+@pytest.mark.timeout(300)
+def test_two_writers_and_a_snapshotter_lose_no_update() -> None:
+    """Issue 9's outside probe, bounded by operation count.
+
+    Two threads each subscribe and then unsubscribe fresh patterns ``c.<k>.<i>`` for subscriber
+    ``t`` while a third snapshots without pause. Only writer k touches ``c.<k>.*``, so every call
+    has exactly one right answer: each subscribe and unsubscribe changes the trie, a lookup
+    between them finds ``t``, no snapshot holds more than one pair per writer, and the trie ends
+    empty. Renewal used to copy a sibling I-node another writer was committing to, and such
+    writes vanished (fixed in a9476af).
+    """
+    m = CSTrieMatcher()
+    # CSTrieMatcher.subscribe/unsubscribe return None (the matcher protocol); the bool they drop
+    # comes from the native call they make, so the writers check it there.
+    trie = m._trie
+    errors: list[BaseException] = []
+    wrong: list[str] = []
+    writers_done = threading.Event()
+    all_started = threading.Barrier(3)
+    snapshots = [0]
+
+    def write(k: int) -> None:
+        try:
+            all_started.wait()
+            for i in range(PROBE_CYCLES):
+                pattern = f"c.{k}.{i}"
+                if not trie.subscribe(pattern, "t"):
+                    wrong.append(f"subscribe {pattern} returned False")
+                if m.lookup(pattern) != {"t"}:
+                    wrong.append(f"lookup {pattern} after subscribing: {set(m.lookup(pattern))}")
+                if not trie.unsubscribe(pattern, "t"):
+                    wrong.append(f"unsubscribe {pattern} returned False")
+                if len(wrong) > 20:
+                    break
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    def snapshot_until_done() -> None:
+        try:
+            all_started.wait()
+            while not writers_done.is_set() and len(wrong) <= 20:
+                snapshot = m.snapshot()
+                snapshots[0] += 1
+                if len(snapshot) > 2:
+                    wrong.append(f"a snapshot holds {sorted(snapshot.subscriptions())}: more than one pair per writer")
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(k,)) for k in range(2)]
+    snapshotter = threading.Thread(target=snapshot_until_done)
+    for thread in [*writers, snapshotter]:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    writers_done.set()
+    snapshotter.join()
+    assert not errors, errors
+    assert not wrong, wrong[:20]
+    assert snapshots[0] > 10, "the snapshotter hardly ran"
+    assert len(m) == 0
+    assert m.subscriptions() == frozenset()
+    assert m.lookup("c.0.0") == frozenset()
+
+
 @pytest.mark.timeout(120)
 def test_match_batch_releases_the_gil() -> None:
     """Another Python thread makes progress while match_batch runs.

@@ -175,3 +175,42 @@ fn concurrent_churn_never_hides_stable_subscriptions() {
     let remaining: BTreeSet<Pair> = trie.snapshot().subscriptions().into_iter().collect();
     assert_eq!(remaining, stable.into_iter().collect::<BTreeSet<_>>());
 }
+
+/// Issue 9's outside probe, bounded by operation count: two writers each
+/// subscribe and then unsubscribe fresh patterns `c.<writer>.<i>` while a
+/// third thread snapshots without pause. Every call must report a change and
+/// the trie must end empty. Before renewal copied only the child being
+/// entered, this lost updates within a few hundred thousand operations
+/// (the deterministic replay is `a_write_racing_the_renewal_of_a_sibling_is_not_lost`).
+#[test]
+fn two_writers_and_a_snapshotter_lose_no_update() {
+    const CYCLES: usize = 150_000;
+    let trie = CsTrie::new();
+    let writers_done = std::sync::atomic::AtomicUsize::new(0);
+    let start = Barrier::new(3);
+    thread::scope(|scope| {
+        for writer in 0..2 {
+            let (trie, start, writers_done) = (&trie, &start, &writers_done);
+            scope.spawn(move || {
+                start.wait();
+                for i in 0..CYCLES {
+                    let pattern = format!("c.{writer}.{i}");
+                    assert!(trie.subscribe(&pattern, "t"), "subscribe {pattern}");
+                    assert_eq!(trie.lookup(&pattern).len(), 1, "lookup after subscribe {pattern}");
+                    assert!(trie.unsubscribe(&pattern, "t"), "unsubscribe {pattern}");
+                }
+                writers_done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        scope.spawn(|| {
+            start.wait();
+            while writers_done.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+                let snapshot = trie.snapshot();
+                assert!(snapshot.len() <= 2, "each writer holds at most one pair at a time");
+            }
+        });
+    });
+    assert_eq!(trie.len(), 0);
+    assert!(trie.snapshot().subscriptions().is_empty());
+    assert_eq!(trie.node_count(), 1, "pruned back to a lone root");
+}

@@ -1,5 +1,6 @@
 //! `AtomicArc<T>`: an atomic, nullable slot holding one strong count of an
-//! `Arc<T>`, read under a `crossbeam_epoch` guard.
+//! `Arc<T>`, read under a `crossbeam_epoch` guard (loom's stand-in for it
+//! under `--cfg loom`: see `sync.rs`).
 //!
 //! This is the only place in the CS-trie that touches raw pointers. The rule
 //! that makes it sound: a slot's strong count is released only through
@@ -13,10 +14,10 @@
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
+use super::sync::epoch::Guard;
+use super::sync::{self, AtomicPtr, Ordering};
 
 /// An atomic `Option<Arc<T>>`.
 pub(crate) struct AtomicArc<T> {
@@ -143,7 +144,7 @@ impl<T: Send + Sync + 'static> AtomicArc<T> {
     /// Take the value out with exclusive access (used to dismantle deep tries
     /// iteratively instead of by recursive drops).
     pub(crate) fn take(&mut self) -> Option<Arc<T>> {
-        let raw = std::mem::replace(self.ptr.get_mut(), ptr::null_mut());
+        let raw = sync::with_mut(&mut self.ptr, |raw| std::mem::replace(raw, ptr::null_mut()));
         // SAFETY: `&mut self` means no concurrent reader; the slot owned this
         // count and now hands it over.
         NonNull::new(raw).map(|ptr| unsafe { Arc::from_raw(ptr.as_ptr() as *const T) })
@@ -152,7 +153,7 @@ impl<T: Send + Sync + 'static> AtomicArc<T> {
 
 impl<T> Drop for AtomicArc<T> {
     fn drop(&mut self) {
-        let raw = *self.ptr.get_mut();
+        let raw = sync::with_mut(&mut self.ptr, |raw| *raw);
         if !raw.is_null() {
             // SAFETY: exclusive access (we are being dropped); the slot owns
             // one count on `raw`. Readers that loaded `raw` earlier reached it

@@ -17,14 +17,37 @@
 //! and swings the slot to `new` or back to `old`. A writer committing a GCAS on
 //! the old root meanwhile aborts the descriptor, so a root write is never lost
 //! between reading `expected_main` and swapping the root.
+//!
+//! # Memory ordering: two SeqCst fences
+//!
+//! Both protocols are a store-buffering pattern. A GCAS *writes* an I-node's
+//! main and then *reads* the root; a snapshot *writes* the root and then
+//! (deciding the RDCSS, reading the snapshot, or renewing a node in the new
+//! generation) *reads* I-node mains. With acquire/release alone, C11 lets
+//! both reads miss the other's write: the GCAS commits under the old
+//! generation while the snapshot (or a renewing writer) still reads the main
+//! node from before it, so the snapshot misses a write that later shows up
+//! in it, or a renewal copies a stale main node and the committed write is
+//! lost. (x86's locked CAS is a full fence, so it cannot happen there; the
+//! C11 model allows it, and so may weaker hardware, e.g. ARM with RCpc
+//! acquire loads.) The loom models (`tests/cstrie_loom.rs`) find exactly this
+//! when the fences are removed: all three fail.
+//!
+//! So whoever decides a pending GCAS issues `fence(SeqCst)` after seeing the
+//! proposal and before reading the root, and whoever handles an RDCSS
+//! descriptor issues one after seeing it and before reading the old root's
+//! main (and before returning a snapshot). Of any such pair of fences one
+//! comes first in the SC order, so either the GCAS sees the swap (and fails,
+//! or aborts the undecided swap) or every later reader of the new generation
+//! sees the committed proposal. Everyone else learns of the new root by
+//! acquire loads that happen after one of these fences.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-
-use crossbeam_epoch::Guard;
 
 use super::atomic_arc::{AtomicArc, Guarded};
 use super::node::{GcasPrev, INode, MainKind, MainNode};
+use super::sync::epoch::Guard;
+use super::sync::{fence, AtomicU8, Ordering};
 
 /// The content of the root slot.
 pub(crate) enum RootState {
@@ -102,6 +125,9 @@ fn complete_rdcss<'g>(root: &'g AtomicArc<RootState>, state: Guarded<'_, RootSta
     let RootState::Swapping(descriptor) = state.get() else {
         return;
     };
+    // Between seeing the descriptor (the root write) and reading `old`'s
+    // main: pairs with the fence in `gcas_commit` (see the module docs).
+    fence(Ordering::SeqCst);
     let mut decision = descriptor.decision.load(Ordering::Acquire);
     if decision == UNDECIDED {
         let proposal = if abort {
@@ -179,7 +205,13 @@ fn gcas_commit<'g>(
             },
             GcasPrev::Pending(old) => {
                 let generation_holds = match ctx {
-                    Ctx::Live(root) => read_root(root, true, guard).gen == inode.gen,
+                    Ctx::Live(root) => {
+                        // Between seeing the proposal (the I-node write) and
+                        // reading the root: pairs with the fence in
+                        // `complete_rdcss` (see the module docs).
+                        fence(Ordering::SeqCst);
+                        read_root(root, true, guard).gen == inode.gen
+                    }
                     Ctx::ReadOnly => false,
                 };
                 if generation_holds {

@@ -9,12 +9,13 @@
 //!   to its main node and a *generation*. I-nodes never move; every update is a
 //!   GCAS of one I-node's main pointer, so concurrent updates elsewhere in the
 //!   trie (above or below) are never lost.
-//! * **C-node** (`node::CNode`): an immutable branch table. Literal words are
-//!   a sorted table; the wildcards are the named fields `star` and `hash` (as in
-//!   nats' `sublist.go`), never magic keys. Each branch holds the subscribers
-//!   whose pattern ends with that word and optionally the child I-node for
-//!   longer patterns. The root C-node also holds the empty pattern's
-//!   subscribers (zero words end at the root).
+//! * **C-node** (`node::CNode`): an immutable branch table. Literal words
+//!   live in a persistent HAMT (`hamt.rs`, the Ctrie's own bitmap-indexed
+//!   node, path-copied); the wildcards are the named fields `star` and `hash`
+//!   (as in nats' `sublist.go`), never magic keys. Each branch holds the
+//!   subscribers whose pattern ends with that word (a persistent HAMT set)
+//!   and optionally the child I-node for longer patterns. The root C-node
+//!   also holds the empty pattern's subscribers (zero words end at the root).
 //! * **T-node** (`node::MainKind::Tomb`): when an unsubscribe leaves a
 //!   non-root C-node with no branches, the I-node is tombed instead. A tomb is
 //!   final: nothing is ever inserted below it, so an insert racing with the
@@ -22,6 +23,23 @@
 //!   lookups opportunistically) compresses it out of the parent; a parent left
 //!   empty is tombed in turn, up the path, so unsubscribing everything returns
 //!   the trie to a lone root ([`CsTrie::node_count`]).
+//!
+//! # Complexity
+//!
+//! `k` = words in the pattern or key, `w` = distinct next words at a node
+//! (its width), `s` = subscribers of one pattern, HAMT fan-out 32.
+//!
+//! | operation | cost |
+//! |---|---|
+//! | `subscribe` / `unsubscribe` | O(k · (log32 w + log32 s)) slots copied, plus retries under contention |
+//! | first write below a node after a snapshot | + O(log32 w) per renewed level (one child copied, not the table) |
+//! | `snapshot` | O(1) |
+//! | `lookup` (live or snapshot) | O(states visited · log32 w) probes (states: see Matching) + sorting the result |
+//! | `len` (live) | O(1); `Snapshot::len` O(pairs) once, then cached |
+//! | `subscriptions` / `topics` | O(pairs) plus sorting |
+//!
+//! Copies are counted (`hamt::slots_copied`, test builds only) and bounded
+//! in `tests::writes_copy_a_logarithmic_number_of_slots_for_wide_nodes_and_hot_patterns`.
 //!
 //! # Updates (GCAS) and snapshots (RDCSS)
 //!
@@ -31,10 +49,32 @@
 //! root I-node by a fresh-generation copy pointing to the same C-node, using
 //! RDCSS so that the swap happens only if the root's main node did not change
 //! meanwhile; the old root becomes the snapshot. That is O(1): nothing is
-//! copied up front. Afterwards writers meeting an I-node of an older
-//! generation first copy the C-node above it with its child I-nodes renewed
-//! into the current generation ("copy on access"), so the snapshot's nodes
-//! are never written again; pending GCASes on them are rolled back.
+//! copied up front. Afterwards a writer about to descend into an I-node of
+//! an older generation first replaces it, in its parent's C-node, by a copy
+//! in the current generation holding the same main node ("copy on access"),
+//! so the snapshot's nodes are never written again; pending GCASes on them
+//! are rolled back.
+//!
+//! # Generation renewal, and the lost update it once caused
+//!
+//! Renewal copies exactly one child: the old-generation one the writer is
+//! about to enter. That is safe because an I-node whose generation is not
+//! the root's can never take a GCAS again (generations are never reused), so
+//! its committed main node is final and may be shared by the copy.
+//!
+//! C-nodes here carry no generation (the Ctrie's do), so one C-node can hold
+//! old-generation children beside current-generation ones added since the
+//! last snapshot. Renewal used to copy *every* child of the C-node. A
+//! current-generation sibling was then replaced by a copy of its main node
+//! as read at that moment, while another writer could be between reading
+//! that sibling and committing a GCAS on it: the GCAS still committed (the
+//! sibling's generation was current) but on an I-node no longer in the trie,
+//! so its subscribe or unsubscribe returned true and was lost. It needed two
+//! writers (one to renew, one inside the sibling) and a snapshot (to leave
+//! old-generation children behind). Renewing only the child being entered
+//! leaves every current-generation I-node in place, so every GCAS that
+//! commits lands in the live trie; see
+//! `tests::a_write_racing_the_renewal_of_a_sibling_is_not_lost`.
 //!
 //! # Matching
 //!
@@ -51,18 +91,15 @@
 //! the live trie; the atomic slots (`atomic_arc.rs`) release their count
 //! through `crossbeam_epoch`'s deferred destruction, so a pointer loaded under
 //! a pinned guard stays valid. No locks anywhere on the update, lookup or
-//! snapshot paths.
+//! snapshot paths. Writers also help collection (`help_reclaim`), so churn
+//! keeps the heap within a constant of the live content
+//! (`tests/cstrie_memory.rs` counts it with a counting allocator).
 //!
 //! # Simplifications (deliberate)
 //!
-//! * C-nodes are copied whole on write (Ctrie does the same, but its C-nodes
-//!   are bounded by 32 entries). A node with very many distinct next words
-//!   costs O(width) per update there; lookups stay O(log width).
-//! * Subscriber sets are immutable sorted arrays, copied on change: O(set) per
-//!   subscribe/unsubscribe of a hot pattern.
 //! * Live lookups do not renew old-generation I-nodes (they only read;
 //!   renewal is a write-side duty). Reading an old I-node is correct because
-//!   it can only differ from its renewed copy after the parent was renewed.
+//!   its main node is final (see "Generation renewal").
 //! * `len()` of the live trie is a counter updated after each successful
 //!   update: exact when quiescent. `Snapshot::len` counts the frozen trie.
 //!
@@ -76,19 +113,60 @@
 //! pairs, look up in a snapshot.
 
 mod atomic_arc;
+mod bulk_load;
 mod gcas;
+mod hamt;
 mod node;
+mod sync;
 mod traverse;
 
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-
-use crossbeam_epoch::{self as epoch, Guard};
 
 use self::atomic_arc::AtomicArc;
 use self::gcas::{gcas, gcas_read, rdcss_root, read_root, Ctx, RootState};
 use self::node::{Branch, CNode, Generation, INode, MainKind, MainNode, SubscriberSet};
+use self::sync::epoch::{self, Guard};
+use self::sync::{AtomicIsize, AtomicU64, Ordering};
+use crate::frozen::{BuildError, Builder, FrozenMatcher};
 use crate::topic::{pattern_words, split_words, PatternWord};
+
+/// Under `--cfg loom`: frees what a model retired (see `sync.rs`).
+#[cfg(loom)]
+pub use self::sync::epoch::reclaim_after_model;
+
+/// Run the destructors of retired nodes whose readers have all unpinned, as
+/// far as this thread can (a few epoch advances). Writers already do this as
+/// they go; call it to bring the heap back to the live content at once, for
+/// example before measuring it.
+pub fn reclaim() {
+    for _ in 0..8 {
+        epoch::pin().flush();
+    }
+}
+
+/// How many writes a thread makes between two extra collections.
+const WRITES_PER_COLLECTION: u32 = 32;
+
+/// Make each writer collect garbage in proportion to the garbage it retires.
+/// crossbeam-epoch on its own collects at most 8 bags (512 retired nodes)
+/// per 128 pins, and a churning writer retires more than 4 nodes per pin
+/// (proposal, GCAS bookkeeping, tombs, compressed parents), so without this
+/// the backlog grew by ~32 bytes per subscribe/unsubscribe cycle without
+/// bound. One flush every 32 writes collects up to 8 more bags: more than
+/// the writes in between can retire.
+fn help_reclaim(guard: &Guard) {
+    thread_local! {
+        static WRITES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    let writes = WRITES.with(|writes| {
+        let count = writes.get().wrapping_add(1);
+        writes.set(count);
+        count
+    });
+    if writes.is_multiple_of(WRITES_PER_COLLECTION) {
+        guard.flush();
+    }
+}
 
 /// The live, concurrently updatable subscription trie.
 pub struct CsTrie {
@@ -117,6 +195,17 @@ impl Default for CsTrie {
     }
 }
 
+impl Drop for CsTrie {
+    /// Free the trie now, not whenever some later writer happens to collect:
+    /// after a snapshot, the previous root (which shares everything not
+    /// written since) sits in the epoch's deferred garbage, so without this a
+    /// dropped million-pair trie was freed inside an unrelated later workload.
+    fn drop(&mut self) {
+        drop(self.root.take());
+        reclaim();
+    }
+}
+
 impl CsTrie {
     pub fn new() -> Self {
         let root = INode::new(0, MainNode::committed(MainKind::Branches(CNode::default())));
@@ -131,6 +220,19 @@ impl CsTrie {
         Ctx::Live(&self.root)
     }
 
+    /// The current root I-node, owned (completing any snapshot swap first).
+    fn root_arc(&self, guard: &Guard) -> Arc<INode> {
+        loop {
+            let state = self.root.load(guard).expect("the root slot is never null");
+            match state.get() {
+                RootState::Stable(root) => return root.clone(),
+                RootState::Swapping(_) => {
+                    read_root(&self.root, false, guard);
+                }
+            }
+        }
+    }
+
     /// Add `subscriber` to `pattern`. Returns true if the pair was new
     /// (idempotent). Linearizes at the committing GCAS, or at the read that
     /// found the pair present.
@@ -143,6 +245,7 @@ impl CsTrie {
                 if added {
                     self.pairs.fetch_add(1, Ordering::Relaxed);
                 }
+                help_reclaim(&guard);
                 return added;
             }
         }
@@ -158,6 +261,7 @@ impl CsTrie {
                 if removed {
                     self.pairs.fetch_sub(1, Ordering::Relaxed);
                 }
+                help_reclaim(&guard);
                 return removed;
             }
         }
@@ -288,7 +392,7 @@ impl CsTrie {
                     depth += 1;
                 }
                 Some(_) => {
-                    if !self.renew(inode, main, cnode, start_gen, guard) {
+                    if !self.renew_child(inode, main, cnode, word, branch, start_gen, guard) {
                         return Attempt::Restart;
                     }
                 }
@@ -358,7 +462,7 @@ impl CsTrie {
                     inode = child;
                 }
                 Some(_) => {
-                    if !self.renew(inode, main, cnode, start_gen, guard) {
+                    if !self.renew_child(inode, main, cnode, word, branch, start_gen, guard) {
                         return Attempt::Restart;
                     }
                 }
@@ -366,24 +470,38 @@ impl CsTrie {
         }
     }
 
-    /// Copy `inode`'s C-node with every child I-node copied into generation
-    /// `gen` (same main nodes: O(width), not O(subtree)).
-    fn renew(
+    /// Replace the old-generation child under `word` of `inode`'s C-node by
+    /// a copy in generation `gen` holding the same main node (the one
+    /// old-generation child a writer is about to descend into, and nothing
+    /// else: see "Generation renewal" in the module docs for why renewing a
+    /// current-generation sibling would lose its concurrent writes).
+    #[allow(clippy::too_many_arguments)]
+    fn renew_child(
         &self,
         inode: &INode,
         main: atomic_arc::Guarded<'_, MainNode>,
         cnode: &CNode,
+        word: PatternWord<'_>,
+        branch: &Branch,
         gen: Generation,
         guard: &Guard,
     ) -> bool {
-        let mut renewed = cnode.clone();
-        for (_, branch) in renewed.literals.iter_mut() {
-            renew_branch(branch, gen, self.ctx(), guard);
-        }
-        for branch in renewed.star.iter_mut().chain(renewed.hash.iter_mut()) {
-            renew_branch(branch, gen, self.ctx(), guard);
-        }
-        gcas(inode, main, MainKind::Branches(renewed), self.ctx(), guard)
+        let Some(child) = &branch.child else { return false };
+        debug_assert_ne!(child.gen, gen, "only an old-generation child is renewed");
+        // The child's generation is dead, so no GCAS on it can ever commit
+        // again: its committed main node is final and safe to share.
+        let child_main = gcas_read(child, self.ctx(), guard).to_arc();
+        let renewed = Branch {
+            subscribers: branch.subscribers.clone(),
+            child: Some(INode::new(gen, child_main)),
+        };
+        gcas(
+            inode,
+            main,
+            MainKind::Branches(cnode.with_branch(word, Some(renewed))),
+            self.ctx(),
+            guard,
+        )
     }
 
     /// After `tombed` (reached from `path.last()` through the word before it)
@@ -457,13 +575,6 @@ fn is_tombed(inode: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
     gcas_read(inode, ctx, guard).get().cnode().is_none()
 }
 
-fn renew_branch(branch: &mut Branch, gen: Generation, ctx: Ctx<'_>, guard: &Guard) {
-    if let Some(child) = &branch.child {
-        let main = gcas_read(child, ctx, guard).to_arc();
-        branch.child = Some(INode::new(gen, main));
-    }
-}
-
 /// The branch for the first of the remaining words: `rest` empty means the
 /// pattern ends here; otherwise a fresh chain of I-nodes for `rest` (built
 /// bottom-up, without recursion) carries the subscriber at its end.
@@ -505,7 +616,7 @@ impl Snapshot {
         traverse::matching(&self.root, &split_words(key), Ctx::ReadOnly, &guard, None)
     }
 
-    /// Subscribers of exactly this pattern text (no wildcard matching).
+    /// Subscribers of exactly this pattern text (no wildcard matching), sorted.
     pub fn subscribers(&self, pattern: &str) -> Vec<Arc<str>> {
         let guard = epoch::pin();
         traverse::exact(&self.root, &pattern_words(pattern), Ctx::ReadOnly, &guard)
@@ -516,7 +627,7 @@ impl Snapshot {
         let guard = epoch::pin();
         let mut topics = Vec::new();
         traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |pattern, ids| {
-            if ids.binary_search_by(|id| (**id).cmp(subscriber)).is_ok() {
+            if ids.contains(subscriber) {
                 topics.push(pattern.to_owned());
             }
         });
@@ -533,6 +644,17 @@ impl Snapshot {
         });
         pairs.sort_unstable();
         pairs
+    }
+
+    /// The compact read-only matcher holding exactly this snapshot's pairs.
+    /// Walks the trie once, borrowing its texts: only the distinct words and
+    /// subscribers are sorted (for the matcher's text-ordered ids), never the
+    /// pairs, and no pattern text is built.
+    pub fn freeze(&self) -> Result<FrozenMatcher, BuildError> {
+        let guard = epoch::pin();
+        let mut builder = Builder::default();
+        traverse::freeze_into(&self.root, Ctx::ReadOnly, &guard, &mut builder)?;
+        builder.finish()
     }
 
     /// Number of (pattern, subscriber) pairs in this snapshot (exact).

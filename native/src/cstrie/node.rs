@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::atomic_arc::AtomicArc;
+use super::hamt::Hamt;
 use crate::topic::PatternWord;
 
 /// A generation stamp. Each root I-node gets a fresh one (a per-trie counter),
@@ -24,12 +25,15 @@ pub(crate) struct INode {
 }
 
 /// What an I-node points to, plus the GCAS bookkeeping for that pointer.
+/// `repr(C)` with `prev` first: every read checks `prev` before using
+/// `kind`, so it must share the first cache line with the C-node's tables.
+#[repr(C)]
 pub(crate) struct MainNode {
-    pub(crate) kind: MainKind,
     /// GCAS state: null once committed (and then forever null), otherwise the
     /// proposal's predecessor, marked `Pending` or `Failed`. Set before the
     /// node is published; never set back to non-null.
     pub(crate) prev: AtomicArc<GcasPrev>,
+    pub(crate) kind: MainKind,
 }
 
 /// The state of an uncommitted GCAS proposal.
@@ -49,60 +53,107 @@ pub(crate) enum MainKind {
     Tomb,
 }
 
-/// A subscriber set: sorted by text, without duplicates, immutable (writers
-/// build a new set). `None` is the empty set, so empty sets cost nothing.
+/// A subscriber set. Most patterns have one subscriber, so that case is held
+/// inline (no table to chase on every lookup and freeze); larger sets are a
+/// persistent set ([`Hamt`]), so adding or removing one id copies O(log n)
+/// slots however many ids the pattern has. Immutable: writers build a new
+/// set. The empty set allocates nothing.
 #[derive(Clone, Default)]
-pub(crate) struct SubscriberSet {
-    /// Invariant: `Some` only with at least one id; ids strictly increasing.
-    ids: Option<Arc<[Arc<str>]>>,
+pub(crate) enum SubscriberSet {
+    #[default]
+    Empty,
+    One(Arc<str>),
+    /// Invariant: at least two ids.
+    Many(Hamt<()>),
 }
 
 impl SubscriberSet {
     pub(crate) fn single(id: Arc<str>) -> Self {
-        SubscriberSet {
-            ids: Some(Arc::from(vec![id])),
-        }
-    }
-
-    pub(crate) fn as_slice(&self) -> &[Arc<str>] {
-        self.ids.as_deref().unwrap_or(&[])
+        SubscriberSet::One(id)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.ids.is_none()
+        matches!(self, SubscriberSet::Empty)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.as_slice().len()
+        match self {
+            SubscriberSet::Empty => 0,
+            SubscriberSet::One(_) => 1,
+            SubscriberSet::Many(ids) => ids.len(),
+        }
     }
 
-    fn position(&self, id: &str) -> Result<usize, usize> {
-        self.as_slice().binary_search_by(|held| (**held).cmp(id))
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        match self {
+            SubscriberSet::Empty => false,
+            SubscriberSet::One(held) => **held == *id,
+            SubscriberSet::Many(ids) => ids.get(id).is_some(),
+        }
+    }
+
+    /// The ids, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
+        let (one, many) = match self {
+            SubscriberSet::Empty => (None, None),
+            SubscriberSet::One(id) => (Some(id), None),
+            SubscriberSet::Many(ids) => (None, Some(ids.iter().map(|(id, ())| id))),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
     }
 
     /// The set plus `id`, or `None` when `id` is already present.
     pub(crate) fn with(&self, id: &Arc<str>) -> Option<Self> {
-        let at = self.position(id).err()?;
-        let mut ids = Vec::with_capacity(self.len() + 1);
-        ids.extend_from_slice(&self.as_slice()[..at]);
-        ids.push(id.clone());
-        ids.extend_from_slice(&self.as_slice()[at..]);
-        Some(SubscriberSet {
-            ids: Some(Arc::from(ids)),
+        if self.contains(id) {
+            return None;
+        }
+        Some(match self {
+            SubscriberSet::Empty => SubscriberSet::One(id.clone()),
+            SubscriberSet::One(held) => {
+                SubscriberSet::Many(Hamt::default().insert(held.clone(), ()).insert(id.clone(), ()))
+            }
+            SubscriberSet::Many(ids) => SubscriberSet::Many(ids.insert(id.clone(), ())),
         })
+    }
+
+    /// The set plus every id of `ids` (duplicates allowed), and how many were
+    /// new. Large additions go through one in-place batch insert
+    /// ([`Hamt::insert_many`]) instead of one path copy per id.
+    pub(crate) fn with_many<'a>(&self, ids: impl IntoIterator<Item = &'a Arc<str>>) -> (Self, usize) {
+        let mut ids = ids.into_iter().peekable();
+        let mut set = self.clone();
+        let mut added = 0;
+        // Empty and one-id sets grow one id at a time until they are a table.
+        while !matches!(set, SubscriberSet::Many(_)) {
+            let Some(id) = ids.next() else { return (set, added) };
+            if let Some(grown) = set.with(id) {
+                set = grown;
+                added += 1;
+            }
+        }
+        let SubscriberSet::Many(table) = &set else {
+            unreachable!("loop exits on Many")
+        };
+        if ids.peek().is_none() {
+            return (set, added);
+        }
+        let (table, new) = table.insert_many(ids.map(|id| (id.clone(), ())));
+        (SubscriberSet::Many(table), added + new)
     }
 
     /// The set minus `id`, or `None` when `id` is absent.
     pub(crate) fn without(&self, id: &str) -> Option<Self> {
-        let at = self.position(id).ok()?;
-        if self.len() == 1 {
-            return Some(SubscriberSet::default());
+        match self {
+            SubscriberSet::Empty => None,
+            SubscriberSet::One(held) => (**held == *id).then_some(SubscriberSet::Empty),
+            SubscriberSet::Many(ids) => {
+                let ids = ids.remove(id)?;
+                Some(match ids.len() {
+                    1 => SubscriberSet::One(ids.iter().next().expect("one id").0.clone()),
+                    _ => SubscriberSet::Many(ids),
+                })
+            }
         }
-        let mut ids = self.as_slice().to_vec();
-        ids.remove(at);
-        Some(SubscriberSet {
-            ids: Some(Arc::from(ids)),
-        })
     }
 }
 
@@ -117,16 +168,16 @@ pub(crate) struct Branch {
     pub(crate) child: Option<Arc<INode>>,
 }
 
-/// An immutable branch table. Writers copy it, change the copy, and GCAS the
-/// copy into the owning I-node.
+/// An immutable branch table. Writers copy it (O(1): the tables inside are
+/// persistent and shared), change the copy, and GCAS it into the owning I-node.
 #[derive(Clone, Default)]
 pub(crate) struct CNode {
     /// Subscribers of the empty pattern (zero words). Only ever non-empty in
     /// the root's C-node: that is where a zero-word pattern ends.
     pub(crate) empty_pattern: SubscriberSet,
-    /// Literal-word branches. Invariant: sorted by word, words unique.
-    /// Words are `Arc`s so copying the table on write allocates no strings.
-    pub(crate) literals: Vec<(Arc<str>, Branch)>,
+    /// Literal-word branches, by word. A persistent map: replacing one branch
+    /// copies O(log width) slots, not the table.
+    pub(crate) literals: Hamt<Branch>,
     /// The branch for a whole-word `*`.
     pub(crate) star: Option<Branch>,
     /// The branch for a whole-word `#`.
@@ -140,10 +191,12 @@ impl CNode {
 
     /// The literal branch for key word `word` (what a lookup follows).
     pub(crate) fn literal(&self, word: &str) -> Option<&Branch> {
-        self.literals
-            .binary_search_by(|(held, _)| (**held).cmp(word))
-            .ok()
-            .map(|at| &self.literals[at].1)
+        self.literals.get(word)
+    }
+
+    /// `literal` with the word's [`hash_word`](super::hamt::hash_word) computed once by the caller.
+    pub(crate) fn literal_hashed(&self, hash: u64, word: &str) -> Option<&Branch> {
+        self.literals.get_hashed(hash, word)
     }
 
     /// The branch stored for pattern word `word` (no matching).
@@ -161,19 +214,14 @@ impl CNode {
         match word {
             PatternWord::Star => copy.star = branch,
             PatternWord::Hash => copy.hash = branch,
-            PatternWord::Literal(literal) => {
-                match (
-                    copy.literals.binary_search_by(|(held, _)| (**held).cmp(literal)),
-                    branch,
-                ) {
-                    (Ok(at), Some(branch)) => copy.literals[at].1 = branch,
-                    (Ok(at), None) => {
-                        copy.literals.remove(at);
+            PatternWord::Literal(literal) => match branch {
+                Some(branch) => copy.literals = copy.literals.insert(Arc::from(literal), branch),
+                None => {
+                    if let Some(literals) = copy.literals.remove(literal) {
+                        copy.literals = literals;
                     }
-                    (Err(at), Some(branch)) => copy.literals.insert(at, (Arc::from(literal), branch)),
-                    (Err(_), None) => {}
                 }
-            }
+            },
         }
         copy
     }
@@ -183,7 +231,8 @@ impl CNode {
         CNode::default().with_branch(word, Some(branch))
     }
 
-    /// Every branch with its pattern word, literals first.
+    /// Every branch with its pattern word: literals (in no particular order),
+    /// then `*`, then `#`.
     pub(crate) fn branches(&self) -> impl Iterator<Item = (PatternWord<'_>, &Branch)> {
         self.literals
             .iter()
@@ -192,12 +241,10 @@ impl CNode {
             .chain(self.hash.iter().map(|branch| (PatternWord::Hash, branch)))
     }
 
-    fn branches_mut(&mut self) -> impl Iterator<Item = &mut Branch> {
-        self.literals
-            .iter_mut()
-            .map(|(_, branch)| branch)
-            .chain(self.star.iter_mut())
-            .chain(self.hash.iter_mut())
+    /// Take the C-node apart, handing each branch it owns alone to `take`.
+    fn dismantle(self, mut take: impl FnMut(Branch)) {
+        self.literals.dismantle(&mut take);
+        self.star.into_iter().chain(self.hash).for_each(take);
     }
 }
 
@@ -242,12 +289,12 @@ impl Drop for INode {
                     GcasPrev::Pending(node) | GcasPrev::Failed(node) => pending.push(node),
                 }
             }
-            if let MainKind::Branches(cnode) = &mut main.kind {
-                for branch in cnode.branches_mut() {
+            if let MainKind::Branches(cnode) = std::mem::replace(&mut main.kind, MainKind::Tomb) {
+                cnode.dismantle(|mut branch| {
                     if let Some(mut child) = branch.child.take().and_then(Arc::into_inner) {
                         pending.extend(child.main.take());
                     }
-                }
+                });
             }
         }
     }

@@ -289,6 +289,14 @@ fn random_operations_agree_with_a_sequential_model_and_the_oracle() {
             "seed {seed}"
         );
         assert_eq!(trie.len(), model.len());
+        // Freezing the trie directly gives exactly the matcher of its pairs.
+        let built = crate::frozen::FrozenMatcher::build(model.iter().map(|(p, s)| (p.as_str(), &**s))).unwrap();
+        let frozen = snapshot.freeze().unwrap();
+        assert_eq!(
+            crate::codec::encode(&frozen),
+            crate::codec::encode(&built),
+            "seed {seed}"
+        );
         for _ in 0..60 {
             let key = rng.text(&key_alphabet, 5);
             let key_words = split_words(&key);
@@ -469,4 +477,234 @@ fn writers_that_meet_a_tomb_compress_it_and_retry() {
     assert!(!trie.unsubscribe("a.b", "s"));
     assert_eq!(trie.node_count(), 1);
     assert_eq!(trie.lookup("a"), ids(&["s"]));
+}
+
+/// The live I-node reached from the root through the literal `path`.
+fn live_inode<'g>(trie: &'g CsTrie, path: &[&str], guard: &'g Guard) -> &'g INode {
+    let mut inode = read_root(&trie.root, false, guard);
+    for word in path {
+        let cnode = gcas_read(inode, trie.ctx(), guard).get().cnode().expect("a C-node");
+        inode = cnode.literal(word).and_then(|b| b.child.as_deref()).expect("a child");
+    }
+    inode
+}
+
+/// The lost update of issue 9, replayed step by step. A C-node held an
+/// old-generation child (`c.0`, from before a snapshot) beside a
+/// current-generation one (`c.1`, added after it). Writer A is preempted just
+/// before its GCAS on `c.1`; writer B descends into `c.0`, must renew it, and
+/// used to renew *every* child, so `c.1` was replaced by a copy and A's
+/// commit landed on an I-node no longer in the trie: A's subscribe returned
+/// true yet the pair was gone. Renewal now copies only the old child.
+#[test]
+fn a_write_racing_the_renewal_of_a_sibling_is_not_lost() {
+    let trie = CsTrie::new();
+    assert!(trie.subscribe("c.0.a", "t"));
+    let _snapshot = trie.snapshot();
+    assert!(
+        trie.subscribe("c.1.b", "t"),
+        "renews `c` and adds a current-generation `c.1`"
+    );
+    let guard = epoch::pin();
+    let current_gen = read_root(&trie.root, false, &guard).gen;
+    let c1 = live_inode(&trie, &["c", "1"], &guard);
+    assert_eq!(c1.gen, current_gen);
+    assert_ne!(live_inode(&trie, &["c", "0"], &guard).gen, current_gen);
+
+    // Writer A reads `c.1` and builds its change ...
+    let main = gcas_read(c1, trie.ctx(), &guard);
+    let leaf = Branch {
+        subscribers: SubscriberSet::single(Arc::from("t")),
+        child: None,
+    };
+    let proposal = main
+        .cnode()
+        .expect("C-node")
+        .with_branch(PatternWord::Literal("q"), Some(leaf));
+    // ... writer B runs a whole subscribe below the old sibling ...
+    assert!(trie.subscribe("c.0.z", "t"));
+    // ... and A's GCAS commits, because `c.1` is still in the current generation.
+    assert!(gcas(c1, main, MainKind::Branches(proposal), trie.ctx(), &guard));
+    drop(guard);
+
+    assert_eq!(trie.lookup("c.1.q"), ids(&["t"]), "A's committed write is in the trie");
+    let pairs: Vec<String> = trie.snapshot().subscriptions().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(pairs, ["c.0.a", "c.0.z", "c.1.b", "c.1.q"]);
+}
+
+/// Average HAMT slots copied per subscribe of `pattern(i)` for i in `range`.
+fn slots_copied_per_subscribe(
+    trie: &CsTrie,
+    range: std::ops::Range<usize>,
+    pair: impl Fn(usize) -> (String, String),
+) -> usize {
+    let count = range.len();
+    let before = hamt::slots_copied();
+    for i in range {
+        let (pattern, subscriber) = pair(i);
+        assert!(trie.subscribe(&pattern, &subscriber));
+    }
+    (hamt::slots_copied() - before) / count
+}
+
+/// Copy-on-write costs O(log n) slots, not O(n): with flat tables a write to
+/// a wide node or a hot pattern copied the whole table or set (n entries),
+/// so these counts grew linearly. Counted, not timed.
+#[test]
+fn writes_copy_a_logarithmic_number_of_slots_for_wide_nodes_and_hot_patterns() {
+    type Shape = fn(usize) -> (String, String);
+    let shapes: [(&str, Shape); 2] = [
+        ("wide node", |i| (format!("tenant{i}.orders.#"), "s".to_owned())),
+        ("hot pattern", |i| ("audit.#".to_owned(), format!("subscriber{i}"))),
+    ];
+    for (shape, pair) in shapes {
+        let trie = CsTrie::new();
+        let small = slots_copied_per_subscribe(&trie, 0..2_000, pair);
+        slots_copied_per_subscribe(&trie, 2_000..40_000, pair);
+        let large = slots_copied_per_subscribe(&trie, 40_000..42_000, pair);
+        // log32(40k) ~ 3 levels of at most 32 slots each, plus slack for the
+        // deeper paths of a random hash: far below n = 40,000.
+        assert!(
+            large <= 32 * 5,
+            "{shape}: {large} slots copied per subscribe at n = 40k"
+        );
+        // From n = 2k to n = 40k (20x), the cost grows by about one level.
+        assert!(
+            large <= small + 32 * 2,
+            "{shape}: {small} -> {large} slots per subscribe"
+        );
+        let _snapshot = trie.snapshot();
+        let after_snapshot = slots_copied_per_subscribe(&trie, 42_000..44_000, pair);
+        assert!(
+            after_snapshot <= 32 * 6,
+            "{shape}: {after_snapshot} slots per subscribe after a snapshot"
+        );
+    }
+}
+
+#[test]
+fn freezing_skips_tombs_not_yet_compressed() {
+    let trie = CsTrie::new();
+    trie.subscribe("a.b", "s");
+    trie.subscribe("c", "s");
+    leave_uncompressed_tomb(&trie, "a");
+    let frozen = trie.snapshot().freeze().unwrap();
+    let built = crate::frozen::FrozenMatcher::build([("c", "s")]).unwrap();
+    assert_eq!(crate::codec::encode(&frozen), crate::codec::encode(&built));
+    assert_eq!(frozen.len(), 1);
+}
+
+#[test]
+fn subscribe_many_agrees_with_a_sequential_model() {
+    let alphabet = ["a", "b", "", "*", "#", "c"];
+    let subscribers = ["s0", "s1", "s2"];
+    for seed in 0..60u64 {
+        let mut rng = Rng(seed);
+        let trie = CsTrie::new();
+        let mut model: BTreeSet<(String, Arc<str>)> = BTreeSet::new();
+        for _ in 0..40 {
+            let pattern = rng.text(&alphabet, 4);
+            let subscriber: Arc<str> = Arc::from(subscribers[rng.below(3)]);
+            trie.subscribe(&pattern, &subscriber);
+            model.insert((pattern, subscriber));
+        }
+        // A snapshot first, so the bulk call meets old-generation children.
+        let before = (rng.below(2) == 0).then(|| trie.snapshot());
+        let mut batch: Vec<(String, String)> = (0..120)
+            .map(|_| (rng.text(&alphabet, 5), subscribers[rng.below(3)].to_owned()))
+            .collect();
+        if seed % 10 == 0 {
+            // Longer than the bulk path takes: these go one pair at a time.
+            batch.push((vec!["w"; 70].join("."), "s0".to_owned()));
+        }
+        let new = batch
+            .iter()
+            .filter(|(p, s)| model.insert((p.clone(), Arc::from(s.as_str()))))
+            .count();
+        assert_eq!(
+            trie.subscribe_many(batch.iter().map(|(p, s)| (p.as_str(), s.as_str()))),
+            new,
+            "seed {seed}"
+        );
+        assert_eq!(trie.len(), model.len(), "seed {seed}");
+        let snapshot = trie.snapshot();
+        assert_eq!(
+            snapshot.subscriptions(),
+            model.iter().cloned().collect::<Vec<_>>(),
+            "seed {seed}"
+        );
+        let built = crate::frozen::FrozenMatcher::build(model.iter().map(|(p, s)| (p.as_str(), &**s))).unwrap();
+        assert_eq!(
+            crate::codec::encode(&snapshot.freeze().unwrap()),
+            crate::codec::encode(&built)
+        );
+        for _ in 0..30 {
+            let key = rng.text(&alphabet, 5);
+            assert_eq!(trie.lookup(&key), snapshot.lookup(&key), "seed {seed} key {key:?}");
+        }
+        if let Some(before) = before {
+            assert!(before.len() <= 40, "the earlier snapshot is untouched");
+        }
+        for (pattern, subscriber) in &model {
+            assert!(trie.unsubscribe(pattern, subscriber), "seed {seed} {pattern:?}");
+        }
+        assert_eq!(trie.node_count(), 1, "seed {seed}");
+    }
+}
+
+#[test]
+fn subscribe_many_copies_each_shared_table_once() {
+    let trie = CsTrie::new();
+    for i in 0..20_000 {
+        trie.subscribe(&format!("tenant{i}.orders.#"), "s");
+    }
+    let pairs: Vec<String> = (20_000..40_000).map(|i| format!("tenant{i}.orders.#")).collect();
+    let before = hamt::slots_copied();
+    assert_eq!(trie.subscribe_many(pairs.iter().map(|p| (p.as_str(), "s"))), 20_000);
+    let copied = hamt::slots_copied() - before;
+    // One copy of the root table's ~20k slots (plus its inner nodes), where one
+    // subscribe per pair would copy ~100 slots for each of the 20k pairs.
+    assert!(copied < 25_000, "{copied} slots copied");
+    assert_eq!(trie.len(), 40_000);
+    assert_eq!(trie.lookup("tenant39999.orders.x"), ids(&["s"]));
+}
+
+#[test]
+fn subscribe_many_races_writers_and_snapshots_without_losing_pairs() {
+    use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+    for round in 0..20 {
+        let trie = CsTrie::new();
+        let done = AtomicBool::new(false);
+        let bulk: Vec<String> = (0..2_000).map(|i| format!("t.{}.{i}", i % 7)).collect();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // One-pair writers on the same nodes, with pairs of their own.
+                let mut i = 0;
+                while !done.load(AtomicOrdering::Relaxed) || i < 200 {
+                    let pattern = format!("t.{}.w{i}", i % 7);
+                    assert!(trie.subscribe(&pattern, "w"));
+                    if i % 2 == 0 {
+                        assert!(trie.unsubscribe(&pattern, "w"));
+                    }
+                    i += 1;
+                }
+            });
+            scope.spawn(|| {
+                while !done.load(AtomicOrdering::Relaxed) {
+                    let _ = trie.snapshot();
+                }
+            });
+            let added = trie.subscribe_many(bulk.iter().map(|p| (p.as_str(), "b")));
+            done.store(true, AtomicOrdering::Relaxed);
+            assert_eq!(added, 2_000, "round {round}");
+        });
+        let held: BTreeSet<String> = trie
+            .snapshot()
+            .subscriptions()
+            .into_iter()
+            .filter(|(_, s)| &**s == "b")
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(held, bulk.iter().cloned().collect::<BTreeSet<_>>(), "round {round}");
+    }
 }

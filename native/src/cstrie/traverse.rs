@@ -12,11 +12,13 @@
 
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
+use super::sync::epoch::Guard;
 use hashbrown::HashMap;
 
 use super::gcas::{gcas_read, Ctx};
-use super::node::{Branch, CNode, INode};
+use super::hamt::hash_word;
+use super::node::{Branch, CNode, INode, SubscriberSet};
+use crate::frozen::{BuildError, Builder};
 use crate::topic::PatternWord;
 
 /// Called with `(parent I-node, pattern word, tombed child)` when a traversal
@@ -39,7 +41,7 @@ impl<'g> Walk<'_, 'g, '_> {
     /// Take `branch` of `inode`'s C-node, arriving at key position `next`.
     fn follow(&mut self, inode: &INode, word: PatternWord<'_>, branch: &'g Branch, next: usize) {
         if next == self.key_len {
-            self.found.extend(branch.subscribers.as_slice());
+            self.found.extend(branch.subscribers.iter());
         }
         if let Some(child) = &branch.child {
             match gcas_read(child, self.ctx, self.guard).get().cnode() {
@@ -67,7 +69,7 @@ pub(crate) fn matching<'g>(
         return Vec::new();
     };
     if key.is_empty() {
-        found.extend(root_cnode.empty_pattern.as_slice());
+        found.extend(root_cnode.empty_pattern.iter());
     }
     // For each C-node whose `#` branch was taken: the lowest key position it
     // was taken from (C-node addresses are stable: the guard keeps them alive).
@@ -80,9 +82,11 @@ pub(crate) fn matching<'g>(
         found: &mut found,
         stack: vec![(root, root_cnode, 0)],
     };
+    // Each key word is hashed once, then probed in every C-node it meets.
+    let hashes: Vec<u64> = key.iter().map(|word| hash_word(word)).collect();
     while let Some((inode, cnode, at)) = walk.stack.pop() {
         if at < key.len() {
-            if let Some(branch) = cnode.literal(key[at]) {
+            if let Some(branch) = cnode.literal_hashed(hashes[at], key[at]) {
                 walk.follow(inode, PatternWord::Literal(key[at]), branch, at + 1);
             }
             if let Some(branch) = &cnode.star {
@@ -110,13 +114,18 @@ pub(crate) fn matching<'g>(
     found.into_iter().cloned().collect()
 }
 
-/// The subscribers stored under exactly `pattern` (no matching).
+fn sorted(mut ids: Vec<Arc<str>>) -> Vec<Arc<str>> {
+    ids.sort_unstable();
+    ids
+}
+
+/// The subscribers stored under exactly `pattern` (no matching), sorted.
 pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, guard: &Guard) -> Vec<Arc<str>> {
     let Some(mut cnode) = gcas_read(root, ctx, guard).get().cnode() else {
         return Vec::new();
     };
     let Some((last, inner)) = pattern.split_last() else {
-        return cnode.empty_pattern.as_slice().to_vec();
+        return sorted(cnode.empty_pattern.iter().cloned().collect());
     };
     for word in inner {
         let next = cnode.branch(*word).and_then(|branch| branch.child.as_ref());
@@ -127,17 +136,17 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
     }
     cnode
         .branch(*last)
-        .map(|branch| branch.subscribers.as_slice().to_vec())
+        .map(|branch| sorted(branch.subscribers.iter().cloned().collect()))
         .unwrap_or_default()
 }
 
 /// Visit every stored `(pattern text, subscribers)` with a non-empty set.
-pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut visit: impl FnMut(&str, &[Arc<str>])) {
+pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut visit: impl FnMut(&str, &SubscriberSet)) {
     let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
         return;
     };
     if !root_cnode.empty_pattern.is_empty() {
-        visit("", root_cnode.empty_pattern.as_slice());
+        visit("", &root_cnode.empty_pattern);
     }
     // (C-node, text of the pattern prefix leading to it; None at the root).
     let mut stack: Vec<(&CNode, Option<String>)> = vec![(root_cnode, None)];
@@ -153,7 +162,7 @@ pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut vi
                 Some(prefix) => format!("{prefix}{}{word_text}", crate::topic::SEPARATOR),
             };
             if !branch.subscribers.is_empty() {
-                visit(&pattern, branch.subscribers.as_slice());
+                visit(&pattern, &branch.subscribers);
             }
             if let Some(child_cnode) = branch
                 .child
@@ -177,4 +186,41 @@ pub(crate) fn count_inodes(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> usize {
         }
     }
     count
+}
+
+/// Feed the trie under `root` to a frozen-matcher [`Builder`]: one child per
+/// branch, one subscription per subscriber, borrowing every text (no pattern
+/// strings are built and no pairs are sorted). Tombed children are skipped.
+pub(crate) fn freeze_into<'g>(
+    root: &'g INode,
+    ctx: Ctx<'_>,
+    guard: &'g Guard,
+    builder: &mut Builder<'g>,
+) -> Result<(), BuildError> {
+    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
+        return Ok(());
+    };
+    for id in root_cnode.empty_pattern.iter() {
+        builder.subscribe(Builder::ROOT, id)?;
+    }
+    let mut stack: Vec<(&'g CNode, u32)> = vec![(root_cnode, Builder::ROOT)];
+    while let Some((cnode, node)) = stack.pop() {
+        for (word, branch) in cnode.branches() {
+            let child_cnode = branch
+                .child
+                .as_ref()
+                .and_then(|child| gcas_read(child, ctx, guard).get().cnode());
+            if branch.subscribers.is_empty() && child_cnode.is_none_or(CNode::is_empty) {
+                continue;
+            }
+            let child = builder.new_child(node, word)?;
+            for id in branch.subscribers.iter() {
+                builder.subscribe(child, id)?;
+            }
+            if let Some(child_cnode) = child_cnode {
+                stack.push((child_cnode, child));
+            }
+        }
+    }
+    Ok(())
 }

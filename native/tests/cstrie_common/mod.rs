@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod history;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

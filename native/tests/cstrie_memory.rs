@@ -1,0 +1,65 @@
+//! Memory under churn, counted by a global allocator (this test binary has
+//! only this test, so nothing else allocates meanwhile): subscribe/unsubscribe
+//! cycles must leave the live heap within a small constant of where an empty
+//! trie started, however many cycles ran. Counting bytes instead of reading RSS
+//! makes the bound exact and independent of the allocator's caching.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use spark_topic_router_native::cstrie::CsTrie;
+
+struct Counting;
+
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call forwards to `System` unchanged; the counter is a side effect.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract for `layout`.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `alloc` above with this `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live_bytes() -> isize {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+fn cycles(trie: &CsTrie, count: usize) {
+    for _ in 0..count {
+        assert!(trie.subscribe("a.b.c", "s"));
+        assert!(trie.unsubscribe("a.b.c", "s"));
+    }
+}
+
+#[test]
+fn churn_returns_memory_to_an_empty_trie() {
+    let trie = CsTrie::new();
+    // Warm up: thread-local epoch state and its first garbage bags.
+    cycles(&trie, 10_000);
+    spark_topic_router_native::cstrie::reclaim();
+    let baseline = live_bytes();
+    // 2M cycles in an optimised build (`make native-test` runs it so); a debug
+    // build is ~20x slower, so plain `cargo test` runs a fortieth of them.
+    let default = if cfg!(debug_assertions) { 50_000 } else { 2_000_000 };
+    let total: usize = std::env::var("CHURN_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    cycles(&trie, total);
+    spark_topic_router_native::cstrie::reclaim();
+    let grown = live_bytes() - baseline;
+    assert_eq!(trie.len(), 0);
+    assert_eq!(trie.node_count(), 1);
+    eprintln!("{total} cycles: live heap grew by {grown} bytes");
+    assert!(grown < 64 * 1024, "{total} cycles left {grown} bytes live");
+}
