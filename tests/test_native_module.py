@@ -75,7 +75,7 @@ def test_stub_declares_exactly_the_module() -> None:
 
 def test_native_classes_live_in_the_private_module() -> None:
     # The real import path, so errors raised on a Spark executor unpickle on the driver.
-    for name in ("CsTrie", "Snapshot", "FrozenMatcher", "FrozenFormatError", "BatchLimitError"):
+    for name in ("CsTrie", "Snapshot", "FrozenMatcher", "FrozenFormatError", "BatchLimitError", "BulkRowError"):
         assert getattr(_native, name).__module__ == "routing._native"
 
 

@@ -1,7 +1,6 @@
-//! Matching a whole Arrow batch of routing keys at once (the `mapInArrow` hot
-//! path): `string`, `large_string` or `string_view` keys in, one
-//! `list<string>` of subscribers per row out, row-aligned, a null key giving a
-//! null list.
+//! Matching a whole Arrow batch of routing keys at once (the Spark hot path):
+//! `string`, `large_string` or `string_view` keys in, one `list<string>` of
+//! subscribers per row out, row-aligned, a null key giving a null list.
 //!
 //! Kafka batches repeat keys heavily, so each distinct key is matched once: a
 //! hash map from key text to its result, whose subscriber ids are then spread
@@ -11,11 +10,20 @@
 //! window in which fewer than half the keys were repeats switches it off and
 //! the rest of the batch is matched row by row. The output is written straight into
 //! Arrow buffers (offsets, validity, UTF-8 bytes), with no per-row allocation.
+//!
+//! [`route_batch`] is the router's form, with its limits applied while
+//! matching: a row matching more than `max_fanout` subscribers gets a null
+//! list (it is dead-lettered whole, so its ids are never copied), every
+//! matched row gets its subscriber count, and the result stops before the
+//! first row that would take the output past `max_bytes` (Arrow buffer
+//! bytes; always at least one row). The caller matches the rest of the keys
+//! with further calls, so a batch of any fan-out is cut into bounded pieces
+//! instead of failing on 32-bit offsets.
 
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayAccessor, ListArray, StringArray};
+use arrow_array::{Array, ArrayAccessor, Int32Array, ListArray, StringArray};
 use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field};
 use hashbrown::hash_map::Entry;
@@ -39,13 +47,70 @@ pub struct BatchStats {
 /// Non-null keys per window over which de-duplication must pay (see module docs).
 pub const PROBE_ROWS: usize = 1024;
 
+/// Output bytes a row costs besides its subscriber ids: its list offset, its fan-out count and
+/// (rounded up) its two validity bits.
+pub const ROW_BYTES: usize = 9;
+/// Output bytes of any result: the leading list and string offsets.
+pub const BASE_BYTES: usize = 8;
+/// Output bytes one subscriber of a list costs besides its text: its string offset.
+pub const ITEM_BYTES: usize = 4;
+
+/// The router's limits on one [`route_batch`] call (`None`: unlimited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteLimits {
+    /// Keys one call may take; more is an error before any work.
+    pub max_rows: Option<usize>,
+    /// Subscribers a row may have and still get its list.
+    pub max_fanout: Option<usize>,
+    /// Output bytes after which the result stops (at a row boundary, after at least one row).
+    pub max_bytes: Option<usize>,
+}
+
+/// The result of [`route_batch`] for the first `subscribers.len()` keys.
+#[derive(Debug)]
+pub struct Routed {
+    /// Per row: its subscribers; null for a null key or a fan-out over the limit.
+    pub subscribers: ListArray,
+    /// Per row: how many subscribers matched (null for a null key).
+    pub fanout: Int32Array,
+    pub stats: BatchStats,
+    /// Arrow buffer bytes of this result (an upper bound), as [`route_batch`] counts them against `max_bytes`.
+    pub bytes: usize,
+}
+
 /// Match every key of `keys`. `max_rows`, when given, is enforced before any work.
 pub fn match_batch(
     matcher: &FrozenMatcher,
     keys: &dyn Array,
     max_rows: Option<usize>,
 ) -> Result<(ListArray, BatchStats), NativeError> {
-    if let Some(limit) = max_rows {
+    let limits = RouteLimits {
+        max_rows,
+        ..RouteLimits::default()
+    };
+    let routed = route_with(matcher, keys, limits, Field::new_list_field(DataType::Utf8, true))?;
+    debug_assert_eq!(routed.subscribers.len(), keys.len());
+    Ok((routed.subscribers, routed.stats))
+}
+
+/// Match a prefix of `keys` under the router's `limits` (see module docs); the
+/// list field is named `element`, as Spark's Arrow conversion names it.
+pub fn route_batch(matcher: &FrozenMatcher, keys: &dyn Array, limits: RouteLimits) -> Result<Routed, NativeError> {
+    route_with(matcher, keys, limits, Field::new("element", DataType::Utf8, true))
+}
+
+/// The list type of every [`match_batch`] result: `list<item: string>`, as `pa.list_(pa.string())`.
+pub fn result_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+}
+
+fn route_with(
+    matcher: &FrozenMatcher,
+    keys: &dyn Array,
+    limits: RouteLimits,
+    item: Field,
+) -> Result<Routed, NativeError> {
+    if let Some(limit) = limits.max_rows {
         if keys.len() > limit {
             return Err(NativeError::BatchTooLarge {
                 rows: keys.len(),
@@ -54,49 +119,80 @@ pub fn match_batch(
         }
     }
     match keys.data_type() {
-        DataType::Utf8 => match_keys(matcher, keys.as_string::<i32>()),
-        DataType::LargeUtf8 => match_keys(matcher, keys.as_string::<i64>()),
-        DataType::Utf8View => match_keys(matcher, keys.as_string_view()),
+        DataType::Utf8 => route_keys(matcher, keys.as_string::<i32>(), limits, item),
+        DataType::LargeUtf8 => route_keys(matcher, keys.as_string::<i64>(), limits, item),
+        DataType::Utf8View => route_keys(matcher, keys.as_string_view(), limits, item),
         other => Err(NativeError::UnsupportedArray(format!("an array of type {other}"))),
     }
 }
 
-/// The list type of every result: `list<item: string>`, as `pa.list_(pa.string())`.
-pub fn result_type() -> DataType {
-    DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+/// One distinct lookup's result: its ids in `result_ids` (none kept when over the
+/// fan-out limit), how many subscribers matched, and the text bytes of its ids.
+#[derive(Clone, Copy)]
+struct Found {
+    start: usize,
+    count: usize,
+    kept: bool,
+    text_bytes: usize,
 }
 
-fn match_keys<'a, A>(matcher: &FrozenMatcher, keys: A) -> Result<(ListArray, BatchStats), NativeError>
+impl Found {
+    /// Output bytes of one row with this result.
+    fn row_bytes(&self) -> usize {
+        if self.kept {
+            ROW_BYTES + self.count * ITEM_BYTES + self.text_bytes
+        } else {
+            ROW_BYTES
+        }
+    }
+}
+
+fn route_keys<'a, A>(matcher: &FrozenMatcher, keys: A, limits: RouteLimits, item: Field) -> Result<Routed, NativeError>
 where
     A: ArrayAccessor<Item = &'a str>,
 {
     let rows = keys.len();
+    let max_fanout = limits.max_fanout.unwrap_or(usize::MAX);
+    let max_bytes = limits.max_bytes.unwrap_or(usize::MAX);
     let mut stats = BatchStats {
-        rows,
         deduplicated: true,
         ..BatchStats::default()
     };
     let mut scratch = Scratch::default();
-    // Per distinct key: its index in `result_ranges`.
+    // Per distinct key: its index in `found`.
     let mut distinct: HashMap<&'a str, u32> = HashMap::with_capacity(rows.min(PROBE_ROWS * 4));
-    // Per result: its range in `result_ids`.
-    let mut result_ranges: Vec<(u32, u32)> = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
     let mut result_ids: Vec<u32> = Vec::new();
     let mut row_results: Vec<u32> = Vec::with_capacity(rows);
-    let mut lookup = |key: &str, result_ranges: &mut Vec<(u32, u32)>| -> Result<u32, NativeError> {
+    let mut lookup = |key: &str, found: &mut Vec<Found>| -> u32 {
         let ids = matcher.lookup_ids(key, &mut scratch);
-        if result_ids.len() + ids.len() > i32::MAX as usize {
-            return Err(NativeError::ResultTooLarge(format!("over {} matches", i32::MAX)));
+        let kept = ids.len() <= max_fanout;
+        let start = result_ids.len();
+        let mut text_bytes = 0;
+        if kept {
+            result_ids.extend_from_slice(ids);
+            text_bytes = ids.iter().map(|&id| matcher.subscriber(id).len()).sum();
         }
-        let start = result_ids.len() as u32;
-        result_ids.extend_from_slice(ids);
-        result_ranges.push((start, ids.len() as u32));
-        Ok((result_ranges.len() - 1) as u32)
+        found.push(Found {
+            start,
+            count: ids.len(),
+            kept,
+            text_bytes,
+        });
+        (found.len() - 1) as u32
     };
+    let mut bytes = BASE_BYTES;
+    let mut list_items = 0usize;
+    let mut value_bytes = 0usize;
     // Repeated keys in the current window of PROBE_ROWS non-null keys.
     let mut window_repeats = 0usize;
+    let mut non_null = 0usize;
     for row in 0..rows {
         if keys.is_null(row) {
+            if !row_results.is_empty() && bytes + ROW_BYTES > max_bytes {
+                break;
+            }
+            bytes += ROW_BYTES;
             stats.null_rows += 1;
             row_results.push(NONE);
             continue;
@@ -108,56 +204,58 @@ where
                     window_repeats += 1;
                     *seen.get()
                 }
-                Entry::Vacant(slot) => *slot.insert(lookup(key, &mut result_ranges)?),
+                Entry::Vacant(slot) => *slot.insert(lookup(key, &mut found)),
             }
         } else {
-            lookup(key, &mut result_ranges)?
+            lookup(key, &mut found)
         };
+        let this = found[result as usize];
+        if !row_results.is_empty() && bytes + this.row_bytes() > max_bytes {
+            break; // the rest goes to the caller's next call
+        }
+        bytes += this.row_bytes();
+        if this.kept {
+            list_items += this.count;
+            value_bytes += this.text_bytes;
+        }
         row_results.push(result);
-        let seen = row + 1 - stats.null_rows;
-        if stats.deduplicated && seen.is_multiple_of(PROBE_ROWS) {
+        non_null += 1;
+        if stats.deduplicated && non_null.is_multiple_of(PROBE_ROWS) {
             // The first window only warms the map; later ones must repeat at least half their keys.
-            if seen > PROBE_ROWS && window_repeats * 2 < PROBE_ROWS {
+            if non_null > PROBE_ROWS && window_repeats * 2 < PROBE_ROWS {
                 stats.deduplicated = false;
                 distinct = HashMap::new();
             }
             window_repeats = 0;
         }
     }
-    stats.lookups = result_ranges.len();
-    let result_ids = &result_ids;
-
-    // Sizes first, so each buffer is allocated once and overflow is an error.
-    let mut list_items: usize = 0;
-    let mut value_bytes: usize = 0;
-    for &result in &row_results {
-        if result != NONE {
-            let (start, len) = result_ranges[result as usize];
-            list_items += len as usize;
-            value_bytes += result_ids[start as usize..(start + len) as usize]
-                .iter()
-                .map(|&id| matcher.subscriber(id).len())
-                .sum::<usize>();
-        }
-    }
+    stats.rows = row_results.len();
+    stats.lookups = found.len();
     if list_items > i32::MAX as usize || value_bytes > i32::MAX as usize {
         return Err(NativeError::ResultTooLarge(format!(
             "{list_items} subscribers / {value_bytes} bytes do not fit list<string> 32-bit offsets"
         )));
     }
+    let result_ids = &result_ids;
 
-    let mut list_offsets: Vec<i32> = Vec::with_capacity(rows + 1);
+    let mut list_offsets: Vec<i32> = Vec::with_capacity(row_results.len() + 1);
     let mut value_offsets: Vec<i32> = Vec::with_capacity(list_items + 1);
     let mut values: Vec<u8> = Vec::with_capacity(value_bytes);
+    let mut fanout: Vec<i32> = Vec::with_capacity(row_results.len());
     list_offsets.push(0);
     value_offsets.push(0);
     for &result in &row_results {
         if result != NONE {
-            let (start, len) = result_ranges[result as usize];
-            for &id in &result_ids[start as usize..(start + len) as usize] {
-                values.extend_from_slice(matcher.subscriber(id).as_bytes());
-                value_offsets.push(values.len() as i32);
+            let this = found[result as usize];
+            fanout.push(i32::try_from(this.count).unwrap_or(i32::MAX));
+            if this.kept {
+                for &id in &result_ids[this.start..this.start + this.count] {
+                    values.extend_from_slice(matcher.subscriber(id).as_bytes());
+                    value_offsets.push(values.len() as i32);
+                }
             }
+        } else {
+            fanout.push(0);
         }
         list_offsets.push((value_offsets.len() - 1) as i32);
     }
@@ -171,16 +269,23 @@ where
             None,
         )
     };
-    let validity = (stats.null_rows > 0).then(|| NullBuffer::from_iter(row_results.iter().map(|&r| r != NONE)));
-    let field = Arc::new(Field::new_list_field(DataType::Utf8, true));
+    let listed = |&r: &u32| r != NONE && found[r as usize].kept;
+    let has_null_list = row_results.iter().any(|r| !listed(r));
+    let list_validity = has_null_list.then(|| NullBuffer::from_iter(row_results.iter().map(listed)));
+    let fanout_validity = (stats.null_rows > 0).then(|| NullBuffer::from_iter(row_results.iter().map(|&r| r != NONE)));
     let list = ListArray::try_new(
-        field,
+        Arc::new(item),
         OffsetBuffer::new(ScalarBuffer::from(list_offsets)),
         Arc::new(strings),
-        validity,
+        list_validity,
     )
     .map_err(|error| NativeError::ResultTooLarge(error.to_string()))?;
-    Ok((list, stats))
+    Ok(Routed {
+        subscribers: list,
+        fanout: Int32Array::new(ScalarBuffer::from(fanout), fanout_validity),
+        stats,
+        bytes,
+    })
 }
 
 #[cfg(test)]
@@ -287,5 +392,111 @@ mod tests {
         ));
         let (empty, _) = match_batch(&matcher, &StringArray::from(Vec::<&str>::new()), None).unwrap();
         assert_eq!(empty.len(), 0);
+    }
+    /// Every row of `keys` through repeated `route_batch` calls: (lists, fan-outs, bytes of each call).
+    fn route_all(
+        matcher: &FrozenMatcher,
+        keys: &StringArray,
+        limits: RouteLimits,
+    ) -> (Vec<Option<Vec<String>>>, Vec<Option<i32>>, Vec<usize>) {
+        let (mut lists, mut fanouts, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut start = 0;
+        while start < keys.len() {
+            let part = keys.slice(start, keys.len() - start);
+            let routed = route_batch(matcher, &part, limits).unwrap();
+            assert!(!routed.subscribers.is_empty(), "every call makes progress");
+            assert_eq!(routed.subscribers.len(), routed.fanout.len());
+            assert_eq!(
+                routed.subscribers.data_type(),
+                &DataType::List(Arc::new(Field::new("element", DataType::Utf8, true)))
+            );
+            lists.extend(rows(&routed.subscribers));
+            fanouts.extend(routed.fanout.iter());
+            sizes.push(routed.bytes);
+            start += routed.subscribers.len();
+        }
+        (lists, fanouts, sizes)
+    }
+
+    #[test]
+    fn route_batch_cuts_by_bytes_and_nulls_lists_over_the_fanout_limit() {
+        let long = |i: usize| format!("{i:0>255}");
+        let mut pairs: Vec<(String, String)> = (0..40).map(|i| ("a.#".to_string(), long(i))).collect();
+        pairs.push(("b".to_string(), "only-b".to_string()));
+        let matcher = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
+        let keys: Vec<Option<String>> = (0..500)
+            .map(|i| match i % 4 {
+                0 => Some(format!("a.{}", i % 7)),
+                1 => Some("b".to_string()),
+                2 => None,
+                _ => Some("c".to_string()),
+            })
+            .collect();
+        let array = StringArray::from(keys.clone());
+        let row_a = ROW_BYTES + 40 * (ITEM_BYTES + 255);
+        let max_bytes = 3 * row_a + 10;
+        let limits = RouteLimits {
+            max_rows: None,
+            max_fanout: Some(40),
+            max_bytes: Some(max_bytes),
+        };
+        let (lists, fanouts, sizes) = route_all(&matcher, &array, limits);
+        assert_eq!(lists, expected(&matcher, &keys));
+        assert!(
+            sizes.len() > 1 && sizes.iter().all(|&size| size <= max_bytes),
+            "{sizes:?}"
+        );
+        let want_fanout: Vec<Option<i32>> = keys
+            .iter()
+            .map(|k| k.as_ref().map(|k| matcher.lookup(k).len() as i32))
+            .collect();
+        assert_eq!(fanouts, want_fanout);
+
+        // Over the fan-out limit: a null list, the count kept; the bytes of the ids are never counted.
+        let limits = RouteLimits {
+            max_rows: None,
+            max_fanout: Some(39),
+            max_bytes: Some(ROW_BYTES * 10),
+        };
+        let (lists, fanouts, sizes) = route_all(&matcher, &array, limits);
+        for ((key, list), fanout) in keys.iter().zip(&lists).zip(&fanouts) {
+            match key.as_deref() {
+                Some(k) if k.starts_with("a.") => assert!(list.is_none() && *fanout == Some(40)),
+                Some("b") => assert_eq!(list.as_deref(), Some(&["only-b".to_string()][..])),
+                Some(_) => assert!(list.as_ref().is_some_and(|l| l.is_empty()) && *fanout == Some(0)),
+                None => assert!(list.is_none() && fanout.is_none()),
+            }
+        }
+        // A 'b' row is 9 + 4 + 6 bytes: several rows fit the limit, never all of them.
+        assert!(sizes.iter().all(|&size| size <= ROW_BYTES * 10));
+
+        // A single row over max_bytes still goes out, alone.
+        let limits = RouteLimits {
+            max_rows: None,
+            max_fanout: None,
+            max_bytes: Some(1),
+        };
+        let (lists, _, sizes) = route_all(&matcher, &array, limits);
+        assert_eq!(lists, expected(&matcher, &keys));
+        assert_eq!(sizes.len(), keys.len());
+    }
+
+    #[test]
+    fn route_batch_limits_rows_before_work() {
+        let matcher = FrozenMatcher::build([("#", "s")]).unwrap();
+        let keys = StringArray::from(vec!["a", "b", "c"]);
+        let limits = RouteLimits {
+            max_rows: Some(2),
+            ..RouteLimits::default()
+        };
+        assert_eq!(
+            route_batch(&matcher, &keys, limits).unwrap_err(),
+            NativeError::BatchTooLarge { rows: 3, limit: 2 }
+        );
+        let empty = route_batch(&matcher, &StringArray::from(Vec::<&str>::new()), RouteLimits::default()).unwrap();
+        assert_eq!(
+            (empty.subscribers.len(), empty.fanout.len(), empty.bytes),
+            (0, 0, BASE_BYTES)
+        );
     }
 }

@@ -11,10 +11,18 @@
 //! | `InvalidArray`      | `ValueError`                                  |
 //! | `EmptySubscriber`   | `ValueError` (the Python wrappers check first)  |
 //! | `TooLarge`          | `OverflowError`                               |
+//! | `ColumnType`        | `TypeError`                                   |
+//! | `MalformedColumn`   | `ValueError`                                  |
+//! | `LengthMismatch`    | `ValueError`                                  |
+//! | `BadRows`           | `routing._native.BulkRowError(ValueError)`, with `.rows`: `[(row, reason, detail)]` |
 
 use std::fmt;
 
+use crate::bulk::RowError;
 use crate::frozen::BuildError;
+
+/// Bad rows listed in a [`NativeError::BadRows`] message (all of them are in the error itself).
+const LISTED_ROWS: usize = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NativeError {
@@ -34,6 +42,26 @@ pub enum NativeError {
     EmptySubscriber,
     /// More subscriptions than the 32-bit indices of the frozen layout address.
     TooLarge,
+    /// A bulk call's column is not a string array.
+    ColumnType {
+        column: &'static str,
+        found: String,
+    },
+    /// A bulk call's column breaks the Arrow format (e.g. invalid UTF-8).
+    MalformedColumn {
+        column: &'static str,
+        reason: String,
+    },
+    /// A bulk call's columns are not row-aligned.
+    LengthMismatch {
+        patterns: usize,
+        subscribers: usize,
+    },
+    /// A bulk call found bad rows (every one listed) and applied nothing.
+    BadRows {
+        rows: usize,
+        errors: Vec<RowError>,
+    },
 }
 
 impl NativeError {
@@ -59,6 +87,36 @@ impl fmt::Display for NativeError {
             NativeError::InvalidArray(reason) => write!(f, "match_batch was given a malformed Arrow array: {reason}"),
             NativeError::EmptySubscriber => write!(f, "subscriber id must not be empty"),
             NativeError::TooLarge => write!(f, "too many subscriptions for the frozen matcher's 32-bit indices"),
+            NativeError::ColumnType { column, found } => {
+                write!(
+                    f,
+                    "{column} must be a pyarrow string, large_string or string_view array, not {found}"
+                )
+            }
+            NativeError::MalformedColumn { column, reason } => {
+                write!(f, "{column} is a malformed Arrow array: {reason}")
+            }
+            NativeError::LengthMismatch { patterns, subscribers } => {
+                write!(
+                    f,
+                    "patterns has {patterns} rows but subscribers has {subscribers}; they must be row-aligned"
+                )
+            }
+            NativeError::BadRows { rows, errors } => {
+                write!(f, "{} of {rows} rows are invalid, nothing was applied: ", errors.len())?;
+                for (i, error) in errors.iter().take(LISTED_ROWS).enumerate() {
+                    let separator = if i == 0 { "" } else { "; " };
+                    write!(
+                        f,
+                        "{separator}row {}: {} [reason={}]",
+                        error.row, error.detail, error.reason
+                    )?;
+                }
+                if errors.len() > LISTED_ROWS {
+                    write!(f, "; and {} more (all in .rows)", errors.len() - LISTED_ROWS)?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -77,6 +135,7 @@ impl From<BuildError> for NativeError {
 #[cfg(feature = "python")]
 pub mod python {
     use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+    use pyo3::prelude::*;
     use pyo3::{create_exception, PyErr};
 
     use super::NativeError;
@@ -86,6 +145,12 @@ pub mod python {
         FrozenFormatError,
         PyValueError,
         "Bytes that are not an intact frozen matcher (corrupt, truncated, foreign or a newer format version)."
+    );
+    create_exception!(
+        routing._native,
+        BulkRowError,
+        PyValueError,
+        "Bad rows in a bulk call (nothing was applied); `.rows` lists every one as (row index, reason code, detail)."
     );
     create_exception!(
         routing._native,
@@ -103,7 +168,25 @@ pub mod python {
                 NativeError::UnsupportedArray(_) => PyTypeError::new_err(message),
                 NativeError::InvalidArray(_) | NativeError::EmptySubscriber => PyValueError::new_err(message),
                 NativeError::TooLarge => PyOverflowError::new_err(message),
+                NativeError::ColumnType { .. } => PyTypeError::new_err(message),
+                NativeError::MalformedColumn { .. } | NativeError::LengthMismatch { .. } => {
+                    PyValueError::new_err(message)
+                }
+                NativeError::BadRows { errors, .. } => bulk_row_error(message, errors),
             }
         }
+    }
+
+    /// A `BulkRowError` whose `rows` attribute holds every bad row.
+    fn bulk_row_error(message: String, errors: Vec<super::RowError>) -> PyErr {
+        // Errors are converted where the GIL is held (after `detach` returns); attach is then free.
+        Python::attach(|py| {
+            let error = BulkRowError::new_err(message);
+            let rows: Vec<(usize, &str, String)> = errors.into_iter().map(|e| (e.row, e.reason, e.detail)).collect();
+            if let Err(failed) = error.value(py).setattr("rows", rows) {
+                return failed;
+            }
+            error
+        })
     }
 }

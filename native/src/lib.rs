@@ -5,6 +5,7 @@
 //! `routing._native` (see [`python`]).
 
 pub mod batch;
+pub mod bulk;
 pub mod codec;
 pub mod cstrie;
 pub mod errors;

@@ -10,17 +10,19 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use arrow_array::{make_array, Array};
+use arrow_array::{make_array, Array, ArrayRef, StructArray};
 use arrow_data::ArrayData;
 use arrow_pyarrow::{FromPyArrowUnchecked, ToPyArrow};
+use arrow_schema::{DataType, Field};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFrozenSet};
 
+use crate::bulk::{Column, RowLimits};
 use crate::cstrie::{CsTrie, Snapshot};
-use crate::errors::python::{BatchLimitError, FrozenFormatError};
+use crate::errors::python::{BatchLimitError, BulkRowError, FrozenFormatError};
 use crate::errors::NativeError;
 use crate::frozen::{FrozenMatcher, Scratch};
-use crate::{batch, codec};
+use crate::{batch, bulk, codec};
 
 thread_local! {
     /// Lookup buffers reused across calls on this thread.
@@ -39,6 +41,62 @@ fn frozen_lookup<'py>(py: Python<'py>, matcher: &FrozenMatcher, key: &str) -> Py
         // Only reachable by re-entrance; a fresh buffer keeps it correct.
         Err(_) => PyFrozenSet::new(py, matcher.lookup(key)),
     })
+}
+
+/// The two columns of a bulk call, imported from pyarrow but not yet validated.
+struct BulkColumns {
+    patterns: ArrayData,
+    subscribers: ArrayData,
+    limits: Option<RowLimits>,
+}
+
+/// `(max_pattern_bytes, max_pattern_words, max_hash_words, max_subscriber_bytes)`.
+type LimitsTuple = (usize, usize, usize, usize);
+
+impl BulkColumns {
+    fn import(
+        patterns: &Bound<'_, PyAny>,
+        subscribers: &Bound<'_, PyAny>,
+        limits: Option<LimitsTuple>,
+    ) -> PyResult<Self> {
+        // SAFETY: `from_pyarrow_bound_unchecked` skips validation; these
+        // `ArrayData` are private to `BulkColumns`, whose only reader is
+        // `run`, which passes each through `bulk::checked_column`
+        // (`validate_full`) before any value is read.
+        let (patterns, subscribers) = unsafe {
+            (
+                ArrayData::from_pyarrow_bound_unchecked(patterns)?,
+                ArrayData::from_pyarrow_bound_unchecked(subscribers)?,
+            )
+        };
+        let limits = limits.map(
+            |(pattern_bytes, pattern_words, hash_words, subscriber_bytes)| RowLimits {
+                max_pattern_bytes: pattern_bytes,
+                max_pattern_words: pattern_words,
+                max_hash_words: hash_words,
+                max_subscriber_bytes: subscriber_bytes,
+            },
+        );
+        Ok(BulkColumns {
+            patterns,
+            subscribers,
+            limits,
+        })
+    }
+
+    /// Validate both columns fully, then run `op` on them, with the GIL released.
+    fn run<T: Send>(
+        self,
+        py: Python<'_>,
+        op: impl FnOnce(&dyn Array, &dyn Array, Option<&RowLimits>) -> Result<T, NativeError> + Send,
+    ) -> PyResult<T> {
+        let result = py.detach(|| -> Result<T, NativeError> {
+            let patterns = bulk::checked_column(self.patterns, Column::Patterns)?;
+            let subscribers = bulk::checked_column(self.subscribers, Column::Subscribers)?;
+            op(patterns.as_ref(), subscribers.as_ref(), self.limits.as_ref())
+        })?;
+        Ok(result)
+    }
 }
 
 /// Compact read-only matcher (see `routing.matchers.native.FrozenMatcher`).
@@ -65,6 +123,20 @@ impl PyFrozenMatcher {
     #[staticmethod]
     fn build(py: Python<'_>, pairs: Vec<(String, String)>) -> PyResult<Self> {
         let matcher = py.detach(|| FrozenMatcher::build(pairs)).map_err(NativeError::from)?;
+        Ok(PyFrozenMatcher::wrap(matcher))
+    }
+
+    /// Build from two row-aligned pyarrow string columns (GIL released);
+    /// raises BulkRowError listing every bad row (see `crate::bulk`).
+    #[staticmethod]
+    #[pyo3(signature = (patterns, subscribers, limits = None))]
+    fn from_arrow(
+        py: Python<'_>,
+        patterns: &Bound<'_, PyAny>,
+        subscribers: &Bound<'_, PyAny>,
+        limits: Option<LimitsTuple>,
+    ) -> PyResult<Self> {
+        let matcher = BulkColumns::import(patterns, subscribers, limits)?.run(py, bulk::freeze_pairs)?;
         Ok(PyFrozenMatcher::wrap(matcher))
     }
 
@@ -102,6 +174,43 @@ impl PyFrozenMatcher {
             let array = make_array(data);
             let (list, _) = batch::match_batch(&self.inner, array.as_ref(), max_rows)?;
             Ok(list.to_data())
+        })?;
+        result.to_pyarrow(py)
+    }
+
+    /// The router's form of `match_batch` (see `batch::route_batch`): a
+    /// `struct<subscribers: list<element: string>, fanout: int32>` array for
+    /// a prefix of `keys`, cut before `max_bytes` output bytes; a row over
+    /// `max_fanout` has a null list and its count.
+    #[pyo3(signature = (keys, max_rows = None, max_fanout = None, max_bytes = None))]
+    fn route_batch<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        max_rows: Option<usize>,
+        max_fanout: Option<usize>,
+        max_bytes: Option<usize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: validated by `validate_full` below before any value is read.
+        let data = unsafe { ArrayData::from_pyarrow_bound_unchecked(keys)? };
+        let limits = batch::RouteLimits {
+            max_rows,
+            max_fanout,
+            max_bytes,
+        };
+        let result = py.detach(|| -> Result<ArrayData, NativeError> {
+            data.validate_full()
+                .map_err(|error| NativeError::InvalidArray(error.to_string()))?;
+            let array = make_array(data);
+            let routed = batch::route_batch(&self.inner, array.as_ref(), limits)?;
+            let fields = vec![
+                Field::new("subscribers", routed.subscribers.data_type().clone(), true),
+                Field::new("fanout", DataType::Int32, true),
+            ];
+            let columns: Vec<ArrayRef> = vec![Arc::new(routed.subscribers), Arc::new(routed.fanout)];
+            let routed = StructArray::try_new(fields.into(), columns, None)
+                .map_err(|error| NativeError::ResultTooLarge(error.to_string()))?;
+            Ok(routed.to_data())
         })?;
         result.to_pyarrow(py)
     }
@@ -163,7 +272,7 @@ fn to_strings(subscribers: Vec<Arc<str>>) -> Vec<String> {
 }
 
 fn freeze(snapshot: &Snapshot) -> Result<FrozenMatcher, NativeError> {
-    Ok(FrozenMatcher::build(snapshot.subscriptions())?)
+    Ok(snapshot.freeze()?)
 }
 
 /// The live lock-free trie (see `routing.matchers.native.CSTrieMatcher`).
@@ -187,6 +296,34 @@ impl PyCsTrie {
     /// Remove the pair; `True` if it was present.
     fn unsubscribe(&self, py: Python<'_>, pattern: &str, subscriber: &str) -> bool {
         py.detach(|| self.inner.unsubscribe(pattern, subscriber))
+    }
+
+    /// Subscribe every row of two pyarrow string columns (GIL released; all
+    /// rows validated before any is applied, see `crate::bulk`); returns how
+    /// many pairs were new.
+    #[pyo3(signature = (patterns, subscribers, limits = None))]
+    fn subscribe_many(
+        &self,
+        py: Python<'_>,
+        patterns: &Bound<'_, PyAny>,
+        subscribers: &Bound<'_, PyAny>,
+        limits: Option<LimitsTuple>,
+    ) -> PyResult<usize> {
+        BulkColumns::import(patterns, subscribers, limits)?
+            .run(py, |p, s, l| bulk::subscribe_many(&self.inner, p, s, l))
+    }
+
+    /// Unsubscribe every row (as `subscribe_many`); returns how many pairs were present.
+    #[pyo3(signature = (patterns, subscribers, limits = None))]
+    fn unsubscribe_many(
+        &self,
+        py: Python<'_>,
+        patterns: &Bound<'_, PyAny>,
+        subscribers: &Bound<'_, PyAny>,
+        limits: Option<LimitsTuple>,
+    ) -> PyResult<usize> {
+        BulkColumns::import(patterns, subscribers, limits)?
+            .run(py, |p, s, l| bulk::unsubscribe_many(&self.inner, p, s, l))
     }
 
     fn lookup<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyFrozenSet>> {
@@ -282,6 +419,7 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyFrozenMatcher>()?;
     module.add("FrozenFormatError", py.get_type::<FrozenFormatError>())?;
     module.add("BatchLimitError", py.get_type::<BatchLimitError>())?;
+    module.add("BulkRowError", py.get_type::<BulkRowError>())?;
     module.add("FORMAT_VERSION", codec::FORMAT_VERSION)?;
     Ok(())
 }

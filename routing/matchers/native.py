@@ -19,25 +19,44 @@ fails, so the checks cost nothing on the hot path.
 The native side releases the GIL around every trie operation, freeze,
 (de)serialization and batch, so Python threads using these objects run in
 parallel.
+
+Bulk paths (:meth:`CSTrieMatcher.subscribe_many`, :meth:`~CSTrieMatcher.unsubscribe_many`,
+:meth:`FrozenMatcher.from_arrow`) take (pattern, subscriber) pairs as two
+row-aligned pyarrow string columns (``string``, ``large_string`` or
+``string_view``; a ``ChunkedArray`` is combined first) and run with no Python
+per row. They validate every row before applying any: a null, an empty
+subscriber or (when ``limits`` are given) a row over the limits of
+:mod:`routing.validation` fails the whole call with :class:`BulkRowError`,
+whose ``rows`` lists every bad row as ``(row index, reason code, detail)``,
+and nothing is applied. A bulk call on a live trie is **not** one atomic step
+for concurrent observers: each row is its own linearizable
+subscribe/unsubscribe, applied in row order, so a concurrent lookup or
+snapshot may see any prefix of the rows; once the call returns, all are in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from routing import _native
-from routing._native import FORMAT_VERSION, BatchLimitError, FrozenFormatError
+from routing._native import FORMAT_VERSION, BatchLimitError, BulkRowError, FrozenFormatError
 from routing.topic import check_subscriber, key_words, pattern_words
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from routing.limits import Limits
+
+    #: A pyarrow string column: ``string``, ``large_string`` or ``string_view``.
+    StringColumn: TypeAlias = pa.Array | pa.ChunkedArray
 
 __all__ = [
     "FORMAT_VERSION",
     "NATIVE_WRAPPERS",
     "PRIVATE_NATIVE",
     "BatchLimitError",
+    "BulkRowError",
     "CSTrieMatcher",
     "FrozenFormatError",
     "FrozenMatcher",
@@ -52,6 +71,7 @@ NATIVE_WRAPPERS: dict[str, str] = {
     "FrozenMatcher": "FrozenMatcher",
     "FrozenFormatError": "FrozenFormatError",
     "BatchLimitError": "BatchLimitError",
+    "BulkRowError": "BulkRowError",
     "FORMAT_VERSION": "FORMAT_VERSION",
 }
 #: Public names of ``routing._native`` deliberately not exposed (none so far).
@@ -67,6 +87,19 @@ def _key_error(key: object, error: Exception) -> NoReturn:
 def _checked_pair(pattern: object, subscriber: object) -> None:
     pattern_words(pattern)
     check_subscriber(subscriber)
+
+
+def _column(values: StringColumn) -> pa.Array:
+    """One contiguous array (chunks combined); the native side checks the type and the buffers."""
+    import pyarrow as pa
+
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _row_limits(limits: Limits | None) -> tuple[int, int, int, int] | None:
+    if limits is None:
+        return None
+    return (limits.max_pattern_bytes, limits.max_pattern_words, limits.max_hash_words, limits.max_subscriber_bytes)
 
 
 class Snapshot:
@@ -126,6 +159,21 @@ class CSTrieMatcher:
         _checked_pair(pattern, subscriber)
         self._trie.unsubscribe(pattern, subscriber)
 
+    def subscribe_many(self, patterns: StringColumn, subscribers: StringColumn, *, limits: Limits | None = None) -> int:
+        """Subscribe every row of two row-aligned pyarrow string columns; returns how many pairs were new.
+
+        Every row is validated first (see the module doc): any bad row raises
+        :class:`BulkRowError` and nothing is applied. Not one atomic step for
+        concurrent readers (they may see a prefix of the rows). Releases the GIL.
+        """
+        return self._trie.subscribe_many(_column(patterns), _column(subscribers), _row_limits(limits))
+
+    def unsubscribe_many(
+        self, patterns: StringColumn, subscribers: StringColumn, *, limits: Limits | None = None
+    ) -> int:
+        """Unsubscribe every row, like :meth:`subscribe_many`; returns how many pairs were present."""
+        return self._trie.unsubscribe_many(_column(patterns), _column(subscribers), _row_limits(limits))
+
     def lookup(self, key: str) -> frozenset[str]:
         try:
             return self._trie.lookup(key)
@@ -174,6 +222,17 @@ class FrozenMatcher:
         matcher = cls.__new__(cls)
         matcher._frozen = frozen
         return matcher
+
+    @classmethod
+    def from_arrow(
+        cls, patterns: StringColumn, subscribers: StringColumn, *, limits: Limits | None = None
+    ) -> FrozenMatcher:
+        """Build from two row-aligned pyarrow string columns of pairs, with no Python per row.
+
+        Duplicates are harmless. Every row is validated (see the module doc);
+        any bad row raises :class:`BulkRowError`. Releases the GIL.
+        """
+        return cls._wrap(_native.FrozenMatcher.from_arrow(_column(patterns), _column(subscribers), _row_limits(limits)))
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> FrozenMatcher:

@@ -1,0 +1,202 @@
+"""Bulk paths from Arrow: ``CSTrieMatcher.subscribe_many``/``unsubscribe_many`` and ``FrozenMatcher.from_arrow``.
+
+Oracles: the regex :class:`~routing.reference.ReferenceMatcher` for matching and a plain Python set for
+the pairs held; :class:`~routing.validation.Validator` (pure Python) for which rows are bad and why.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import keys, patterns, subscribers
+
+from routing.errors import TopicError
+from routing.limits import Limits
+from routing.matchers import CSTrieMatcher, FrozenMatcher
+from routing.matchers.native import BulkRowError
+from routing.reference import ReferenceMatcher
+from routing.validation import Validator
+
+STRING_TYPES = (pa.string(), pa.large_string(), pa.string_view())
+string_types = st.sampled_from(STRING_TYPES)
+pairs_lists = st.lists(st.tuples(patterns, subscribers), max_size=30)
+
+
+def columns(pairs: list[tuple[str, str]], string_type: pa.DataType = STRING_TYPES[0]) -> tuple[pa.Array, pa.Array]:
+    return (
+        pa.array([pattern for pattern, _ in pairs], type=string_type),
+        pa.array([subscriber for _, subscriber in pairs], type=string_type),
+    )
+
+
+def chunked(array: pa.Array) -> pa.ChunkedArray:
+    cut = len(array) // 2
+    return pa.chunked_array([array.slice(0, cut), array.slice(cut)], type=array.type)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    added=pairs_lists,
+    removed=pairs_lists,
+    probe=st.lists(keys, max_size=15),
+    string_type=string_types,
+    use_chunks=st.booleans(),
+)
+def test_bulk_calls_agree_with_the_oracle(
+    added: list[tuple[str, str]],
+    removed: list[tuple[str, str]],
+    probe: list[str],
+    string_type: pa.DataType,
+    use_chunks: bool,
+) -> None:
+    # Remove some of what was added, plus pairs never added.
+    removed = added[::2] + removed
+    trie = CSTrieMatcher()
+    add_p, add_s = columns(added, string_type)
+    del_p, del_s = columns(removed, string_type)
+    if use_chunks:
+        add_p, add_s, del_p, del_s = map(chunked, (add_p, add_s, del_p, del_s))
+    assert trie.subscribe_many(add_p, add_s) == len(set(added))
+    held = set(added)
+    assert trie.unsubscribe_many(del_p, del_s) == len(held & set(removed))
+    held -= set(removed)
+    assert trie.subscriptions() == held
+    assert len(trie) == len(held)
+    oracle = ReferenceMatcher(sorted(held))
+    frozen = FrozenMatcher.from_arrow(*columns(sorted(held) * 2, string_type))  # duplicates are harmless
+    assert frozen.subscriptions() == held
+    # The same contents encode to the same bytes, however they were built.
+    assert frozen.to_bytes() == FrozenMatcher(held).to_bytes() == trie.freeze().to_bytes()
+    for key in probe + [pattern for pattern, _ in added]:
+        assert trie.lookup(key) == oracle.lookup(key) == frozen.lookup(key), key
+
+
+def test_counts_of_duplicate_and_absent_rows() -> None:
+    trie = CSTrieMatcher()
+    assert trie.subscribe_many(*columns([("a.#", "x"), ("a.#", "x"), ("b", "y")])) == 2
+    assert trie.subscribe_many(*columns([("a.#", "x")])) == 0
+    assert trie.unsubscribe_many(*columns([("a.#", "x"), ("a.#", "x"), ("nope", "x")])) == 1
+    assert trie.subscriptions() == {("b", "y")}
+    assert trie.subscribe_many(*columns([])) == 0
+
+
+def test_bad_rows_are_each_reported_and_nothing_is_applied() -> None:
+    trie = CSTrieMatcher()
+    trie.subscribe("keep", "k")
+    before = trie.freeze().to_bytes()
+    limits = Limits(max_pattern_bytes=10, max_pattern_words=3, max_hash_words=1, max_subscriber_bytes=4)
+    rows = [
+        ("ok", "s"),
+        (None, "s"),
+        ("ok", None),
+        ("a" * 11, "s"),
+        ("a.b.c.d", "s"),
+        ("#.x.#", "s"),
+        ("ok", ""),
+        ("ok", "toolong"),
+        ("#.bb.cccc", "abcd"),  # exactly at every limit: fine
+    ]
+    expected = [
+        (1, "null_pattern"),
+        (2, "null_subscriber"),
+        (3, "pattern_too_long"),
+        (4, "pattern_too_many_words"),
+        (5, "too_many_hash_words"),
+        (6, "invalid_subscriber"),
+        (7, "invalid_subscriber"),
+    ]
+    for string_type in STRING_TYPES:
+        p = pa.array([pattern for pattern, _ in rows], type=string_type)
+        s = pa.array([subscriber for _, subscriber in rows], type=string_type)
+        for call in (trie.subscribe_many, trie.unsubscribe_many):
+            with pytest.raises(BulkRowError, match="7 of 9 rows are invalid, nothing was applied") as caught:
+                call(p, s, limits=limits)
+            assert [(row, reason) for row, reason, _ in caught.value.rows] == expected
+            assert "max_pattern_bytes=10, got 11" in caught.value.rows[2][2]
+            assert "row 3: pattern is too long" in str(caught.value)
+            assert trie.freeze().to_bytes() == before
+        with pytest.raises(BulkRowError):
+            FrozenMatcher.from_arrow(p, s, limits=limits)
+    # Without limits only the grammar applies: nulls and the empty subscriber.
+    with pytest.raises(BulkRowError) as caught:
+        trie.subscribe_many(*columns(rows))  # type: ignore[arg-type]
+    assert [row for row, _, _ in caught.value.rows] == [1, 2, 6]
+    assert trie.subscriptions() == {("keep", "k")}
+
+
+def test_a_long_report_lists_every_row_but_prints_ten() -> None:
+    trie = CSTrieMatcher()
+    with pytest.raises(BulkRowError) as caught:
+        trie.subscribe_many(pa.array(["p"] * 50), pa.array([""] * 50))
+    assert [row for row, _, _ in caught.value.rows] == list(range(50))
+    assert "and 40 more (all in .rows)" in str(caught.value)
+    assert len(trie) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pattern=st.one_of(st.none(), patterns, st.text(st.sampled_from("ab#*.é"), max_size=14)),
+    subscriber=st.one_of(st.none(), st.sampled_from(["", "s", "abcd", "abcde", "éé", "ééé"])),
+)
+def test_row_verdicts_agree_with_the_python_validator(pattern: str | None, subscriber: str | None) -> None:
+    limits = Limits(max_pattern_bytes=9, max_pattern_words=4, max_hash_words=2, max_subscriber_bytes=4)
+    validator = Validator(limits=limits)
+    expected: str | None
+    if pattern is None:
+        expected = "null_pattern"
+    else:
+        try:
+            validator.validate_pattern(pattern)
+        except TopicError as error:
+            expected = error.reason
+        else:
+            if subscriber is None:
+                expected = "null_subscriber"
+            else:
+                try:
+                    validator.validate_subscriber(subscriber)
+                except TopicError as error:
+                    expected = error.reason
+                else:
+                    expected = None
+    p, s = pa.array([pattern], type=pa.string()), pa.array([subscriber], type=pa.string())
+    trie = CSTrieMatcher()
+    if expected is None:
+        assert trie.subscribe_many(p, s, limits=limits) == 1
+        assert FrozenMatcher.from_arrow(p, s, limits=limits).subscriptions() == {(pattern, subscriber)}
+    else:
+        with pytest.raises(BulkRowError) as caught:
+            trie.subscribe_many(p, s, limits=limits)
+        assert [(row, reason) for row, reason, _ in caught.value.rows] == [(0, expected)]
+        assert len(trie) == 0
+
+
+def test_column_errors_fail_the_whole_call() -> None:
+    trie = CSTrieMatcher()
+    with pytest.raises(ValueError, match="patterns has 1 rows but subscribers has 2"):
+        trie.subscribe_many(pa.array(["a"]), pa.array(["s", "t"]))
+    with pytest.raises(TypeError, match="subscribers must be a pyarrow string"):
+        trie.subscribe_many(pa.array(["a"]), pa.array([1]))
+    with pytest.raises(TypeError):
+        trie.subscribe_many(["a"], pa.array(["s"]))  # type: ignore[arg-type]
+    # Invalid UTF-8 in the buffers: caught by full validation before any value is read.
+    offsets = pa.py_buffer(pa.array([0, 2], type=pa.int32()).buffers()[1])
+    broken = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(b"\xff\xfe")])
+    with pytest.raises(ValueError, match="patterns is a malformed Arrow array"):
+        trie.subscribe_many(broken, pa.array(["s"]))
+    with pytest.raises(ValueError, match="subscribers is a malformed Arrow array"):
+        FrozenMatcher.from_arrow(pa.array(["a"]), broken)
+    with pytest.raises(ValueError, match="patterns is a malformed Arrow array"):
+        trie.unsubscribe_many(broken, pa.array(["s"]))
+    assert len(trie) == 0
+
+
+def test_sliced_columns_read_from_their_offset() -> None:
+    pairs = [(f"t{i}.#", f"s{i % 3}") for i in range(20)]
+    p, s = columns(pairs)
+    trie = CSTrieMatcher()
+    trie.subscribe_many(p.slice(5, 10), s.slice(5, 10))
+    assert trie.subscriptions() == set(pairs[5:15])
+    assert FrozenMatcher.from_arrow(p.slice(5, 10), s.slice(5, 10)).subscriptions() == set(pairs[5:15])
