@@ -110,9 +110,20 @@ class RunSummary:
 
 
 def prepare_tables(spark: SparkSession, settings: Settings) -> None:
-    from routing.subscriptions.table import create_rejects_table_if_absent, create_table_if_absent
+    """Create the tables if absent; turn the change data feed on for a table created without it.
+
+    The router reads only the changed rows from the feed; a table created before the feed existed
+    gets it here (one metadata commit, once), and the router loads the versions before it whole.
+    """
+    from routing.subscriptions.table import (
+        create_rejects_table_if_absent,
+        create_table_if_absent,
+        enable_change_feed,
+    )
 
     create_table_if_absent(spark, settings.subscriptions.table_path)
+    if enable_change_feed(spark, settings.subscriptions.table_path):
+        LOG.info("enabled the change data feed on %s", settings.subscriptions.table_path)
     create_rejects_table_if_absent(spark, settings.subscriptions.rejects_path)
 
 

@@ -33,6 +33,10 @@ class Limits:
     max_subscriber_bytes: int = 255
     #: Distinct patterns one subscriber may hold.
     max_subscriptions_per_subscriber: int = 10_000
+    #: Active (pattern, subscriber) pairs the subscription table may hold in all: the matcher every
+    #: executor receives grows with it. The refresh job rejects subscribes past it
+    #: (``subscription_table_full``); rows already active are never dropped.
+    max_subscriptions_per_table: int = 5_000_000
     #: Bytes of one message payload (1 MiB, like Kafka and NATS).
     max_payload_bytes: int = 1_048_576
     #: Subscribers one message may fan out to; past it the message is dead-lettered whole.

@@ -1,35 +1,62 @@
 """Driver side: the live CS-trie, its frozen snapshots, and their broadcasts.
 
-The driver keeps one :class:`~routing.matchers.CSTrieMatcher` mirroring the
-subscription table. At most every ``refresh_interval_s`` it reads the table's
-latest Delta version; when that changed, it applies the difference between
-the old and new active (pattern, subscriber) sets to the live trie, takes an
-O(1) snapshot, freezes it, serializes it and broadcasts the bytes. All of this
-happens between micro-batches (``foreachBatch`` runs on the driver), so the
-running query is never restarted.
+How a new subscription-table version reaches the stream, off the batch path:
 
-A batch pins the version it routes with (:meth:`SnapshotBroadcasts.acquire`);
-once it is done (:meth:`release`), every broadcast that is neither the
-current version nor pinned is destroyed. A replayed batch that recorded an
-older version gets that version rebuilt from Delta time travel.
+* A background thread on the driver (``snapshot-refresh``) owns the live
+  :class:`~routing.matchers.CSTrieMatcher` and is its only writer. Every
+  ``refresh_interval_s``, or when nudged (:meth:`SnapshotBroadcasts.maybe_refresh`,
+  :meth:`~SnapshotBroadcasts.request_refresh`), it reads the table's latest
+  Delta version. When the version moved past the trie's, it reads **only the
+  rows that changed** in between, as Arrow, from Delta's change data feed
+  (:func:`routing.subscriptions.table.read_changes`: each changed row once,
+  with its final state), and applies them with the bulk calls
+  ``unsubscribe_many`` then ``subscribe_many`` (no Python per row, GIL
+  released). Then it takes an O(1) snapshot of the trie, freezes it,
+  serializes it, broadcasts the bytes and *publishes* that version.
+* When the change feed does not cover the range (a table created before the
+  feed was enabled, or whose log was cleaned up) or the trie's state is
+  unknown (first load, an apply that failed halfway), it loads the whole
+  active set at that version into a fresh trie instead (``mode="full"``).
+* A batch routes with the newest **published** version
+  (:attr:`SnapshotBroadcasts.current_version`) and never waits for a build;
+  only the very first version, before which there is nothing to route with,
+  and :meth:`~SnapshotBroadcasts.maybe_refresh` ``(force=True)`` (the
+  router's start) wait.
+* A batch pins the version it routes with (:meth:`SnapshotBroadcasts.acquire`);
+  once it is done (:meth:`~SnapshotBroadcasts.release`), every broadcast that
+  is neither the current version nor pinned is destroyed. A replayed batch
+  that recorded a version no longer (or never) published gets it rebuilt
+  from Delta time travel, straight from Arrow (``FrozenMatcher.from_arrow``),
+  on the calling thread: the replay must route with exactly that version.
+
+Every publish logs the snapshot's memory (serialized bytes, pairs, patterns,
+subscribers) and how it was built, and appends the same to :attr:`history`.
+Tests wait for a publish with :meth:`~SnapshotBroadcasts.wait_published`
+(deterministic: a condition variable, no sleeping) and can hold a build
+before it publishes with the :attr:`~SnapshotBroadcasts.before_publish` hook.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from routing.matchers.native import CSTrieMatcher
-from routing.subscriptions import latest_version, read_active
+from routing.matchers.native import BulkRowError, CSTrieMatcher, FrozenMatcher
+from routing.subscriptions import ChangesUnavailable, latest_version, read_active_arrow, read_changes
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark import Broadcast
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+#: Seconds :meth:`SnapshotBroadcasts.close` waits for a build in flight to finish.
+CLOSE_TIMEOUT_S = 300.0
 
 
 @dataclasses.dataclass
@@ -43,8 +70,16 @@ class Published:
     users: int = 0
 
 
+class RefreshFailed(RuntimeError):
+    """The background refresh could not publish a version a caller waits for (the cause is chained)."""
+
+
 class SnapshotBroadcasts:
-    """The current snapshot and the broadcasts batches still use."""
+    """The published snapshot, the broadcasts batches still use, and the thread that builds the next one.
+
+    Thread-safe: batches (the ``foreachBatch`` thread) call :attr:`current_version`,
+    :meth:`acquire` and :meth:`release` while the refresh thread publishes.
+    """
 
     def __init__(
         self,
@@ -58,93 +93,299 @@ class SnapshotBroadcasts:
         self._table_path = table_path
         self._refresh_interval_s = refresh_interval_s
         self._clock = clock
-        self._trie = CSTrieMatcher()
-        self._pairs: frozenset[tuple[str, str]] = frozenset()
+        # Guards everything below except the trie, which only the refresh thread touches.
+        self._cond = threading.Condition()
         self._current: Published | None = None
+        self._previous: Published | None = None
         self._published: dict[int, Published] = {}
         self._checked_at: float | None = None
+        self._seen_version: int | None = None
+        self._requested = 0  # refresh requests made (timer polls included)
+        self._finished = 0  # requests covered by a finished attempt
+        self._failure: BaseException | None = None  # the last attempt's, None when it succeeded
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        # Refresh thread only: the live trie and the table version it mirrors (None: unknown).
+        self._trie = CSTrieMatcher()
+        self._trie_version: int | None = None
+        #: One entry per publish (and per failed attempt): what was built, how, and its memory.
         self.history: list[dict[str, Any]] = []
+        #: Test hook, called on the refresh thread with the version about to be published, after the
+        #: trie was updated and before the snapshot is frozen; batches keep routing meanwhile.
+        self.before_publish: Callable[[int], None] | None = None
+
+    # -- what batches call ---------------------------------------------------------------
 
     @property
     def current_version(self) -> int:
+        """The newest published version (waits only if none was ever published)."""
         self.maybe_refresh()
-        assert self._current is not None
-        return self._current.version
+        with self._cond:
+            if self._current is None:
+                raise RefreshFailed("the snapshot broadcasts are closed")
+            return self._current.version
 
     def maybe_refresh(self, *, force: bool = False) -> bool:
-        """Check the table for a new version (at most every refresh interval); True when it changed."""
+        """Ask the refresh thread to check the table, at most every refresh interval unless ``force``.
+
+        Returns at once, except when nothing is published yet or ``force`` is set: then it waits
+        until the check (and the build of a new version, if any) is done, and raises
+        :class:`RefreshFailed` if it failed. True when the published version changed since the
+        previous call.
+        """
         now = self._clock()
-        fresh = self._checked_at is not None and now - self._checked_at < self._refresh_interval_s
-        if not force and self._current is not None and fresh:
-            return False
-        self._checked_at = now
-        version = latest_version(self._spark, self._table_path)
-        if self._current is not None and version == self._current.version:
-            return False
-        self._current = self._publish_live(version)
-        return True
+        with self._cond:
+            due = self._checked_at is None or now - self._checked_at >= self._refresh_interval_s
+            wait = force or self._current is None
+            if due or wait:
+                self._checked_at = now
+                ticket = self._request_locked()
+                if wait:
+                    self._wait_finished_locked(ticket)
+            version = None if self._current is None else self._current.version
+            changed = version != self._seen_version
+            self._seen_version = version
+            return changed
 
-    def _publish_live(self, version: int) -> Published:
-        """Bring the live trie to ``version`` by applying the difference, then freeze and broadcast."""
-        started = time.perf_counter()
-        pairs = frozenset(read_active(self._spark, self._table_path, version))
-        removed, added = self._pairs - pairs, pairs - self._pairs
-        for pattern, subscriber in removed:
-            self._trie.unsubscribe(pattern, subscriber)
-        for pattern, subscriber in added:
-            self._trie.subscribe(pattern, subscriber)
-        self._pairs = pairs
-        published = self._broadcast(version, self._trie.snapshot().freeze().to_bytes(), len(pairs))
-        self.history.append(
-            {
-                "version": version,
-                "subscriptions": len(pairs),
-                "added": len(added),
-                "removed": len(removed),
-                "serialized_bytes": published.serialized_bytes,
-                "seconds": round(time.perf_counter() - started, 3),
-            }
-        )
-        log.info("snapshot %s", self.history[-1])
-        return published
-
-    def _broadcast(self, version: int, data: bytes, subscriptions: int) -> Published:
-        existing = self._published.get(version)
-        if existing is not None:
-            return existing
-        published = Published(version, self._spark.sparkContext.broadcast(data), subscriptions, len(data))
-        self._published[version] = published
-        return published
+    def request_refresh(self) -> None:
+        """Nudge the refresh thread to check the table now; never waits."""
+        with self._cond:
+            self._request_locked()
 
     def acquire(self, version: int) -> Published:
         """Pin the broadcast of ``version`` for one batch (rebuilt by time travel if it is not live)."""
-        published = self._published.get(version)
-        if published is None:
-            pairs = read_active(self._spark, self._table_path, version)
-            trie = CSTrieMatcher()
-            for pattern, subscriber in pairs:
-                trie.subscribe(pattern, subscriber)
-            published = self._broadcast(version, trie.freeze().to_bytes(), len(pairs))
-            log.info("rebuilt snapshot version %s from time travel for a replayed batch", version)
-        published.users += 1
-        return published
+        with self._cond:
+            published = self._published.get(version)
+            if published is not None:
+                published.users += 1
+                return published
+        data, pairs = self._time_travel(version)
+        broadcast = self._spark.sparkContext.broadcast(data)
+        with self._cond:
+            published = self._published.get(version)
+            if published is None:
+                published = Published(version, broadcast, pairs, len(data))
+                self._published[version] = published
+                log.info("rebuilt snapshot version %s from time travel for a replayed batch", version)
+            else:  # published meanwhile by the refresh thread: use that one
+                broadcast.destroy()
+            published.users += 1
+            return published
 
     def release(self, published: Published) -> None:
         """Unpin after a batch; destroy broadcasts no batch uses that are not current."""
-        published.users -= 1
+        with self._cond:
+            published.users -= 1
+            self._destroy_unused_locked(keep=(self._current,))
+
+    @property
+    def live_broadcasts(self) -> list[int]:
+        with self._cond:
+            return sorted(self._published)
+
+    @property
+    def current(self) -> Published | None:
+        """The newest published snapshot (None before the first publish); never waits."""
+        with self._cond:
+            return self._current
+
+    def wait_published(self, version: int, timeout: float) -> Published:
+        """Wait until a version >= ``version`` is published and return it (for tests and tools).
+
+        Raises :class:`RefreshFailed` when the refresh thread is idle after a failed attempt, and
+        ``TimeoutError`` after ``timeout`` seconds. It does not ask for a refresh itself.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                current = self._current
+                if current is not None and current.version >= version:
+                    return current
+                if self._failure is not None and self._finished == self._requested:
+                    raise RefreshFailed(f"snapshot version {version} was not published") from self._failure
+                if self._closed:
+                    raise RefreshFailed("the snapshot broadcasts are closed")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"snapshot version {version} not published within {timeout} s")
+                self._cond.wait(remaining)
+
+    def close(self) -> None:
+        """Stop the refresh thread (after a build in flight) and destroy every broadcast."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_TIMEOUT_S)
+            if thread.is_alive():
+                log.warning("the snapshot refresh thread did not stop within %s s", CLOSE_TIMEOUT_S)
+        with self._cond:
+            for published in self._published.values():
+                published.broadcast.destroy()
+            self._published.clear()
+            self._current = self._previous = None
+
+    # -- the refresh thread ----------------------------------------------------------------
+
+    def _request_locked(self) -> int:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._run, name="snapshot-refresh", daemon=True)
+            self._thread.start()
+        self._requested += 1
+        self._cond.notify_all()
+        return self._requested
+
+    def _wait_finished_locked(self, ticket: int) -> None:
+        while self._finished < ticket and not self._closed:
+            self._cond.wait()
+        if self._closed:
+            raise RefreshFailed("the snapshot broadcasts are closed")
+        if self._failure is not None:
+            raise RefreshFailed("the subscription snapshot refresh failed") from self._failure
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and self._finished == self._requested:
+                    if not self._cond.wait(self._refresh_interval_s):
+                        self._requested += 1  # the periodic check
+                if self._closed:
+                    return
+                target = self._requested
+            failure: BaseException | None = None
+            try:
+                self._refresh()
+            except Exception as error:
+                failure = error
+                log.exception("subscription snapshot refresh failed; batches keep the published version")
+                self.history.append({"event": "refresh_failed", "error": repr(error)})
+            with self._cond:
+                self._finished = target
+                self._failure = failure
+                self._cond.notify_all()
+
+    def _refresh(self) -> None:
+        version = latest_version(self._spark, self._table_path)
+        with self._cond:
+            current = self._current
+        if current is not None and current.version == version and self._trie_version == version:
+            return
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"version": version}
+        self._bring_trie_to(version, entry)
+        applied = time.perf_counter()
+        if self.before_publish is not None:
+            self.before_publish(version)
+        frozen = self._trie.snapshot().freeze()
+        data = frozen.to_bytes()
+        frozen_at = time.perf_counter()
+        broadcast = self._spark.sparkContext.broadcast(data)
+        with self._cond:
+            if self._closed:
+                broadcast.destroy()
+                return
+            existing = self._published.get(version)
+            if existing is not None:  # a replay rebuilt this version first: same contents
+                broadcast.destroy()
+                published = existing
+            else:
+                published = Published(version, broadcast, len(frozen), len(data))
+                self._published[version] = published
+            if self._current is not published:
+                self._previous, self._current = self._current, published
+            # A batch may be between reading current_version and acquire(previous): keep that one.
+            self._destroy_unused_locked(keep=(self._current, self._previous))
+            entry.update(
+                subscriptions=len(frozen),
+                patterns=frozen.pattern_count,
+                subscribers=frozen.subscriber_count,
+                serialized_bytes=len(data),
+                apply_s=round(applied - started - entry.get("read_s", 0.0), 3),
+                freeze_s=round(frozen_at - applied, 3),
+                seconds=round(time.perf_counter() - started, 3),
+            )
+            self.history.append(entry)
+            self._cond.notify_all()
+        log.info("published snapshot %s", entry)
+
+    def _bring_trie_to(self, version: int, entry: dict[str, Any]) -> None:
+        """Update the live trie to ``version``: the changed rows when possible, else the whole table."""
+        after = self._trie_version
+        if after == version:  # applied by an attempt that failed later (freeze or broadcast)
+            entry.update(mode="unchanged", after_version=after, changed_rows=0, added=0, removed=0, skipped_rows=0)
+            return
+        if after is not None and after < version:
+            try:
+                started = time.perf_counter()
+                changes = read_changes(self._spark, self._table_path, after, version)
+                entry["read_s"] = round(time.perf_counter() - started, 3)
+            except ChangesUnavailable as why:
+                log.info(
+                    "no change feed for the refresh from version %s: loading version %s whole (%s)", after, version, why
+                )
+            else:
+                self._trie_version = None  # unknown until every change is in
+                import pyarrow.compute as pc
+
+                active = changes.column("active")
+                removed, skipped_removed = _apply(self._trie.unsubscribe_many, changes.filter(pc.invert(active)))
+                added, skipped_added = _apply(self._trie.subscribe_many, changes.filter(active))
+                self._trie_version = version
+                entry.update(
+                    mode="changes",
+                    after_version=after,
+                    changed_rows=changes.num_rows,
+                    added=added,
+                    removed=removed,
+                    skipped_rows=skipped_removed + skipped_added,
+                )
+                return
+        self._trie_version = None
+        started = time.perf_counter()
+        table = read_active_arrow(self._spark, self._table_path, version)
+        entry["read_s"] = round(time.perf_counter() - started, 3)
+        trie = CSTrieMatcher()
+        added, skipped = _apply(trie.subscribe_many, table)
+        self._trie, self._trie_version = trie, version
+        entry.update(
+            mode="full", after_version=after, changed_rows=table.num_rows, added=added, removed=0, skipped_rows=skipped
+        )
+
+    def _time_travel(self, version: int) -> tuple[bytes, int]:
+        """The matcher bytes and pair count of ``version``, built from the table as of then."""
+        table = read_active_arrow(self._spark, self._table_path, version)
+        try:
+            frozen = FrozenMatcher.from_arrow(table.column("pattern"), table.column("subscriber_id"))
+        except BulkRowError as error:
+            frozen = FrozenMatcher.from_arrow(*_without_rows(table, error))
+        return frozen.to_bytes(), len(frozen)
+
+    def _destroy_unused_locked(self, keep: tuple[Published | None, ...]) -> None:
         for version, candidate in list(self._published.items()):
-            if candidate is self._current or candidate.users > 0:
+            if candidate.users > 0 or any(candidate is kept for kept in keep):
                 continue
             candidate.broadcast.destroy()
             del self._published[version]
             log.info("destroyed the broadcast of snapshot version %s", version)
 
-    @property
-    def live_broadcasts(self) -> list[int]:
-        return sorted(self._published)
 
-    def close(self) -> None:
-        for published in self._published.values():
-            published.broadcast.destroy()
-        self._published.clear()
-        self._current = None
+def _without_rows(table: pa.Table, error: BulkRowError) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+    """The pattern and subscriber columns minus the rows ``error`` reported (logged, never silent)."""
+    import pyarrow as pa
+
+    log.error("skipping %d bad row(s) of the subscription table: %s", len(error.rows), error)
+    bad = {row for row, _, _ in error.rows}
+    keep = pa.array([row not in bad for row in range(table.num_rows)], type=pa.bool_())
+    kept = table.filter(keep)
+    return kept.column("pattern"), kept.column("subscriber_id")
+
+
+def _apply(bulk: Callable[..., int], table: pa.Table) -> tuple[int, int]:
+    """``bulk(patterns, subscribers)`` over a table's rows: (pairs changed, bad rows skipped)."""
+    try:
+        return bulk(table.column("pattern"), table.column("subscriber_id")), 0
+    except BulkRowError as error:
+        # The refresh job never writes such rows; if another writer did, skip them loudly rather than
+        # stop every refresh. The bulk call applied nothing, so applying the rest is exact.
+        return bulk(*_without_rows(table, error)), len(error.rows)

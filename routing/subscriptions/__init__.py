@@ -9,9 +9,11 @@ Data flow::
         -> valid events  -> reduce per (subscriber, pattern), last writer wins by (ts, change_id),
                             subscription limit -> MERGE into the Delta subscription table
 
-The table's Delta version is the snapshot version the router broadcasts: it
-reads :func:`read_snapshot` (or :func:`latest_version` then
-:func:`read_active` at that version).
+The table's Delta version is the snapshot version the router broadcasts. The
+table records Delta's change data feed, so the router loads one version whole
+(:func:`read_active_arrow`) and after that reads only the rows that changed
+(:func:`read_changes`); :func:`read_snapshot` / :func:`read_active` read the
+active pairs at one version as Python tuples (checks and tests).
 
 Modules:
 
@@ -38,12 +40,16 @@ from routing.subscriptions.model import SubscriptionModel, apply_events_model
 if TYPE_CHECKING:
     from routing.subscriptions.table import (
         BatchSummary,
+        ChangesUnavailable,
         Snapshot,
         apply_validated,
         create_rejects_table_if_absent,
         create_table_if_absent,
+        enable_change_feed,
         latest_version,
         read_active,
+        read_active_arrow,
+        read_changes,
         read_rows,
         read_snapshot,
         validate_kafka_batch,
@@ -52,12 +58,16 @@ if TYPE_CHECKING:
 
 _TABLE_NAMES = (
     "BatchSummary",
+    "ChangesUnavailable",
     "Snapshot",
     "apply_validated",
     "create_rejects_table_if_absent",
     "create_table_if_absent",
+    "enable_change_feed",
     "latest_version",
     "read_active",
+    "read_active_arrow",
+    "read_changes",
     "read_rows",
     "read_snapshot",
     "validate_kafka_batch",
@@ -67,6 +77,7 @@ _TABLE_NAMES = (
 __all__ = [
     "BatchSummary",
     "ChangeEvent",
+    "ChangesUnavailable",
     "EventRejected",
     "Op",
     "Outcome",
@@ -77,8 +88,11 @@ __all__ = [
     "apply_validated",
     "create_rejects_table_if_absent",
     "create_table_if_absent",
+    "enable_change_feed",
     "latest_version",
     "read_active",
+    "read_active_arrow",
+    "read_changes",
     "read_rows",
     "read_snapshot",
     "validate_kafka_batch",

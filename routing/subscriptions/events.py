@@ -61,6 +61,8 @@ UNKNOWN_OP = "unknown_op"
 INVALID_TS = "invalid_ts"
 #: Same code as :class:`routing.errors.TooManySubscriptionsError`; decided per batch, not per event.
 TOO_MANY_SUBSCRIPTIONS = "too_many_subscriptions"
+#: The subscription table already holds ``limits.max_subscriptions_per_table`` active pairs; per batch too.
+SUBSCRIPTION_TABLE_FULL = "subscription_table_full"
 
 EVENT_REASONS = frozenset(
     {EMPTY_EVENT, EVENT_TOO_LARGE, MALFORMED_JSON, MALFORMED_CSV, NOT_AN_OBJECT, MISSING_FIELD,

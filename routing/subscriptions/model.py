@@ -14,11 +14,14 @@ Semantics of one batch (the unit the refresh job commits atomically):
    (last writer wins); otherwise it is *stale* (so re-applying a change, or an
    old subscribe arriving after an unsubscribe, is a no-op).
 4. Unsubscribes apply first (soft delete: the row stays, inactive). Then the
-   subscribes that would activate a row are taken in ``(ts, change_id)`` order,
-   each accepted while the subscriber holds fewer active patterns than
-   ``max_subscriptions_per_subscriber``; the rest are rejected with
-   ``too_many_subscriptions``. Subscribes to rows already active only refresh
-   ``ts``/``change_id`` and never count against the limit.
+   subscribes that would activate a row are taken in ``(ts, change_id)`` order.
+   Each is rejected with ``subscription_table_full`` when the table already
+   holds ``max_subscriptions_per_table`` active rows (checked first), else with
+   ``too_many_subscriptions`` when its subscriber already holds
+   ``max_subscriptions_per_subscriber`` active patterns, else accepted.
+   Subscribes to rows already active only refresh ``ts``/``change_id`` and
+   never count against either limit; a table already over its limit (the
+   limit was lowered) keeps its rows but accepts no new ones.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from routing.subscriptions.events import (
     REFRESHED,
     STALE,
     SUBSCRIBED,
+    SUBSCRIPTION_TABLE_FULL,
     SUPERSEDED,
     TOMBSTONED,
     UNSUBSCRIBED,
@@ -101,7 +105,12 @@ class SubscriptionModel:
                 activations.append(event)
 
         held_now = collections.Counter(subscriber for (subscriber, _), row in self.rows.items() if row.active)
+        table_now = sum(held_now.values())
         for event in sorted(activations, key=lambda candidate: candidate.order):
+            if table_now >= self.validator.limits.max_subscriptions_per_table:
+                self.rejects[event.change_id] = SUBSCRIPTION_TABLE_FULL
+                counts[SUBSCRIPTION_TABLE_FULL] += 1
+                continue
             try:
                 self.validator.check_subscription_count(event.subscriber, held_now[event.subscriber] + 1)
             except TooManySubscriptionsError as error:
@@ -109,6 +118,7 @@ class SubscriptionModel:
                 counts[error.reason] += 1
                 continue
             held_now[event.subscriber] += 1
+            table_now += 1
             counts[SUBSCRIBED] += 1
             self.rows[(event.subscriber, event.pattern)] = ModelRow(True, event.ts_millis, event.change_id)
         return counts

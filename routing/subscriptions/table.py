@@ -15,7 +15,8 @@ rule set with the import path and the model matter more than speed here.
 pinned at one Delta version) and implements the semantics spelled out
 sequentially in :mod:`routing.subscriptions.model`: reduce within the batch,
 last writer wins by ``(ts, change_id)``, unsubscribes before subscribes,
-subscribes over ``max_subscriptions_per_subscriber`` rejected in
+subscribes past ``max_subscriptions_per_table`` (``subscription_table_full``) or
+``max_subscriptions_per_subscriber`` (``too_many_subscriptions``) rejected in
 ``(ts, change_id)`` order.
 
 Crash safety. Each batch writes at most two Delta commits: the MERGE (only
@@ -24,7 +25,12 @@ crash is harmless: the MERGE only applies events newer than the row, so
 changes already merged are stale no-ops (and with nothing to change no commit
 is made); the rejects append carries ``txnAppId``/``txnVersion`` (query id,
 batch id), so Delta skips it if it already committed; and the subscription
-limit re-evaluated against the merged table rejects exactly the same events.
+limits re-evaluated against the merged table reject exactly the same events.
+(One nuance: when a crash falls between the MERGE and the rejects append of a
+batch where both limits rejected events, a re-run may record an event the
+subscriber limit rejected as ``subscription_table_full`` instead, since the
+table limit is checked first: the same events are rejected, one reason may
+differ.)
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from routing.subscriptions.events import (
     REFRESHED,
     STALE,
     SUBSCRIBED,
+    SUBSCRIPTION_TABLE_FULL,
     SUPERSEDED,
     TOMBSTONED,
     TOO_MANY_SUBSCRIPTIONS,
@@ -157,7 +164,11 @@ def _struct(ddl: str) -> StructType:
 # -- tables -----------------------------------------------------------------------
 
 
-def _create_if_absent(spark: SparkSession, path: str, ddl: str) -> None:
+#: Table property that makes Delta record the change data feed (the router reads changes, not the table).
+CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
+
+
+def _create_if_absent(spark: SparkSession, path: str, ddl: str, properties: dict[str, str] | None = None) -> None:
     from delta.tables import DeltaTable
 
     if DeltaTable.isDeltaTable(spark, path):
@@ -165,12 +176,40 @@ def _create_if_absent(spark: SparkSession, path: str, ddl: str) -> None:
     builder = DeltaTable.createIfNotExists(spark).location(path)
     for field in _struct(ddl).fields:
         builder = builder.addColumn(field.name, field.dataType, nullable=field.nullable)
+    for name, value in (properties or {}).items():
+        builder = builder.property(name, value)
     builder.execute()
 
 
 def create_table_if_absent(spark: SparkSession, path: str) -> None:
-    """Create the (empty) subscription table at ``path`` unless a Delta table is there."""
-    _create_if_absent(spark, path, TABLE_DDL)
+    """Create the (empty) subscription table at ``path``, change data feed on, unless a Delta table is there.
+
+    A table created before the change feed existed keeps working: :func:`enable_change_feed` turns it
+    on (the refresh job does, see ``jobs/refresh_subscriptions.py``), and until then readers of
+    :func:`read_changes` fall back to reading the whole table.
+    """
+    _create_if_absent(spark, path, TABLE_DDL, {CHANGE_FEED_PROPERTY: "true"})
+
+
+def change_feed_enabled(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().select("properties").head()
+    properties = {} if detail is None else (detail["properties"] or {})
+    return str(properties.get(CHANGE_FEED_PROPERTY, "false")).lower() == "true"
+
+
+def enable_change_feed(spark: SparkSession, path: str) -> bool:
+    """Turn the change data feed on for a table created without it; True when this committed a change.
+
+    Changes are recorded from the new version on; ranges that start earlier stay unreadable as changes
+    (:class:`ChangesUnavailable`), so the router loads those versions whole.
+    """
+    if change_feed_enabled(spark, path):
+        return False
+    quoted = path.replace("`", "``")
+    spark.sql(f"ALTER TABLE delta.`{quoted}` SET TBLPROPERTIES ({CHANGE_FEED_PROPERTY} = true)")
+    return True
 
 
 def create_rejects_table_if_absent(spark: SparkSession, path: str) -> None:
@@ -197,6 +236,62 @@ def read_active(spark: SparkSession, path: str, version: int | None = None) -> l
     """Sorted (pattern, subscriber) of every active row, at ``version`` (default: latest)."""
     rows = _read(spark, path, version).where("active").select("pattern", "subscriber_id").collect()
     return sorted((row["pattern"], row["subscriber_id"]) for row in rows)
+
+
+def read_active_arrow(spark: SparkSession, path: str, version: int) -> pa.Table:
+    """``pattern``, ``subscriber_id`` of every active row at ``version``, as Arrow (unordered)."""
+    return _read(spark, path, version).where("active").select("pattern", "subscriber_id").toArrow()
+
+
+class ChangesUnavailable(Exception):
+    """The change data feed does not cover the asked range (see :func:`read_changes`)."""
+
+
+#: Delta's error condition for a range the change data feed did not record.
+_MISSING_CHANGE_DATA = "DELTA_MISSING_CHANGE_DATA"
+
+
+def read_changes(spark: SparkSession, path: str, after_version: int, version: int) -> pa.Table:
+    """The rows that changed in versions ``(after_version, version]``, each once with its final state.
+
+    Read from Delta's change data feed, so only changed rows are read, not the table. Columns
+    ``pattern``, ``subscriber_id``, ``active``: a row whose last change in the range left it active
+    is ``active`` (to subscribe), one left inactive or deleted is not (to unsubscribe). Applying
+    these to the active set at ``after_version`` gives the active set at ``version``; rows that
+    changed and changed back appear too (subscribe and unsubscribe are idempotent).
+
+    Raises :class:`ChangesUnavailable` when the feed did not record part of the range (a table
+    created before the feed was enabled, or whose log was cleaned up).
+    """
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if not after_version < version:
+        raise ValueError(f"after_version {after_version} must be below version {version}")
+    try:
+        feed = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", after_version + 1)
+            .option("endingVersion", version)
+            .load(path)
+        )
+        images = feed.where(F.col("_change_type") != "update_preimage")
+        # Last change per row: the newest commit; within a commit (an overwrite) an insert beats a delete.
+        deleted = F.col("_change_type") == "delete"
+        last_first = Window.partitionBy(*KEY).orderBy(F.col("_commit_version").desc(), deleted.asc())
+        return (
+            images.withColumn("_rank", F.row_number().over(last_first))
+            .where("_rank = 1")
+            .select("pattern", "subscriber_id", (F.col("active") & ~deleted).alias("active"))
+            .toArrow()
+        )
+    except AnalysisException as error:
+        condition = error.getCondition() or ""
+        if condition == _MISSING_CHANGE_DATA or condition.startswith("DELTA_"):
+            raise ChangesUnavailable(f"versions {after_version + 1}..{version}: {condition}") from error
+        raise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,12 +420,20 @@ def _ordered_after(ts: Column, change_id: Column, other_ts: Column, other_change
     return (ts > other_ts) | ((ts == other_ts) & (change_id > other_change_id))
 
 
-def decide(current: DataFrame, validated: DataFrame, limit: int) -> DataFrame:
+def decide(current: DataFrame, validated: DataFrame, limit: int, table_limit: int | None = None) -> DataFrame:
     """Each valid event's fate against the table snapshot ``current``, in column ``_kind``.
 
     Returns the batch's valid events, one row per (subscriber, pattern) winner,
-    ``_kind`` one of subscribed/unsubscribed/refreshed/tombstoned/stale/too_many_subscriptions,
-    plus ``_holds`` (patterns the subscriber would hold, for activations).
+    ``_kind`` one of subscribed/unsubscribed/refreshed/tombstoned/stale/too_many_subscriptions/
+    subscription_table_full, plus ``_holds`` (patterns the subscriber would hold, for activations)
+    and ``_table_holds`` (active rows the table would hold, for activations when ``table_limit``).
+
+    ``limit`` is ``max_subscriptions_per_subscriber``; ``table_limit`` (None: unchecked) is
+    ``max_subscriptions_per_table``. Set-based, yet equal to the model's sequential rule (table
+    checked first, in ``(ts, change_id)`` order): an activation is table-rejected exactly when the
+    table's active rows, minus this batch's unsubscribes, plus the activations before it that the
+    per-subscriber rule accepts, already reach ``table_limit``. Before the first such rejection both
+    rules accept the same events; from it on the table stays full, so every later one is rejected.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -357,7 +460,11 @@ def decide(current: DataFrame, validated: DataFrame, limit: int) -> DataFrame:
         .when(was_active, UNSUBSCRIBED)
         .otherwise(TOMBSTONED)
     )
-    classified = joined.withColumn("_kind", kind).withColumn("_holds", F.lit(None).cast("long"))
+    classified = (
+        joined.withColumn("_kind", kind)
+        .withColumn("_holds", F.lit(None).cast("long"))
+        .withColumn("_table_holds", F.lit(None).cast("long"))
+    )
 
     held = current.where("active").groupBy("subscriber_id").agg(F.count(F.lit(1)).alias("_held"))
     released = (
@@ -377,6 +484,24 @@ def decide(current: DataFrame, validated: DataFrame, limit: int) -> DataFrame:
         .withColumn("_kind", F.when(F.col("_holds") <= limit, SUBSCRIBED).otherwise(TOO_MANY_SUBSCRIPTIONS))
         .drop("_held", "_released")
     )
+    if table_limit is not None:
+        table_held = current.where("active").agg(F.count(F.lit(1)).alias("_table_held"))
+        table_released = classified.where(F.col("_kind") == UNSUBSCRIBED).agg(
+            F.count(F.lit(1)).alias("_table_released")
+        )
+        # One global order (bounded by the batch size): activations accepted per subscriber before this one.
+        before = Window.orderBy("ts_millis", "change_id").rowsBetween(Window.unboundedPreceding, -1)
+        accepted_before = F.coalesce(F.sum(F.when(F.col("_kind") == SUBSCRIBED, 1).otherwise(0)).over(before), F.lit(0))
+        candidates = (
+            candidates.crossJoin(table_held)
+            .crossJoin(table_released)
+            .withColumn("_table_holds", F.col("_table_held") - F.col("_table_released") + accepted_before + 1)
+            .withColumn(
+                "_kind",
+                F.when(F.col("_table_holds") > table_limit, SUBSCRIPTION_TABLE_FULL).otherwise(F.col("_kind")),
+            )
+            .drop("_table_held", "_table_released")
+        )
     return classified.where(F.col("_kind") != _CANDIDATE).unionByName(candidates)
 
 
@@ -396,11 +521,12 @@ def apply_validated(
     from pyspark.sql import functions as F
 
     limit = validator.limits.max_subscriptions_per_subscriber
+    table_limit = validator.limits.max_subscriptions_per_table
     validated = validated.persist()
     try:
         version = latest_version(spark, table_path)
         current = _read(spark, table_path, version)
-        decided = decide(current, validated, limit).persist()
+        decided = decide(current, validated, limit, table_limit).persist()
         try:
             counts: collections.Counter[str] = collections.Counter()
             for row in decided.groupBy("_kind").count().collect():
@@ -441,7 +567,9 @@ def apply_validated(
                 merged = True
 
             if sum(counts.values()) - sum(counts[kind] for kind in (*APPLIED_KINDS, *NOOP_KINDS)):
-                _append_rejects(spark, validated, decided, rejects_path, limit, txn_app_id, txn_version, batch_id)
+                _append_rejects(
+                    spark, validated, decided, rejects_path, (limit, table_limit), txn_app_id, txn_version, batch_id
+                )
         finally:
             decided.unpersist()
     finally:
@@ -455,7 +583,7 @@ def _append_rejects(
     validated: DataFrame,
     decided: DataFrame,
     rejects_path: str,
-    limit: int,
+    limits: tuple[int, int],
     txn_app_id: str,
     txn_version: int,
     batch_id: int | None,
@@ -472,12 +600,22 @@ def _append_rejects(
         F.lit(None).cast("string").alias("pattern"),
         F.lit(None).cast("timestamp").alias("ts"),
     )
-    over_limit = decided.where(F.col("_kind") == TOO_MANY_SUBSCRIPTIONS).select(
+    limit, table_limit = limits
+    over_limit = decided.where(F.col("_kind").isin(TOO_MANY_SUBSCRIPTIONS, SUBSCRIPTION_TABLE_FULL)).select(
         "change_id",
-        F.lit(TOO_MANY_SUBSCRIPTIONS).alias("reason"),
-        F.format_string(
-            "subscriber '%s' would hold %d patterns (limit max_subscriptions_per_subscriber=%d) [reason=%s]",
-            F.col("subscriber_id"), F.col("_holds"), F.lit(limit), F.lit(TOO_MANY_SUBSCRIPTIONS),
+        F.col("_kind").alias("reason"),
+        F.when(
+            F.col("_kind") == SUBSCRIPTION_TABLE_FULL,
+            F.format_string(
+                "the subscription table would hold %d active subscriptions (limit max_subscriptions_per_table=%d)"
+                " [reason=%s]",
+                F.col("_table_holds"), F.lit(table_limit), F.lit(SUBSCRIPTION_TABLE_FULL),
+            ),
+        ).otherwise(
+            F.format_string(
+                "subscriber '%s' would hold %d patterns (limit max_subscriptions_per_subscriber=%d) [reason=%s]",
+                F.col("subscriber_id"), F.col("_holds"), F.lit(limit), F.lit(TOO_MANY_SUBSCRIPTIONS),
+            )
         ).alias("detail"),
         "source", "kafka_topic", "kafka_partition", "kafka_offset", "import_file", "import_line", "raw",
         F.col("raw").cast("string").alias("raw_text"),

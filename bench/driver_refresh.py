@@ -1,0 +1,456 @@
+"""The driver refresh under load (issue 9): a Delta subscription table of ``rows`` pairs receives
+``changes`` changes through the refresh job while router-like batches keep running.
+
+Measured:
+
+* **commit → published**: from the refresh job's commit (its ``import_files`` returning the new table
+  version) to :class:`~routing.router.snapshots.SnapshotBroadcasts` publishing that version's
+  broadcast. The refresh thread is nudged at the commit (``request_refresh``), as the periodic check
+  (``router.refresh_interval_s``) would be at some point; in production add up to that interval.
+  With the breakdown the refresh thread logs (mode, changed rows, apply, freeze, total) and the
+  snapshot's memory (serialized bytes, pairs).
+* **per-batch latency** (p50/p99/max) of a running batch loop, for batches before the refresh job
+  started ("without a refresh") and batches overlapping [commit, published] ("during the refresh").
+
+The batch loop stands in for ``Router.process_batch`` without Kafka and the Delta writes: per batch
+it takes ``current_version``, ``acquire``s the broadcast, matches ``keys`` routing keys with
+``mapInArrow`` (the executors decode the broadcast matcher once per version, as the router's UDF
+does) and ``release``s. Everything else is real: Spark, Delta (change data feed), the refresh job's
+import path and the driver's refresh thread. After the run, the published matcher is checked to equal
+one built independently from the table at the new version (``FrozenMatcher.from_arrow`` bytes).
+
+Used by ``bench/subscriptions.py --driver-refresh`` (its "Driver refresh" section and target row);
+runnable alone too::
+
+    python bench/driver_refresh.py --rows 100000 --changes 2000   # a short run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from routing.settings import Settings
+
+#: Issue 9's target: per-batch p99 during the refresh within this factor of the p99 without.
+MAX_P99_RATIO = 1.5
+#: Seconds any wait in the run may take before it is abandoned (a hang guard, not a measurement).
+WAIT_S = 3600.0
+
+
+@dataclasses.dataclass
+class Batch:
+    started: float
+    ended: float
+    version: int
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+
+@dataclasses.dataclass
+class RefreshResult:
+    rows: int
+    changes: int
+    keys_per_batch: int
+    commit_to_published_s: float
+    job_s: float
+    initial_load_s: float
+    refresh: dict[str, Any]
+    baseline: list[float]
+    during: list[float]
+    verified: bool
+
+    @staticmethod
+    def percentile(values: list[float], q: float) -> float | None:
+        if not values:
+            return None
+        if len(values) == 1:
+            return values[0]
+        return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+    @property
+    def p99_ratio(self) -> float | None:
+        before, during = self.percentile(self.baseline, 99), self.percentile(self.during, 99)
+        return during / before if before and during else None
+
+
+# -- the table ------------------------------------------------------------------------------------------
+
+
+def _pattern_sql(id_column: str) -> str:
+    """A 4-word pattern per id: two literal words from 300, a third that is ``#`` (5%), ``*`` (5%) or
+    a literal from 97, then the id itself (so every pattern is distinct, like per-tenant ones)."""
+    return (
+        f"concat_ws('.', concat('w', {id_column} % 300), concat('w', ({id_column} div 300) % 300), "
+        f"CASE WHEN {id_column} % 20 = 0 THEN '#' WHEN {id_column} % 20 = 10 THEN '*' "
+        f"ELSE concat('w', {id_column} % 97) END, concat('x', {id_column}))"
+    )
+
+
+def _key_sql(id_column: str) -> str:
+    """A routing key that the pattern of the same id matches."""
+    return (
+        f"concat_ws('.', concat('w', {id_column} % 300), concat('w', ({id_column} div 300) % 300), "
+        f"concat('w', {id_column} % 97), concat('x', {id_column}))"
+    )
+
+
+def _subscriber_sql(id_column: str) -> str:
+    return f"concat('sub-', {id_column} % 100000)"
+
+
+def pattern_of(i: int) -> str:
+    third = "#" if i % 20 == 0 else "*" if i % 20 == 10 else f"w{i % 97}"
+    return f"w{i % 300}.w{(i // 300) % 300}.{third}.x{i}"
+
+
+def subscriber_of(i: int) -> str:
+    return f"sub-{i % 100000}"
+
+
+def build_table(spark: SparkSession, path: str, rows: int) -> int:
+    """The subscription table with ``rows`` active pairs (change feed on), written in one commit."""
+    from routing.subscriptions.table import create_table_if_absent, latest_version
+
+    create_table_if_absent(spark, path)
+    epoch = "timestamp_millis(0)"  # older than every event, so the job's changes always win
+    frame = spark.range(rows).selectExpr(
+        f"{_subscriber_sql('id')} AS subscriber_id",
+        f"{_pattern_sql('id')} AS pattern",
+        "true AS active",
+        f"{epoch} AS updated_at",
+        "concat('bench:', id) AS change_id",
+        "'import' AS source",
+        f"{epoch} AS applied_at",
+        "4 AS pattern_word_count",
+        "(id % 20 = 0 OR id % 20 = 10) AS has_wildcard",
+    )
+    frame.write.format("delta").mode("append").save(path)
+    return latest_version(spark, path)
+
+
+def changes_file(path: Path, rows: int, changes: int) -> None:
+    """``changes`` events: half unsubscribes of existing pairs, half subscribes of new ones."""
+    now = int(time.time() * 1000)
+    lines = []
+    removed = changes // 2
+    for j in range(removed):
+        i = (j * 7919) % rows
+        lines.append({"op": "unsubscribe", "subscriber": subscriber_of(i), "pattern": pattern_of(i), "ts": now})
+    for j in range(changes - removed):
+        i = rows + j
+        lines.append({"op": "subscribe", "subscriber": subscriber_of(i), "pattern": pattern_of(i), "ts": now})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+
+
+# -- the batch loop -------------------------------------------------------------------------------------
+
+
+def _match_udf(table: str, version: int, broadcast: Any) -> Any:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from udfs.route import WORKER_CACHE
+
+        # The router UDF's worker-wide cache: the broadcast is decoded once per (table, version) per worker.
+        matcher = WORKER_CACHE.get(version, lambda: broadcast.value, table=table)
+        for batch in batches:
+            result = matcher.match_batch(batch.column(0))
+            matches = pc.sum(pc.list_value_length(result)).as_py() or 0
+            yield pa.RecordBatch.from_pydict({"rows": [batch.num_rows], "matches": [matches]})
+
+    return run
+
+
+class BatchLoop:
+    """Router-like batches back to back on a thread until stopped (see the module doc)."""
+
+    def __init__(self, spark: SparkSession, snapshots: Any, keys: DataFrame, table: str) -> None:
+        self._spark = spark
+        self._snapshots = snapshots
+        self._keys = keys
+        self._table = table
+        self.batches: list[Batch] = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="bench-batches", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if self._stop:
+                        return
+                started = time.perf_counter()
+                version = self._snapshots.current_version
+                published = self._snapshots.acquire(version)
+                try:
+                    udf = _match_udf(self._table, version, published.broadcast)
+                    rows = self._keys.mapInArrow(udf, "rows long, matches long").agg({"matches": "sum"}).collect()
+                    assert rows[0][0] is not None
+                finally:
+                    self._snapshots.release(published)
+                with self._cond:
+                    self.batches.append(Batch(started, time.perf_counter(), version))
+                    self._cond.notify_all()
+        except BaseException as error:
+            with self._cond:
+                self.error = error
+                self._cond.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        """Until ``count`` batches have finished in all."""
+        deadline = time.monotonic() + WAIT_S
+        with self._cond:
+            while len(self.batches) < count:
+                if self.error is not None:
+                    raise RuntimeError("the batch loop failed") from self.error
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(f"{count} batches did not finish within {WAIT_S} s")
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+        self._thread.join(WAIT_S)
+        if self.error is not None:
+            raise RuntimeError("the batch loop failed") from self.error
+
+
+# -- the run --------------------------------------------------------------------------------------------
+
+
+def bench_settings(root: Path) -> Settings:
+    """The repository's settings with every table and checkpoint under ``root``."""
+    from routing.settings import load_settings
+
+    return load_settings(
+        overrides={
+            "spark": {"warehouse_dir": str(root / "warehouse"), "local_dir": str(root / "spark-local")},
+            "subscriptions": {
+                "table_path": str(root / "subscriptions"),
+                "rejects_path": str(root / "subscription_rejects"),
+                "checkpoint_path": str(root / "refresh_checkpoint"),
+            },
+        }
+    )
+
+
+def progress(message: str) -> None:
+    print(f"[driver refresh] {message}", file=sys.stderr, flush=True)
+
+
+def run(
+    *,
+    rows: int,
+    changes: int,
+    keys_per_batch: int,
+    warmup_batches: int,
+    baseline_batches: int,
+    after_batches: int,
+    root: Path,
+) -> RefreshResult:
+    import pyspark.cloudpickle
+
+    from jobs.refresh_subscriptions import import_files
+    from routing.matchers import FrozenMatcher
+    from routing.router.snapshots import SnapshotBroadcasts
+    from routing.spark import get_spark
+    from routing.subscriptions.table import read_active_arrow
+
+    # Executors run this interpreter, and unpickle the batch UDF by value (bench/ is not importable there).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if __name__ != "__main__":  # __main__ is pickled by value anyway
+        pyspark.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+    settings = bench_settings(root)
+    spark = get_spark(settings, app_name="bench-driver-refresh")
+    table = settings.subscriptions.table_path
+    progress(f"writing a {rows:,}-row subscription table")
+    first = build_table(spark, table, rows)
+    keys = (
+        spark.range(keys_per_batch).selectExpr(f"{_key_sql(f'(id * 104729) % {rows}')} AS key").repartition(2).cache()
+    )
+    keys.count()
+
+    snapshots = SnapshotBroadcasts(spark, table, refresh_interval_s=WAIT_S)
+    loop: BatchLoop | None = None
+    try:
+        started = time.perf_counter()
+        snapshots.maybe_refresh(force=True)
+        initial_load_s = time.perf_counter() - started
+        assert snapshots.current_version == first
+        progress(f"initial load of version {first}: {initial_load_s:.1f} s; {snapshots.history[-1]}")
+
+        loop = BatchLoop(spark, snapshots, keys, table)
+        loop.start()
+        loop.wait_for(warmup_batches + baseline_batches)
+        job_started = time.perf_counter()
+        path = root / "changes.jsonl"
+        changes_file(path, rows, changes)
+        progress(f"{len(loop.batches)} batches without a refresh; the refresh job applies {changes:,} changes")
+        summary = import_files(spark, settings, [str(path)])
+        committed = time.perf_counter()
+        snapshots.request_refresh()
+        version = summary.table_version
+        published = snapshots.wait_published(version, WAIT_S)
+        published_at = time.perf_counter()
+        refresh = dict(snapshots.history[-1])
+        progress(f"version {version} published {published_at - committed:.2f} s after the commit; {refresh}")
+        done = len(loop.batches)
+        loop.wait_for(done + after_batches)
+        loop.stop()
+        batches = list(loop.batches)
+        loop = None
+        if summary.rejected:
+            raise RuntimeError(f"the refresh job rejected changes: {summary.rejected}")
+
+        expected = read_active_arrow(spark, table, version)
+        independent = FrozenMatcher.from_arrow(expected.column("pattern"), expected.column("subscriber_id"))
+        verified = FrozenMatcher.from_bytes(published.broadcast.value).to_bytes() == independent.to_bytes()
+        if not verified:
+            raise RuntimeError(f"the published snapshot of version {version} differs from the table")
+        return RefreshResult(
+            rows=rows,
+            changes=changes,
+            keys_per_batch=keys_per_batch,
+            commit_to_published_s=published_at - committed,
+            job_s=committed - job_started,
+            initial_load_s=initial_load_s,
+            refresh=refresh,
+            baseline=[b.seconds for b in batches[warmup_batches:] if b.ended <= job_started],
+            during=[b.seconds for b in batches if b.started < published_at and b.ended > committed],
+            verified=verified,
+        )
+    finally:
+        if loop is not None:
+            loop.stop()
+        snapshots.close()
+        keys.unpersist()
+
+
+def summary_rows(result: RefreshResult) -> list[list[str]]:
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value * 1e3:,.0f} ms"
+
+    rows = []
+    for label, values in (("without a refresh", result.baseline), ("during the refresh", result.during)):
+        rows.append(
+            [
+                label,
+                str(len(values)),
+                ms(RefreshResult.percentile(values, 50)),
+                ms(RefreshResult.percentile(values, 99)),
+                ms(max(values) if values else None),
+            ]
+        )
+    return rows
+
+
+def markdown(result: RefreshResult) -> str:
+    from harness import fmt_bytes, markdown_table
+
+    refresh = result.refresh
+    facts = markdown_table(
+        ["", "value"],
+        [
+            ["table rows before / changes applied", f"{result.rows:,} / {result.changes:,}"],
+            ["refresh job (validate + MERGE), until its commit", f"{result.job_s:,.1f} s"],
+            ["**commit → new broadcast published**", f"**{result.commit_to_published_s:,.2f} s**"],
+            [
+                "of which: read the changed rows (Delta change feed) / apply them (bulk) / freeze + serialize",
+                f"{refresh.get('read_s', 0):,.2f} s / {refresh.get('apply_s', 0):,.2f} s / "
+                f"{refresh.get('freeze_s', 0):,.2f} s",
+            ],
+            ["refresh mode, rows read", f"{refresh.get('mode')}, {refresh.get('changed_rows', 0):,}"],
+            [
+                "snapshot: pairs, serialized bytes",
+                f"{refresh.get('subscriptions', 0):,}, {fmt_bytes(refresh.get('serialized_bytes'))}",
+            ],
+            ["initial full load (before the batches)", f"{result.initial_load_s:,.1f} s"],
+            ["published snapshot equals the table (independent build)", "yes" if result.verified else "NO"],
+        ],
+    )
+    latency = markdown_table(["batches", "count", "p50", "p99", "max"], summary_rows(result))
+    ratio = result.p99_ratio
+    return (
+        f"{facts}\n\nPer-batch latency of the batch loop ({result.keys_per_batch:,} keys per batch, matched with "
+        f"the broadcast matcher via mapInArrow):\n\n{latency}\n\n"
+        f"p99 during / without: {'n/a' if ratio is None else f'{ratio:.2f}x'} (target ≤ {MAX_P99_RATIO}x). "
+        "With few batches in either group the percentiles are close to the maximum: indicative only."
+    )
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    add_arguments(parser, prefix="")
+    return parser.parse_args(argv)
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, prefix: str) -> None:
+    """The run's knobs (``prefix`` ``"refresh-"`` inside bench/subscriptions.py)."""
+    group = parser.add_argument_group("driver refresh")
+    group.add_argument(f"--{prefix}rows", type=int, default=1_000_000, help="table rows (default %(default)s)")
+    group.add_argument(f"--{prefix}changes", type=int, default=10_000, help="changes applied (default %(default)s)")
+    group.add_argument(f"--{prefix}keys", type=int, default=50_000, help="keys per batch (default %(default)s)")
+    group.add_argument(
+        f"--{prefix}warmup-batches", type=int, default=2, help="first batches left out (default %(default)s)"
+    )
+    group.add_argument(
+        f"--{prefix}baseline-batches", type=int, default=10, help="batches before the refresh (default %(default)s)"
+    )
+    group.add_argument(
+        f"--{prefix}after-batches", type=int, default=3, help="batches after the publish (default %(default)s)"
+    )
+    group.add_argument(f"--{prefix}dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+
+
+def run_from_args(args: argparse.Namespace, *, prefix: str) -> RefreshResult:
+    def arg(name: str) -> Any:
+        return getattr(args, (prefix + name).replace("-", "_"))
+
+    with tempfile.TemporaryDirectory(prefix="bench-driver-refresh-") as scratch:
+        root = arg("dir") or Path(scratch)
+        return run(
+            rows=arg("rows"),
+            changes=arg("changes"),
+            keys_per_batch=arg("keys"),
+            warmup_batches=arg("warmup-batches"),
+            baseline_batches=arg("baseline-batches"),
+            after_batches=arg("after-batches"),
+            root=Path(root),
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    result = run_from_args(args, prefix="")
+    print(f"## Driver refresh ({dt.date.today()})\n\n{markdown(result)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""The driver's incremental snapshot refresh (``routing.router.snapshots``) on real Spark and Delta tables.
+
+Changes go through the refresh job's import path (so the table is written exactly as in production).
+Oracle: the active pairs read back from the table at each version (``read_active``, plain Spark
+rows) and the regex :class:`~routing.reference.ReferenceMatcher`. Every wait is on a condition or an
+event with a hang guard, never a sleep; nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from routing.matchers import FrozenMatcher
+from routing.reference import ReferenceMatcher
+from routing.router.snapshots import Published, SnapshotBroadcasts
+from routing.subscriptions.table import (
+    TABLE_DDL,
+    _create_if_absent,
+    change_feed_enabled,
+    latest_version,
+    read_active,
+)
+from tests.router_support import WAIT_TIMEOUT_S, apply_subscriptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from routing.settings import Settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KEYS = ["stock.nyse.msft", "stock.msft", "forex.eur.usd", "", "a.b.c", "audit.x", "t1.orders.new"]
+#: Refreshes in these tests happen only when asked (request_refresh / maybe_refresh(force=True)).
+NEVER_S = 3600.0
+
+
+@pytest.fixture
+def job(settings: Settings, tmp_path: Path) -> Settings:
+    subscriptions = dataclasses.replace(
+        settings.subscriptions,
+        table_path=str(tmp_path / "subscriptions"),
+        rejects_path=str(tmp_path / "subscription_rejects"),
+        checkpoint_path=str(tmp_path / "refresh_checkpoint"),
+    )
+    return settings.replace(subscriptions=subscriptions)
+
+
+@pytest.fixture
+def make_snapshots(spark: SparkSession, job: Settings) -> Iterator[Callable[[], SnapshotBroadcasts]]:
+    made: list[SnapshotBroadcasts] = []
+
+    def make() -> SnapshotBroadcasts:
+        snapshots = SnapshotBroadcasts(spark, job.subscriptions.table_path, refresh_interval_s=NEVER_S)
+        made.append(snapshots)
+        return snapshots
+
+    yield make
+    for snapshots in made:
+        snapshots.close()
+
+
+def matcher_of(published: Published) -> FrozenMatcher:
+    value = published.broadcast.value
+    assert isinstance(value, bytes)
+    return FrozenMatcher.from_bytes(value)
+
+
+def assert_matches_table(spark: SparkSession, job: Settings, published: Published) -> None:
+    """The broadcast matcher holds exactly the table's active pairs at its version, and matches like the oracle."""
+    active = read_active(spark, job.subscriptions.table_path, published.version)
+    matcher = matcher_of(published)
+    assert matcher.subscriptions() == set(active)
+    assert published.subscriptions == len(set(active))
+    assert published.serialized_bytes == len(published.broadcast.value)
+    oracle = ReferenceMatcher(active)
+    for key in KEYS + [pattern for pattern, _ in active]:
+        assert matcher.lookup(key) == oracle.lookup(key), key
+
+
+def append_rows(spark: SparkSession, path: str, rows: list[tuple[str, str, bool]]) -> int:
+    """Write rows (subscriber, pattern, active) with a plain append, as another writer could; the new version."""
+    # The epoch: older than every event the import path writes, so those always win.
+    now = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    frame = spark.createDataFrame(
+        [
+            (subscriber, pattern, active, now, f"direct:{i}", "import", now, 1, False)
+            for i, (subscriber, pattern, active) in enumerate(rows)
+        ],
+        TABLE_DDL,
+    )
+    frame.write.format("delta").mode("append").save(path)
+    return latest_version(spark, path)
+
+
+def test_new_versions_apply_only_the_changed_rows(
+    spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
+) -> None:
+    first = [("stock.*.msft", "desk"), ("forex.#", "fx"), ("#", "audit"), ("t1.orders.#", "t1")]
+    v1 = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", first)
+    assert change_feed_enabled(spark, job.subscriptions.table_path)
+    snapshots = make_snapshots()
+    assert snapshots.maybe_refresh(force=True)
+    assert snapshots.current_version == v1
+    assert snapshots.history[-1]["mode"] == "full"
+    assert_matches_table(spark, job, snapshots.acquire(v1))
+
+    added = [("stock.#", "equities"), ("", "empty-key"), ("*.*.*", "three")]
+    removed = [("forex.#", "fx")]
+    v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", added, removed)
+    snapshots.request_refresh()
+    published = snapshots.wait_published(v2, WAIT_TIMEOUT_S)
+    assert published.version == v2
+    entry = snapshots.history[-1]
+    assert (entry["mode"], entry["after_version"]) == ("changes", v1)
+    assert (entry["changed_rows"], entry["added"], entry["removed"], entry["skipped_rows"]) == (4, 3, 1, 0)
+    assert entry["subscriptions"] == published.subscriptions == len(first) + len(added) - len(removed)
+    assert entry["serialized_bytes"] == published.serialized_bytes
+    assert_matches_table(spark, job, published)
+
+    # Two versions in one refresh: a pair subscribed and unsubscribed again nets out.
+    apply_subscriptions(spark, job, tmp_path / "v3.jsonl", [("x.y", "flip")])
+    v4 = apply_subscriptions(spark, job, tmp_path / "v4.jsonl", [], [("x.y", "flip"), ("#", "audit")])
+    snapshots.request_refresh()
+    published = snapshots.wait_published(v4, WAIT_TIMEOUT_S)
+    entry = snapshots.history[-1]
+    assert (entry["mode"], entry["after_version"], entry["changed_rows"]) == ("changes", v2, 2)
+    assert_matches_table(spark, job, published)
+    assert snapshots.maybe_refresh(force=True)  # the version moved since this caller last looked
+    assert not snapshots.maybe_refresh(force=True)  # nothing new: no rebuild
+    assert snapshots.history[-1] is entry
+
+
+def test_a_batch_routes_with_the_published_version_while_the_next_one_builds(
+    spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
+) -> None:
+    v1 = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", [("a.#", "s1")])
+    snapshots = make_snapshots()
+    snapshots.maybe_refresh(force=True)
+    building = threading.Event()
+    proceed = threading.Event()
+
+    def hold(version: int) -> None:
+        building.set()
+        assert proceed.wait(WAIT_TIMEOUT_S)
+
+    snapshots.before_publish = hold
+    v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", [("a.b", "s2")])
+    snapshots.request_refresh()
+    assert building.wait(WAIT_TIMEOUT_S)
+    # The build of v2 is held: "batches" on another thread still get v1, and do not wait.
+    seen: list[int] = []
+    batch = threading.Thread(target=lambda: seen.append(snapshots.current_version))
+    batch.start()
+    batch.join(WAIT_TIMEOUT_S)
+    assert seen == [v1]
+    published = snapshots.acquire(v1)
+    assert matcher_of(published).lookup("a.b") == {"s1"}
+    snapshots.release(published)
+    assert snapshots.live_broadcasts == [v1]
+
+    proceed.set()
+    published = snapshots.wait_published(v2, WAIT_TIMEOUT_S)
+    assert snapshots.current_version == v2
+    assert matcher_of(published).lookup("a.b") == {"s1", "s2"}
+    # The previous version stays until a batch releases (one could be about to acquire it).
+    assert snapshots.live_broadcasts == [v1, v2]
+    snapshots.release(snapshots.acquire(v2))
+    assert snapshots.live_broadcasts == [v2]
+
+
+def test_a_replayed_batch_gets_its_recorded_version_by_time_travel(
+    spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
+) -> None:
+    v1 = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", [("a.*", "s1"), ("b", "s2")])
+    v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", [("c.#", "s3")], [("a.*", "s1")])
+    snapshots = make_snapshots()
+    snapshots.maybe_refresh(force=True)
+    assert snapshots.current_version == v2
+    replayed = snapshots.acquire(v1)
+    assert replayed.version == v1
+    assert_matches_table(spark, job, replayed)
+    assert snapshots.live_broadcasts == [v1, v2]
+    snapshots.release(replayed)
+    assert snapshots.live_broadcasts == [v2]
+    snapshots.close()
+    assert snapshots.live_broadcasts == []
+
+
+def test_a_table_without_the_change_feed_is_loaded_whole_until_the_refresh_job_enables_it(
+    spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
+) -> None:
+    path = job.subscriptions.table_path
+    _create_if_absent(spark, path, TABLE_DDL)  # as tables were created before the change feed
+    assert not change_feed_enabled(spark, path)
+    v1 = append_rows(spark, path, [("s1", "a.#", True), ("s2", "b", True)])
+    snapshots = make_snapshots()
+    snapshots.maybe_refresh(force=True)
+    assert snapshots.current_version == v1
+    # Another writer's row with an empty subscriber: skipped loudly, the rest still applies.
+    v2 = append_rows(spark, path, [("s3", "c.*", True), ("", "bad", True)])
+    snapshots.request_refresh()
+    published = snapshots.wait_published(v2, WAIT_TIMEOUT_S)
+    entry = snapshots.history[-1]
+    assert (entry["mode"], entry["skipped_rows"]) == ("full", 1)
+    assert matcher_of(published).subscriptions() == {("a.#", "s1"), ("b", "s2"), ("c.*", "s3")}
+
+    # The refresh job turns the feed on (one commit), then later versions are read as changes.
+    v3 = apply_subscriptions(spark, job, tmp_path / "v3.jsonl", [("d", "s4")], [("b", "s2")])
+    assert change_feed_enabled(spark, path)
+    snapshots.request_refresh()
+    published = snapshots.wait_published(v3, WAIT_TIMEOUT_S)
+    entry = snapshots.history[-1]
+    assert (entry["mode"], entry["after_version"], entry["changed_rows"]) == ("changes", v2, 2)
+    assert matcher_of(published).subscriptions() == {("a.#", "s1"), ("c.*", "s3"), ("d", "s4")}
