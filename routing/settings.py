@@ -295,14 +295,18 @@ class RouterSettings:
     #: Unmatched messages are always counted; also written here when ``write_unrouted``.
     write_unrouted: bool = False
     unrouted_path: str = "var/delta/unrouted"
-    #: Which snapshot version each batch id routed with (deterministic replay).
-    ledger_path: str = "var/delta/router_ledger"
+    #: Directory of the replay ledger: one write-once file per batch id (which snapshot version it routed
+    #: with). Empty: ``router_ledger`` inside ``checkpoint_path``, beside Spark's own offset log.
+    ledger_path: str = ""
     #: Also publish deliveries to Kafka: none, single (one topic) or per_subscriber (a topic template).
     kafka_sink: str = "none"
     kafka_sink_topic: str = "deliveries"
     kafka_sink_topic_template: str = "deliveries.{subscriber}"
     #: Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch).
     arrow_batch_rows: int = 10_000
+    #: Bytes of one Arrow batch the routing UDF returns (subscriber lists): batches are cut by bytes as well
+    #: as rows, like Spark's spark.sql.execution.arrow.maxBytesPerOutputBatch. Below 2 GiB (32-bit offsets).
+    max_output_batch_bytes: int = 64 * 1024 * 1024
     #: Delta table of one metrics row per batch (the BatchReport); empty = not written.
     metrics_path: str = ""
 
@@ -322,16 +326,20 @@ class RouterSettings:
         for name in ("max_offsets_per_trigger", "arrow_batch_rows"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"setting {section}.{name} must be at least 1, got {getattr(self, name)}")
+        if not 1 <= self.max_output_batch_bytes < 2**31:
+            raise ConfigError(
+                f"setting {section}.max_output_batch_bytes must be between 1 and 2^31 - 1, "
+                f"got {self.max_output_batch_bytes}"
+            )
         _check_positive(section, "refresh_interval_s", self.refresh_interval_s)
         if not self.app_id:
             raise ConfigError(f"setting {section}.app_id must not be empty")
         if "{subscriber}" not in self.kafka_sink_topic_template:
             raise ConfigError(f"setting {section}.kafka_sink_topic_template must contain {{subscriber}}")
-        _resolve_paths(
-            self, ("checkpoint_path", "deliveries_path", "dead_letters_path", "unrouted_path", "ledger_path")
-        )
-        if self.metrics_path:  # optional: empty stays empty (off)
-            _resolve_paths(self, ("metrics_path",))
+        _resolve_paths(self, ("checkpoint_path", "deliveries_path", "dead_letters_path", "unrouted_path"))
+        for name in ("ledger_path", "metrics_path"):  # optional: empty stays empty (default / off)
+            if getattr(self, name):
+                _resolve_paths(self, (name,))
 
 
 @dataclasses.dataclass(frozen=True)

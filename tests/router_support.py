@@ -277,12 +277,12 @@ def assert_ids_exact(routed: Routed) -> None:
 
 
 def ledger_versions(spark: SparkSession, settings: Settings) -> list[tuple[int, int]]:
-    """Every (batch id, snapshot version) row the router's ledger holds for its app id, duplicates kept."""
-    rows = (
-        spark.read.format("delta").load(settings.router.ledger_path)
-        .where(f"app_id = '{settings.router.app_id}'").select("batch_id", "snapshot_version").collect()
-    )
-    return sorted((int(row[0]), int(row[1])) for row in rows)
+    """Every (batch id, snapshot version) entry of the router's ledger, over all its queries, duplicates kept."""
+    from routing.router.ledger import ledger_directory, ledger_entries
+
+    router = settings.router
+    entries = ledger_entries(spark, ledger_directory(router.ledger_path, router.checkpoint_path))
+    return sorted((batch_id, version) for _, batch_id, version in entries)
 
 
 def run_available_now(spark: SparkSession, settings: Settings) -> Router:

@@ -1,19 +1,34 @@
-"""The routing UDF: ``mapInArrow`` over classified Kafka records, fanned out with Arrow compute.
+"""The routing UDF: a scalar Arrow iterator UDF from routing keys to subscriber lists.
 
-Input rows are Kafka records that :mod:`routing.router.classify` has already
-judged in the JVM: ``routing_key`` (string, null when the record is invalid)
-and ``reason``/``rule`` (null when valid). Per Arrow batch the function:
+Only the routing key crosses into Python. Spark's ``ArrowEvalPython`` keeps
+each input row (payload, headers, Kafka coordinates) in the JVM and joins the
+UDF's row-aligned result back onto it, so the row itself is the handle: no
+payload is serialized to the Python worker and back, and the fan-out (one row
+per subscriber) is an ``explode`` in the JVM (:mod:`routing.router.pipeline`).
 
-1. matches every valid key at once with the native
-   :meth:`~routing.matchers.FrozenMatcher.match_batch` (distinct keys matched
-   once, GIL released, no Python per row);
-2. dead-letters whole messages whose fan-out exceeds ``max_fanout`` (nulling
-   their lists so they never expand: never partly delivered);
-3. expands the remaining lists to one row per (message, subscriber) with
-   ``list_flatten`` + ``list_parent_indices`` + ``take``;
-4. emits unmatched and invalid messages once each, with their kind, and one
-   ``stats`` row (input rows, distinct keys, match nanoseconds) that the
-   driver sums through an ``Observation``.
+Per Arrow batch of keys (``routing_key``, null for records
+:mod:`routing.router.classify` has already judged invalid) the function calls
+the native :meth:`route_batch` of the snapshot's matcher (distinct keys matched
+once, GIL released, no Python per row) and yields, per key, a struct of:
+
+``subscribers``  the matching subscriber ids; null for a null key and for a
+                 message over ``max_fanout`` (dead-lettered whole, never
+                 partly delivered)
+``fanout``       how many subscribers matched (null for a null key)
+
+Its own figures (matching and Python nanoseconds, distinct keys per Arrow
+batch, keys routed) go to the driver in a Spark accumulator (:class:`UdfStatsParam`), not
+in the rows.
+
+**Bounded output.** Output batches are cut by bytes as well as rows, following
+Spark 4's ``spark.sql.execution.arrow.maxBytesPerOutputBatch`` convention:
+``route_batch`` stops before the first key that would take a batch past
+``max_output_bytes`` (Arrow buffer bytes, counted from above: 8, plus 9 per
+row, plus 4 and the id's UTF-8 bytes per subscriber) and the rest of the keys
+go into the next batch, so no fan-out within the limits can overflow Arrow's
+32-bit offsets or build an oversized batch. A single row is at most ``17 +
+max_fanout x (4 + max_subscriber_bytes)`` bytes (2.6 MB at the defaults) and
+goes out alone if it is over the limit on its own.
 
 Each Python worker keeps the one deserialized matcher of the snapshot it last
 used (:class:`MatcherCache`), named by (subscription table, version), and swaps
@@ -28,38 +43,53 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.accumulators import Accumulator, AccumulatorParam
 
-from routing.matchers.native import FrozenMatcher
+from routing import _native
 
 KIND_DELIVERY = "delivery"
 KIND_DEAD_LETTER = "dead_letter"
 KIND_UNROUTED = "unrouted"
-KIND_STATS = "stats"
 
 FANOUT_REASON = "fanout_limit"
 
-#: Columns of the records the UDF receives (besides any it passes through untouched).
-INPUT_FIELDS = ("routing_key", "reason", "rule")
-
-#: What the UDF adds to every input column it passes through.
-ADDED_FIELDS = [
-    pa.field("kind", pa.string(), nullable=False),
-    pa.field("subscriber_id", pa.string()),
-    pa.field("fanout", pa.int32()),
-    pa.field("match_ns", pa.int64()),
-    pa.field("distinct_keys", pa.int64()),
-    pa.field("input_rows", pa.int64()),
-]
-ADDED_DDL = (
-    "kind STRING, subscriber_id STRING, fanout INT, match_ns BIGINT, distinct_keys BIGINT, input_rows BIGINT"
+#: The UDF's result per key, as Spark's Arrow conversion types it (list items are named ``element``).
+ROUTE_TYPE = pa.struct(
+    [
+        pa.field("subscribers", pa.list_(pa.field("element", pa.string()))),
+        pa.field("fanout", pa.int32()),
+    ]
 )
+ROUTE_DDL = "struct<subscribers: array<string>, fanout: int>"
 
-#: Output batches are cut to this many rows so a large fan-out never builds one huge batch.
-OUTPUT_CHUNK_ROWS = 65_536
+#: (match ns, distinct keys, Python ns, keys routed), summed over Arrow batches.
+UdfStats = tuple[int, int, int, int]
+
+
+class UdfStatsParam(AccumulatorParam[UdfStats]):
+    """Adds :data:`UdfStats` element-wise (a Spark accumulator of the UDF's own figures)."""
+
+    def zero(self, value: UdfStats) -> UdfStats:
+        return (0, 0, 0, 0)
+
+    def addInPlace(self, value1: UdfStats, value2: UdfStats) -> UdfStats:
+        return (value1[0] + value2[0], value1[1] + value2[1], value1[2] + value2[2], value1[3] + value2[3])
+
+
+class BatchRouter(Protocol):
+    """What the UDF needs of a matcher: ``routing._native.FrozenMatcher.route_batch``'s contract."""
+
+    def route_batch(
+        self,
+        keys: pa.Array,
+        max_rows: int | None = None,
+        max_fanout: int | None = None,
+        max_bytes: int | None = None,
+    ) -> pa.StructArray: ...
 
 
 class MatcherCache:
@@ -68,13 +98,13 @@ class MatcherCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshot: tuple[str, int] | None = None
-        self._matcher: FrozenMatcher | None = None
+        self._matcher: _native.FrozenMatcher | None = None
         self.loads = 0
 
-    def get(self, version: int, load_bytes: Callable[[], bytes], *, table: str = "") -> FrozenMatcher:
+    def get(self, version: int, load_bytes: Callable[[], bytes], *, table: str = "") -> _native.FrozenMatcher:
         with self._lock:
             if self._snapshot != (table, version) or self._matcher is None:
-                self._matcher = FrozenMatcher.from_bytes(load_bytes())
+                self._matcher = _native.FrozenMatcher.from_bytes(bytes(load_bytes()))
                 self._snapshot = (table, version)
                 self.loads += 1
             return self._matcher
@@ -84,104 +114,60 @@ class MatcherCache:
 WORKER_CACHE = MatcherCache()
 
 
-def _constant(value: Any, length: int, type_: pa.DataType) -> pa.Array:
-    return pa.repeat(pa.scalar(value, type=type_), length)
-
-
-def _with_added(rows: pa.RecordBatch, kind: str, added: dict[str, pa.Array]) -> pa.RecordBatch:
-    """``rows`` plus the added columns (``kind`` constant, others given or null)."""
-    length = rows.num_rows
-    columns = list(rows.columns)
-    names = list(rows.schema.names)
-    for field in ADDED_FIELDS:
-        if field.name == "kind":
-            column = _constant(kind, length, pa.string())
-        else:
-            column = added.get(field.name, pa.nulls(length, type=field.type))
-        columns.append(column)
-        names.append(field.name)
-    return pa.RecordBatch.from_arrays(columns, names=names)
-
-
-def _chunks(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-    for start in range(0, batch.num_rows, OUTPUT_CHUNK_ROWS):
-        yield batch.slice(start, OUTPUT_CHUNK_ROWS)
-
-
-def route_record_batch(
-    matcher: FrozenMatcher, batch: pa.RecordBatch, *, max_fanout: int, max_batch_rows: int
-) -> Iterator[pa.RecordBatch]:
-    """Route one Arrow batch: deliveries, dead letters, unrouted, and one stats row."""
-    keys = batch.column("routing_key")
-    valid = pc.is_valid(keys)
-    started = time.perf_counter_ns()
-    matched = matcher.match_batch(keys, max_rows=max_batch_rows)
-    match_ns = time.perf_counter_ns() - started
-
-    counts = pc.fill_null(pc.list_value_length(matched), 0)
-    over_limit = pc.and_(valid, pc.greater(counts, max_fanout))
-    unmatched = pc.and_(valid, pc.equal(counts, 0))
-
-    # Deliveries: lists of over-limit messages are nulled first so they cannot expand.
-    deliverable = pc.if_else(over_limit, pa.scalar(None, type=matched.type), matched)
-    subscribers = pc.list_flatten(deliverable)
-    parents = pc.list_parent_indices(deliverable)
-    if len(parents):
-        delivered = batch.take(parents)
-        fanout = pc.cast(pc.take(counts, parents), pa.int32())
-        yield from _chunks(_with_added(delivered, KIND_DELIVERY, {"subscriber_id": subscribers, "fanout": fanout}))
-
-    # Over the fan-out limit: the whole message is dead-lettered, with the limit as its rule.
-    over_rows = pc.indices_nonzero(over_limit)
-    if len(over_rows):
-        dead = batch.take(over_rows)
-        reason = _constant(FANOUT_REASON, dead.num_rows, pa.string())
-        rule = _constant(f"max_fanout={max_fanout}", dead.num_rows, pa.string())
-        dead = dead.set_column(dead.schema.get_field_index("reason"), "reason", reason)
-        dead = dead.set_column(dead.schema.get_field_index("rule"), "rule", rule)
-        fanout = pc.cast(pc.take(counts, over_rows), pa.int32())
-        yield from _chunks(_with_added(dead, KIND_DEAD_LETTER, {"fanout": fanout}))
-
-    # Invalid records (judged upstream) go to dead letters as they are.
-    invalid_rows = pc.indices_nonzero(pc.invert(valid))
-    if len(invalid_rows):
-        yield from _chunks(_with_added(batch.take(invalid_rows), KIND_DEAD_LETTER, {}))
-
-    unmatched_rows = pc.indices_nonzero(unmatched)
-    if len(unmatched_rows):
-        yield from _chunks(_with_added(batch.take(unmatched_rows), KIND_UNROUTED, {}))
-
-    stats = pa.RecordBatch.from_arrays(
-        [pa.nulls(1, type=field.type) for field in batch.schema], schema=_nullable(batch.schema)
-    )
-    distinct = pc.count_distinct(keys, mode="only_valid").as_py()
-    yield _with_added(
-        stats,
-        KIND_STATS,
-        {
-            "match_ns": pa.array([match_ns], pa.int64()),
-            "distinct_keys": pa.array([distinct], pa.int64()),
-            "input_rows": pa.array([batch.num_rows], pa.int64()),
-        },
-    )
-
-
-def _nullable(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([field.with_nullable(True) for field in schema])
+def route_keys(
+    matcher: BatchRouter,
+    keys: pa.Array,
+    *,
+    max_fanout: int,
+    max_batch_rows: int,
+    max_output_bytes: int,
+    stats: Accumulator[UdfStats] | None = None,
+) -> Iterator[pa.Array]:
+    """Route one Arrow batch of keys: row-aligned :data:`ROUTE_TYPE` arrays, each within ``max_output_bytes``."""
+    entered = time.perf_counter_ns()
+    match_ns = 0
+    start = 0
+    while start < len(keys):
+        started = time.perf_counter_ns()
+        part = matcher.route_batch(
+            keys if start == 0 else keys.slice(start), max_batch_rows, max_fanout, max_output_bytes
+        )
+        match_ns += time.perf_counter_ns() - started
+        if len(part) == 0:  # route_batch always makes progress; never spin if a matcher breaks that
+            raise RuntimeError(f"route_batch returned no rows for {len(keys) - start} keys")
+        start += len(part)
+        yield part
+    if stats is not None:
+        distinct = int(pc.count_distinct(keys, mode="only_valid").as_py())
+        stats.add((match_ns, distinct, time.perf_counter_ns() - entered, len(keys)))
 
 
 def make_router(
-    version: int, load_bytes: Callable[[], bytes], *, max_fanout: int, max_batch_rows: int, table: str = ""
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function for one snapshot version of the subscription table ``table``.
+    version: int,
+    load_bytes: Callable[[], bytes],
+    *,
+    max_fanout: int,
+    max_batch_rows: int,
+    max_output_bytes: int,
+    table: str = "",
+    stats: Accumulator[UdfStats] | None = None,
+) -> Callable[[Iterator[pa.Array]], Iterator[pa.Array]]:
+    """The scalar Arrow iterator UDF body for one snapshot version of the subscription table ``table``.
 
     ``load_bytes`` returns the serialized matcher (normally ``lambda: broadcast.value``);
     it is called at most once per worker per (table, version).
     """
 
-    def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def route(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
         return route_batches(
-            version, load_bytes, batches, max_fanout=max_fanout, max_batch_rows=max_batch_rows, table=table
+            version,
+            load_bytes,
+            batches,
+            max_fanout=max_fanout,
+            max_batch_rows=max_batch_rows,
+            max_output_bytes=max_output_bytes,
+            table=table,
+            stats=stats,
         )
 
     return route
@@ -190,17 +176,26 @@ def make_router(
 def route_batches(
     version: int,
     load_bytes: Callable[[], bytes],
-    batches: Iterator[pa.RecordBatch],
+    batches: Iterator[pa.Array],
     *,
     max_fanout: int,
     max_batch_rows: int,
+    max_output_bytes: int,
     table: str = "",
-) -> Iterator[pa.RecordBatch]:
-    """Route a partition's batches with the worker's cached matcher of (``table``, ``version``).
+    stats: Accumulator[UdfStats] | None = None,
+) -> Iterator[pa.Array]:
+    """Route a partition's key batches with the worker's cached matcher of (``table``, ``version``).
 
     Module-level (pickled by reference), so the worker-wide cache it uses is
     the worker's own, never a pickled copy.
     """
     matcher = WORKER_CACHE.get(version, load_bytes, table=table)
-    for batch in batches:
-        yield from route_record_batch(matcher, batch, max_fanout=max_fanout, max_batch_rows=max_batch_rows)
+    for keys in batches:
+        yield from route_keys(
+            matcher,
+            keys,
+            max_fanout=max_fanout,
+            max_batch_rows=max_batch_rows,
+            max_output_bytes=max_output_bytes,
+            stats=stats,
+        )

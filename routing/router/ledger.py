@@ -1,26 +1,36 @@
 """The replay ledger: which subscription snapshot version each micro-batch routed with.
 
-Before a batch writes anything, its (batch id, snapshot version) is appended
-to a small Delta table, idempotently (``txnAppId`` = the router's app id and
-query id, ``txnVersion`` = the batch id). When Spark re-executes a batch after a crash
+Before a batch writes anything, its snapshot version is written to one small
+write-once file per batch id, ``<ledger dir>/<query id>/<batch id>``, like
+Spark's own offset log: through Hadoop's ``FileSystem`` (Spark's
+``CheckpointFileManager``, via the JVM gateway), so it works on HDFS, S3 and
+ABFS alike, with no Spark job and no Delta commit. The file is written to a
+temporary name and renamed into place without overwriting, so a batch id is
+recorded exactly once: a second writer (a re-executed batch racing a zombie)
+finds the first one's version. When Spark re-executes a batch after a crash
 between the writes and the checkpoint commit, the router finds the recorded
 version here and routes with that same version (rebuilt by Delta time travel
 if need be), so the re-executed batch produces exactly the same fan-out and
 the idempotent writes skip it.
+
+The ledger directory defaults to ``router_ledger`` inside the query's
+checkpoint (``router.ledger_path`` overrides it). The query id level keeps
+two queries sharing a directory apart: a new checkpoint numbers its batches
+from 0 again.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+import json
+import os
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-LEDGER_DDL = (
-    "app_id STRING NOT NULL, query_id STRING NOT NULL, batch_id BIGINT NOT NULL, "
-    "snapshot_version BIGINT NOT NULL, recorded_at TIMESTAMP"
-)
+#: The ledger directory's name inside the checkpoint when ``router.ledger_path`` is empty.
+DEFAULT_DIRECTORY = "router_ledger"
 
 
 def txn_app_id(app_id: str, query_id: str) -> str:
@@ -32,20 +42,73 @@ def txn_app_id(app_id: str, query_id: str) -> str:
     return f"{app_id}:{query_id}"
 
 
+def ledger_directory(ledger_path: str, checkpoint_path: str) -> str:
+    """``ledger_path``, or the default directory inside the checkpoint when it is empty."""
+    return ledger_path or os.path.join(checkpoint_path, DEFAULT_DIRECTORY)
+
+
+class _Files:
+    """Spark's ``CheckpointFileManager`` for one directory (atomic write-once files on any Hadoop FS)."""
+
+    def __init__(self, spark: SparkSession, directory: str) -> None:
+        jvm: Any = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._directory = jvm.org.apache.hadoop.fs.Path(directory)
+        conf = spark._jsparkSession.sessionState().newHadoopConf()
+        manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+        self._manager = manager.create(self._directory, conf)
+
+    def path(self, *names: str) -> Any:
+        path = self._directory
+        for name in names:
+            path = self._jvm.org.apache.hadoop.fs.Path(path, name)
+        return path
+
+    def read(self, *names: str) -> str | None:
+        path = self.path(*names)
+        if not self._manager.exists(path):
+            return None
+        stream = self._manager.open(path)
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def create_once(self, data: bytes, *names: str) -> bool:
+        """Write ``data`` unless the file exists (atomically: temp file, rename without overwrite)."""
+        path = self.path(*names)
+        if self._manager.exists(path):
+            return False
+        self._manager.mkdirs(path.getParent())
+        stream = self._manager.createAtomic(path, False)
+        try:
+            stream.write(bytearray(data))
+            stream.close()
+        except Exception as error:
+            stream.cancel()
+            if "FileAlreadyExistsException" in str(error):
+                return False
+            raise
+        return True
+
+    def list_names(self, *names: str) -> list[str]:
+        path = self.path(*names)
+        if not self._manager.exists(path):
+            return []
+        return sorted(str(status.getPath().getName()) for status in self._manager.list(path))
+
+
 class Ledger:
-    def __init__(self, spark: SparkSession, path: str, app_id: str) -> None:
-        self._spark = spark
-        self._path = path
+    def __init__(self, spark: SparkSession, directory: str, app_id: str) -> None:
+        self._files = _Files(spark, directory)
         self._app_id = app_id
         self._query_id: str | None = None
         self._known: dict[int, int] = {}
-        self._loaded = False
 
     def bind(self, query_id: str) -> None:
         """Record under this query (known only once the query has started)."""
         self._query_id = query_id
         self._known.clear()
-        self._loaded = False
 
     @property
     def _bound_query(self) -> str:
@@ -53,46 +116,50 @@ class Ledger:
             raise RuntimeError("the ledger is not bound to a streaming query yet")
         return self._query_id
 
-    def create_if_absent(self) -> None:
-        from delta.tables import DeltaTable
-
-        if not DeltaTable.isDeltaTable(self._spark, self._path):
-            self._spark.createDataFrame([], LEDGER_DDL).write.format("delta").mode("ignore").save(self._path)
-
-    def _load(self) -> None:
-        """Read the recorded batches once per process; later batches are tracked in memory."""
-        from pyspark.sql import functions as F
-
-        rows = (
-            self._spark.read.format("delta")
-            .load(self._path)
-            .where(F.col("app_id") == self._app_id)
-            .where(F.col("query_id") == self._bound_query)
-            .select("batch_id", "snapshot_version")
-            .collect()
-        )
-        self._known.update({int(row[0]): int(row[1]) for row in rows})
-        self._loaded = True
-
     def recorded_version(self, batch_id: int) -> int | None:
-        if not self._loaded:
-            self._load()
-        return self._known.get(batch_id)
+        """The version ``batch_id`` recorded, if it did (one file-exists check the first time)."""
+        if batch_id not in self._known:
+            text = self._files.read(self._bound_query, str(batch_id))
+            if text is None:
+                return None
+            self._known[batch_id] = int(json.loads(text)["snapshot_version"])
+        return self._known[batch_id]
 
-    def record(self, batch_id: int, version: int) -> None:
-        """Append (batch id, version); a re-executed batch's append is skipped by Delta."""
-        row = [(self._app_id, self._bound_query, batch_id, version, dt.datetime.now(dt.UTC))]
-        (
-            self._spark.createDataFrame(row, LEDGER_DDL)
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", txn_app_id(self._app_id, self._bound_query))
-            .option("txnVersion", batch_id)
-            .save(self._path)
-        )
+    def record(self, batch_id: int, version: int) -> int:
+        """Record ``version`` for ``batch_id`` once; the version on record (another writer's, if it was first)."""
+        entry = {
+            "app_id": self._app_id,
+            "query_id": self._bound_query,
+            "batch_id": batch_id,
+            "snapshot_version": version,
+            "recorded_at": dt.datetime.now(dt.UTC).isoformat(),
+        }
+        if not self._files.create_once(json.dumps(entry, sort_keys=True).encode(), self._bound_query, str(batch_id)):
+            recorded = self.recorded_version(batch_id)
+            if recorded is None:
+                raise RuntimeError(f"ledger entry of batch {batch_id} exists but cannot be read")
+            return recorded
         self._known[batch_id] = version
+        return version
 
     def versions(self) -> dict[int, int]:
-        """Every recorded batch id -> version (read fresh from the table)."""
-        self._load()
-        return dict(self._known)
+        """Every recorded batch id of the bound query -> version (read fresh from the files)."""
+        return {batch_id: version for _, batch_id, version in read_ledger(self._files, self._bound_query)}
+
+
+def read_ledger(files: _Files, query_id: str | None = None) -> list[tuple[str, int, int]]:
+    """(query id, batch id, version) of every entry, of one query or of all."""
+    entries = []
+    for query in [query_id] if query_id is not None else files.list_names():
+        for name in files.list_names(query):
+            if not name.isdigit():
+                continue  # a temporary file of a write in flight
+            text = files.read(query, name)
+            if text is not None:
+                entries.append((query, int(name), int(json.loads(text)["snapshot_version"])))
+    return sorted(entries)
+
+
+def ledger_entries(spark: SparkSession, directory: str) -> list[tuple[str, int, int]]:
+    """(query id, batch id, version) of every entry under a ledger directory (tests and tooling)."""
+    return read_ledger(_Files(spark, directory))

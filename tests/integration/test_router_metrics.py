@@ -101,6 +101,9 @@ def test_metrics_rows_match_an_independent_count_once_per_batch(
             assert row[f"dead_{reason}"] == expected.get(f"dead_{reason}", 0), reason
         assert 1 <= row["distinct_keys"] <= row["input_rows"]  # summed per Arrow batch
         assert row["match_ms"] >= 0 and row["batch_seconds"] > 0 and row["recorded_at"] is not None
+        # The snapshot the batch routed with, and where its time went.
+        assert row["subscriptions"] == len(pairs) and row["serialized_bytes"] > 0
+        assert {"ledger", "write_deliveries"} <= set(row["stage_seconds"])
     # The same numbers as the in-memory report of the first execution and the deliveries table.
     deliveries = spark.read.format("delta").load(local.router.deliveries_path)
     for batch_id in batches:

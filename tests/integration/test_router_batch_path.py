@@ -1,0 +1,126 @@
+"""The router's batch path: one pass and one Delta commit in the common case, bounded output on huge fan-outs.
+
+The batches are static DataFrames in the Kafka source's shape handed straight to
+:meth:`Router.process_batch` (what ``foreachBatch`` does), on the real Spark session and real
+Delta tables. Nothing here asserts on time: only on counts (rows, Delta commits, Spark jobs,
+rows the UDF saw).
+
+* A clean batch (no dead letters, no unmatched messages) costs exactly one Delta commit (the
+  deliveries) and one pass of its rows through the UDF; the ledger entry costs no Spark job.
+* A batch with dead letters judged in the JVM adds one dead-letter commit, still one UDF pass.
+* The issue's two oversized outputs route completely, with no failed batch: 9,000 messages x
+  1,000 subscribers x 255-byte ids (2.3 GB of subscriber lists for one Arrow batch) and
+  20 messages x 1 MB x fan-out 100 (2 GB of delivery rows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from router_support import apply_subscriptions, ledger_versions, router_settings
+
+from routing.router.pipeline import SOURCE_DDL, Router
+from routing.settings import Settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MOMENT = dt.datetime(2026, 1, 5, 12, tzinfo=dt.UTC)
+
+
+def batch_frame(spark: Any, keys: Sequence[bytes | None], payload: bytes = b"p", topic: str = "t") -> Any:
+    """A micro-batch as ``foreachBatch`` hands it over (one partition, like a one-partition topic)."""
+    rows: list[tuple[Any, ...]] = [(key, payload, topic, 0, offset, MOMENT, []) for offset, key in enumerate(keys)]
+    return spark.createDataFrame(rows, SOURCE_DDL).coalesce(1)
+
+
+def table_version(spark: Any, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+
+
+def started_router(spark: Any, settings: Settings, query_id: str) -> Router:
+    router = Router(spark, settings)
+    router.snapshots.maybe_refresh(force=True)
+    router.bind_query(query_id)
+    return router
+
+
+def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings, tmp_path: Path) -> None:
+    local = router_settings(settings, tmp_path, ["path"], write_unrouted=True)
+    version = apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
+    router = started_router(spark, local, "one-commit")
+    outputs = (local.router.deliveries_path, local.router.dead_letters_path, local.router.unrouted_path)
+    tracker = spark.sparkContext.statusTracker()
+    try:
+        before = [table_version(spark, path) for path in outputs]
+        router.process_batch(batch_frame(spark, [b"a.b", b"a", b"x.b", b"a.c"] * 50), 0)
+        assert [table_version(spark, path) - old for path, old in zip(outputs, before, strict=True)] == [1, 0, 0]
+        clean = router.reports[0].metrics
+        assert clean["input_rows"] == clean["udf_rows"] == 200  # every row went through Python exactly once
+        assert (clean["deliveries"], clean["unmatched"], clean["dead_letters"]) == (250, 0, 0)
+
+        # Dead letters judged in the JVM: one more commit, written without the UDF (still one pass through it).
+        before = [table_version(spark, path) for path in outputs]
+        udf_rows = router.udf_stats.value[3]
+        router.process_batch(batch_frame(spark, [b"a.b", None, b"\xff", b"a"] * 25), 1)
+        assert [table_version(spark, path) - old for path, old in zip(outputs, before, strict=True)] == [1, 1, 0]
+        dirty = router.reports[1].metrics
+        assert dirty["udf_rows"] == dirty["input_rows"] == router.udf_stats.value[3] - udf_rows == 100
+        assert (dirty["deliveries"], dirty["unmatched"], dirty["dead_letters"]) == (75, 0, 50)
+
+        # The ledger is a file: recording a batch runs no Spark job.
+        jobs = set(tracker.getJobIdsForGroup(None))
+        assert router.ledger.record(7, version) == version
+        assert router.ledger.record(7, version + 1) == version, "write-once: the first version stays"
+        assert set(tracker.getJobIdsForGroup(None)) == jobs
+        assert ledger_versions(spark, local) == [(0, version), (1, version), (7, version)]
+    finally:
+        router.close(progress_wait_s=0)
+
+
+def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    local = router_settings(settings, tmp_path, ["wide"], write_unrouted=True)
+    subscribers = [f"{index:0>{local.limits.max_subscriber_bytes}}" for index in range(1_000)]
+    apply_subscriptions(spark, local, tmp_path / "subs.json", [("#", subscriber) for subscriber in subscribers])
+    router = started_router(spark, local, "wide")
+    keys = [f"k.{index % 50}".encode() for index in range(9_000)]
+    try:
+        router.process_batch(batch_frame(spark, keys), 0)  # one Arrow batch of 9,000 keys: 2.3 GB of lists
+    finally:
+        router.close(progress_wait_s=0)
+    metrics = router.reports[0].metrics
+    assert (metrics["input_rows"], metrics["deliveries"], metrics["dead_letters"]) == (9_000, 9_000_000, 0)
+    deliveries = spark.read.format("delta").load(local.router.deliveries_path)
+    per_message = deliveries.groupBy("source_offset").agg({"subscriber_id": "count"}).collect()
+    assert len(per_message) == 9_000 and {row[1] for row in per_message} == {1_000}
+    assert deliveries.select("subscriber_id").distinct().count() == 1_000
+    assert deliveries.select("delivery_id").distinct().count() == 9_000_000
+
+
+def test_twenty_one_megabyte_messages_to_a_hundred_subscribers_route_completely(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as F
+
+    local = router_settings(settings, tmp_path, ["large"])
+    local = local.replace(limits=dataclasses.replace(local.limits, max_payload_bytes=1_000_000))
+    apply_subscriptions(spark, local, tmp_path / "subs.json", [("big.#", f"sub-{index}") for index in range(100)])
+    router = started_router(spark, local, "large")
+    payload = bytes(range(256)) * (1_000_000 // 256) + b"x" * (1_000_000 % 256)
+    try:
+        router.process_batch(batch_frame(spark, [b"big.one"] * 20, payload=payload), 0)  # 2 GB of deliveries
+    finally:
+        router.close(progress_wait_s=0)
+    metrics = router.reports[0].metrics
+    assert (metrics["input_rows"], metrics["deliveries"], metrics["dead_letters"]) == (20, 2_000, 0)
+    deliveries = spark.read.format("delta").load(local.router.deliveries_path)
+    sizes = deliveries.agg(F.count("*"), F.min(F.octet_length("payload")), F.max(F.octet_length("payload")))
+    assert tuple(sizes.collect()[0]) == (2_000, 1_000_000, 1_000_000)

@@ -1,0 +1,73 @@
+"""The routing UDF's body (``udfs.route.route_keys``) over the native matcher, without Spark.
+
+Output batches are cut by bytes as well as rows: every batch stays within ``max_output_bytes``
+(Arrow buffer bytes, as pyarrow counts them) however large the fan-out, the batches together are
+row-aligned with the keys, and a message over ``max_fanout`` gets a null list and its count.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from routing import _native
+from routing.matchers.native import BatchLimitError
+from udfs.route import ROUTE_TYPE, route_keys
+
+SUBSCRIBER_BYTES = 255
+
+
+def wide_matcher(subscribers: int) -> _native.FrozenMatcher:
+    """``subscribers`` subscribers of ``#`` (every key), each id ``SUBSCRIBER_BYTES`` long."""
+    return _native.FrozenMatcher.build([("#", f"{index:0>{SUBSCRIBER_BYTES}}") for index in range(subscribers)])
+
+
+def test_a_huge_fanout_is_cut_into_batches_within_the_byte_limit() -> None:
+    # The issue's case: 9,000 rows x 1,000 subscribers x 255-byte ids, 2.3 GB of ids in one Arrow batch.
+    matcher = wide_matcher(1_000)
+    keys = pa.array([f"k.{index % 10}" if index % 100 else None for index in range(9_000)])
+    max_output_bytes = 16 * 1024 * 1024
+    rows = lists = 0
+    parts = route_keys(matcher, keys, max_fanout=10_000, max_batch_rows=1_000_000, max_output_bytes=max_output_bytes)
+    for part in parts:
+        assert part.type == ROUTE_TYPE
+        assert part.get_total_buffer_size() <= max_output_bytes
+        subscribers = part.field("subscribers")
+        fanout = part.field("fanout").to_pylist()
+        expected_nulls = [keys[rows + index].as_py() is None for index in range(len(part))]
+        assert [value is None for value in fanout] == expected_nulls
+        assert all(count in (None, 1_000) for count in fanout)
+        lists += len(subscribers.flatten())
+        rows += len(part)
+    assert rows == len(keys)
+    assert lists == 1_000 * len(keys.drop_null())
+
+
+def test_over_the_fanout_limit_the_list_is_null_and_the_count_kept() -> None:
+    matcher = _native.FrozenMatcher.build([("a.#", "x"), ("a.b", "y"), ("#", "z")])
+    keys = pa.array(["a.b", None, "c", "a"])
+    (part,) = route_keys(matcher, keys, max_fanout=2, max_batch_rows=10, max_output_bytes=1 << 20)
+    assert part.to_pylist() == [
+        {"subscribers": None, "fanout": 3},
+        {"subscribers": None, "fanout": None},
+        {"subscribers": ["z"], "fanout": 1},
+        {"subscribers": ["x", "z"], "fanout": 2},
+    ]
+
+
+def test_a_row_over_the_byte_limit_goes_out_alone_and_no_key_is_lost() -> None:
+    matcher = wide_matcher(10)
+    keys = pa.array(["a", "b", None, "c"])
+    parts = list(route_keys(matcher, keys, max_fanout=100, max_batch_rows=10, max_output_bytes=100))
+    assert [len(part) for part in parts] == [1, 1, 1, 1]
+    assert [row["fanout"] for part in parts for row in part.to_pylist()] == [10, 10, None, 10]
+
+
+def test_limits_are_errors_never_crashes() -> None:
+    matcher = wide_matcher(1)
+    with pytest.raises(BatchLimitError):
+        list(route_keys(matcher, pa.array(["a", "b", "c"]), max_fanout=1, max_batch_rows=2, max_output_bytes=1024))
+    with pytest.raises(TypeError):
+        list(route_keys(matcher, pa.array([1, 2]), max_fanout=1, max_batch_rows=2, max_output_bytes=1024))
+    empty = pa.array([], pa.string())
+    assert list(route_keys(matcher, empty, max_fanout=1, max_batch_rows=2, max_output_bytes=1)) == []
