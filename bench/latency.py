@@ -1,0 +1,994 @@
+"""Sustained-rate latency: an open-loop producer at fixed rates, the router and the passthrough on a 1 s trigger.
+
+Run ``python bench/latency.py`` (``--help`` for flags). Markdown goes to stdout
+and ``bench/results/latency.md``, the chart to ``bench/results/latency.png``,
+progress lines to stderr; ``--json FILE`` also writes every figure and the
+encoded HDR histograms. It follows ``benchmarking-message-queue-latency``:
+fixed request rates in steps, response time rather than service time, HDR
+histograms out to the maximum.
+
+Load: open loop, no coordinated omission
+----------------------------------------
+For each step a fresh producer process (confluent-kafka, its own interpreter,
+so the Spark driver's GIL cannot stall it) sends ``rate x --step-seconds``
+messages on a fixed schedule: message ``j`` of the step is *intended* at
+``t0 + j / rate``. Its intended time (epoch microseconds, from the schedule,
+never the moment of the send) travels in the header ``bench-schedule`` as
+``step:j:intended_us``. The producer never waits for the system: whenever it
+wakes up it sends, at once, every message whose intended time has passed, each
+with its own intended time, so a stall of the producer, the broker or the host
+shows up as latency instead of disappearing from the sample. How far behind
+its schedule the producer fell (p99 and max, per burst) is reported beside
+each step. Keys are the ``vocab`` distribution of ``jobs.produce``, payloads
+64 bytes.
+
+Variants
+--------
+Each reads its own topic with its own checkpoint and tables, with the
+processing-time trigger (``--trigger-seconds``) and the same
+``maxOffsetsPerTrigger`` (``--max-offsets``, high, so a batch after a slow one
+takes the whole backlog):
+
+(a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one
+    idempotent append of the source columns per batch);
+(b) **native router**: the real :class:`routing.router.pipeline.Router`, over
+    ``--subscriptions`` random patterns (``bench.stream.subscription_pairs``)
+    plus one catch-all subscription ``#`` of subscriber ``bench-latency-all``.
+    The catch-all gives every message exactly one delivery row whose
+    visibility can be timed, so both variants make every message visible
+    (none is unmatched) and the message count is the same for both.
+
+The variants run one after the other in one SparkSession (``--variants``).
+Each starts its query, sends a warm-up step (``--warmup-seconds`` at the
+lowest rate: JIT, Python workers, the matcher's broadcast; timed and
+accounted, but not reported as a rate), then the rates in increasing order.
+After each step the driver waits until the query has caught up (its last
+progress's end offsets reach the offsets the producer's delivery reports
+returned), at most ``--drain-seconds``; a step that does not catch up is
+saturated, and the variant's higher rates are not run.
+
+Latency of a message, exactly
+-----------------------------
+``latency = commit_ms - intended_ms``, where ``commit_ms`` is the timestamp of
+the Delta commit that added the data file holding the message's row (its
+catch-all delivery for (b), its copy for (a)):
+
+1. ``DeltaTable.history()`` (= ``DESCRIBE HISTORY``) gives each table version
+   its timestamp, in milliseconds. Without in-commit timestamps (this project
+   does not enable them) that is the modification time of the commit file
+   ``_delta_log/<version>.json``, i.e. the moment the commit was published
+   and readers could see the rows (the report checks this for every commit it
+   uses); with them it is the commit's ``inCommitTimestamp``.
+   ``commitInfo.timestamp`` in the same file is taken when the commit
+   *starts*, earlier by the commit's own work; the report gives that gap.
+2. Each commit file lists the data files it added (``add.path``); a data file
+   is added by exactly one commit, and nothing here rewrites files (no
+   OPTIMIZE, no auto-compaction: the report lists the operations seen), so
+   file name -> version -> timestamp is exact.
+3. Every row is read with the hidden column ``_metadata.file_name`` (the file
+   it lives in), joined to that map, and its latency computed in Spark,
+   rounded *up* to the millisecond; Spark aggregates (step, latency ms) ->
+   count, and the driver fills one HDR histogram per step (1 ms .. 1 h,
+   3 significant digits) with those counts.
+
+No timestamp comes from the pipeline itself (neither ``routed_at`` nor the
+batch id), so (a) and (b) are timed the same way, and every clock read is the
+host's wall clock (the producer's ``time.time_ns`` and the JVM's file times).
+A row whose file is in no commit, a duplicate row, a latency <= 0 or a sent
+message with no row is counted and reported; the accounting table says
+whether sent = in histograms for every step.
+
+Figures
+-------
+Per variant and rate: p50, p99, p99.9 and max. The *sustained* rate of a
+variant is the highest rate whose step caught up and whose p99 is within
+``3 x --trigger-seconds`` (issue 10: the router's >= 0.7 x the passthrough's).
+The numbers mean something only on an idle machine: the producer, the broker
+and Spark share its cores, and the load average is printed with the results.
+
+The broker is ``jobs.local_kafka``'s, on this bench's own ports and data
+directory (``--set kafka.client_port=...`` to change them); it is stopped at
+the end only if this run started it. Everything else the run writes lives
+under ``--work-dir`` (default ``var/bench/latency/``, wiped first); the run's
+topics are deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import json
+import math
+import multiprocessing
+import os
+import platform
+import random
+import shutil
+import sys
+import time
+import urllib.parse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):  # a script: `routing`, `jobs` importable (harness, stream: this directory)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness import markdown_table
+from stream import (
+    NATIVE,
+    PASSTHROUGH,
+    create_topics,
+    delete_topics,
+    progress,
+    subscription_pairs,
+    variant_settings,
+    write_subscriptions,
+)
+
+from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from hdrh.histogram import HdrHistogram
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+WORK_DIR = REPO_ROOT / "var" / "bench" / "latency"
+
+#: The header carrying ``step:index:intended_us`` (the schedule, not the send).
+SCHEDULE_HEADER = "bench-schedule"
+#: The router variant's catch-all subscription: one delivery per message, the row that is timed.
+CATCH_ALL = ("#", "bench-latency-all")
+#: Step index of the warm-up (the rates are 1, 2, ...).
+WARMUP_STEP = 0
+#: Percentiles of the tables and the JSON (max is separate).
+PERCENTILES = (50.0, 99.0, 99.9)
+#: Latency histograms: 1 ms .. 1 hour, 3 significant digits.
+HISTOGRAM_MAX_MS = 3_600_000
+#: The bound of a sustained rate: p99 within this many trigger intervals (issue 10).
+BOUND_TRIGGERS = 3.0
+#: Issue 10's target: the router's sustained rate at least this share of the passthrough's.
+TARGET_RATIO = 0.7
+#: Seconds a producer may take to flush its last messages after its schedule ends.
+FLUSH_S = 60.0
+
+#: This bench's own broker (ports and data directory), unless --set says otherwise: another benchmark
+#: stopping the broker it started must not end this run.
+BENCH_KAFKA = {"client_port": "19292", "controller_port": "19293", "data_dir": "var/bench/latency-kafka"}
+
+VARIANT_LETTERS = {"a": PASSTHROUGH, "b": NATIVE}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    rates: tuple[int, ...]
+    step_seconds: float
+    warmup_seconds: float
+    trigger_seconds: float
+    drain_seconds: float
+    subscriptions: int
+    max_offsets: int
+    variants: tuple[str, ...]
+    seed: int
+    vocabulary: int
+    payload_bytes: int
+
+    @property
+    def bound_ms(self) -> float:
+        return BOUND_TRIGGERS * self.trigger_seconds * 1000
+
+    @property
+    def trigger_interval(self) -> str:
+        return f"{round(self.trigger_seconds * 1000)} milliseconds"
+
+    def steps(self) -> list[tuple[int, int, float]]:
+        """(step index, rate, seconds): the warm-up, then each rate."""
+        warmup = [(WARMUP_STEP, self.rates[0], self.warmup_seconds)] if self.warmup_seconds > 0 else []
+        return warmup + [(index, rate, self.step_seconds) for index, rate in enumerate(self.rates, start=1)]
+
+    def max_seconds(self) -> float:
+        """An upper bound of the run's time after start-up (producer start and flush, drains, analysis)."""
+        per_step = [seconds + self.drain_seconds + 30 for _, _, seconds in self.steps()]
+        return len(self.variants) * (sum(per_step) + 120)
+
+
+@dataclasses.dataclass
+class Step:
+    """One step of one variant: what the producer sent and what became visible, when."""
+
+    variant: str
+    index: int
+    rate: int
+    seconds: float
+    #: The producer's summary (:func:`produce_step`).
+    sent: int = 0
+    failed: int = 0
+    send_seconds: float = 0.0
+    lag_p99_ms: float = 0.0
+    lag_max_ms: float = 0.0
+    buffer_full_waits: int = 0
+    end_offsets: dict[int, int] = dataclasses.field(default_factory=dict)
+    #: Whether the query reached the step's end offsets within --drain-seconds, and how long after the last send.
+    caught_up: bool = False
+    drain_seconds: float = 0.0
+    #: From the Delta table (:func:`measure_latencies`).
+    rows: int = 0
+    distinct: int = 0
+    commits: int = 0
+    without_commit: int = 0
+    nonpositive: int = 0
+    histogram: HdrHistogram | None = None
+
+    @property
+    def warmup(self) -> bool:
+        return self.index == WARMUP_STEP
+
+    @property
+    def recorded(self) -> int:
+        return 0 if self.histogram is None else int(self.histogram.get_total_count())
+
+    @property
+    def invisible(self) -> int:
+        """Sent messages with no row when the query stopped."""
+        return max(0, self.sent - self.distinct)
+
+    def percentile(self, percentile: float) -> float | None:
+        if self.histogram is None or not self.recorded:
+            return None
+        return float(self.histogram.get_value_at_percentile(percentile))
+
+    def max_ms(self) -> float | None:
+        return None if self.histogram is None or not self.recorded else float(self.histogram.get_max_value())
+
+    def within_bound(self, bound_ms: float) -> bool:
+        p99 = self.percentile(99.0)
+        return self.caught_up and self.invisible == 0 and p99 is not None and p99 <= bound_ms
+
+
+@dataclasses.dataclass
+class VariantRun:
+    variant: str
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    #: Rates not run, and why (a lower rate saturated, or the run's time bound was reached).
+    skipped: dict[int, str] = dataclasses.field(default_factory=dict)
+    operations: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Milliseconds from ``commitInfo.timestamp`` to the history timestamp, over the commits that carried rows.
+    commit_gap_ms: tuple[float, float] = (0.0, 0.0)
+    #: (commits whose history timestamp is the commit file's modification time, to within 1 ms; commits checked).
+    mtime_matches: tuple[int, int] = (0, 0)
+
+    def rate_steps(self) -> list[Step]:
+        return [step for step in self.steps if not step.warmup]
+
+    def sustained(self, bound_ms: float) -> int | None:
+        rates = [step.rate for step in self.rate_steps() if step.within_bound(bound_ms)]
+        return max(rates, default=None)
+
+
+# --- the open-loop producer (its own process) ------------------------------------------------------------------
+
+
+def produce_step(
+    settings: Settings,
+    topic: str,
+    step: int,
+    rate: int,
+    seconds: float,
+    seed: int,
+    vocabulary: int,
+    payload_bytes: int,
+    out: Connection,
+) -> None:
+    """Send ``rate x seconds`` messages to ``topic`` on a fixed schedule; the summary goes to ``out``.
+
+    Message ``j`` is intended at ``t0 + j / rate``. Whenever the loop wakes it sends every message that is
+    due, each stamped with its own intended time, and never waits for an acknowledgement: late messages go
+    out at once, so no stall is hidden (open loop). A full local queue (``BufferError``) is waited out by
+    serving delivery reports; those waits only make later messages later, and that lateness is reported.
+    """
+    from confluent_kafka import Producer
+    from hdrh.histogram import HdrHistogram
+
+    from jobs.produce import placed, vocab_keys
+
+    keys = vocab_keys(random.Random(seed * 1_000_003 + step), vocabulary)
+    pool = [next(keys) for _ in range(min(100_000, max(1, round(rate * seconds))))]
+    producer = Producer({**settings.kafka_client_config(), "linger.ms": 5, "enable.idempotence": True})
+    producer.list_topics(topic, timeout=30)  # connected before the schedule starts
+    count = max(1, round(rate * seconds))
+    failures: list[str] = []
+    end_offsets: dict[int, int] = {}
+    lag = HdrHistogram(1, 3_600_000_000, 3)  # microseconds behind the schedule, per burst (its first message)
+    waits = 0
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+        else:
+            partition = int(message.partition())
+            end_offsets[partition] = max(end_offsets.get(partition, 0), int(message.offset()) + 1)
+
+    padding = b"x" * payload_bytes
+    t0 = time.monotonic()
+    epoch0_us = time.time_ns() // 1000
+    sent = 0
+    while sent < count:
+        now = time.monotonic()
+        due = min(count, int((now - t0) * rate) + 1)
+        if due <= sent:
+            time.sleep(max(0.0, t0 + sent / rate - now))
+            continue
+        lag.record_value(max(1, round((now - t0 - sent / rate) * 1e6)), due - sent)
+        for index in range(sent, due):
+            intended_us = epoch0_us + (index * 1_000_000) // rate
+            payload = (f"{index}:".encode() + padding)[:payload_bytes]
+            arguments = placed(settings, pool[index % len(pool)], payload)
+            headers = [*arguments.pop("headers", []), (SCHEDULE_HEADER, f"{step}:{index}:{intended_us}".encode())]
+            while True:
+                try:
+                    producer.produce(topic, **arguments, headers=headers, on_delivery=delivered)
+                    break
+                except BufferError:
+                    waits += 1
+                    producer.poll(0.01)
+        producer.poll(0)
+        sent = due
+    send_seconds = time.monotonic() - t0
+    remaining = producer.flush(FLUSH_S)
+    out.send(
+        {
+            "sent": count - len(failures) - remaining,
+            "failed": len(failures) + remaining,
+            "first_error": failures[0] if failures else None,
+            "send_seconds": send_seconds,
+            "lag_p99_ms": lag.get_value_at_percentile(99.0) / 1000,
+            "lag_max_ms": lag.get_max_value() / 1000,
+            "buffer_full_waits": waits,
+            "end_offsets": end_offsets,
+        }
+    )
+    out.close()
+
+
+def run_producer(settings: Settings, plan: Plan, topic: str, step: Step) -> None:
+    """One step's producer in a fresh process (spawned: no Spark, no GIL shared with the driver)."""
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(
+        target=produce_step,
+        args=(settings, topic, step.index, step.rate, step.seconds, plan.seed, plan.vocabulary, plan.payload_bytes),
+        kwargs={"out": send},
+        name=f"bench-latency-producer-{step.index}",
+    )
+    process.start()
+    send.close()
+    try:
+        if not receive.poll(step.seconds + FLUSH_S + 60):
+            raise RuntimeError(f"the producer of step {step.index} sent no summary in time")
+        summary = receive.recv()
+        process.join(30)
+    finally:
+        if process.is_alive():
+            process.terminate()
+            process.join(10)
+        receive.close()
+    if summary["failed"]:
+        raise RuntimeError(f"producer: {summary['failed']} messages not acknowledged ({summary['first_error']})")
+    step.sent = int(summary["sent"])
+    step.failed = int(summary["failed"])
+    step.send_seconds = float(summary["send_seconds"])
+    step.lag_p99_ms = float(summary["lag_p99_ms"])
+    step.lag_max_ms = float(summary["lag_max_ms"])
+    step.buffer_full_waits = int(summary["buffer_full_waits"])
+    step.end_offsets = {int(partition): int(offset) for partition, offset in summary["end_offsets"].items()}
+
+
+# --- the queries ---------------------------------------------------------------------------------------------------
+
+
+def bench_settings(args: argparse.Namespace, plan: Plan) -> Settings:
+    overrides: dict[str, dict[str, object]] = {
+        "kafka": dict(BENCH_KAFKA),
+        "router": {
+            "trigger": "processing_time",
+            "trigger_interval": plan.trigger_interval,
+            "max_offsets_per_trigger": str(plan.max_offsets),
+            "starting_offsets": "earliest",
+        },
+    }
+    for section, values in parse_overrides(args.settings_overrides).items():
+        overrides.setdefault(section, {}).update(values)
+    return load_settings(args.conf, overrides=overrides)
+
+
+def start_passthrough(spark: SparkSession, settings: Settings) -> StreamingQuery:
+    """(a): ``bench/stream.py``'s Kafka -> Delta copy, on the processing-time trigger."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    from routing.router.pipeline import idempotent_append, kafka_stream
+    from routing.router.tables import PARTITION_COLUMN
+
+    router = settings.router
+
+    def copy(batch: DataFrame, batch_id: int) -> None:
+        frame = batch.withColumn(PARTITION_COLUMN, F.to_date(F.col("timestamp")))
+        idempotent_append(frame, router.deliveries_path, router.app_id, batch_id)
+
+    return (
+        kafka_stream(spark, settings)
+        .writeStream.foreachBatch(copy)
+        .option("checkpointLocation", router.checkpoint_path)
+        .queryName(router.app_id)
+        .trigger(processingTime=router.trigger_interval)
+        .start()
+    )
+
+
+def committed_offsets(query: StreamingQuery, topic: str) -> dict[int, int]:
+    """End offsets of the query's last completed batch (its data is committed to Delta by then)."""
+    last = query.lastProgress
+    if last is None:
+        return {}
+    sources = last["sources"] if isinstance(last, dict) else last.sources
+    offsets: dict[int, int] = {}
+    for source in sources:
+        end = source["endOffset"] if isinstance(source, dict) else source.endOffset
+        parsed = json.loads(end) if isinstance(end, str) else end
+        if isinstance(parsed, dict) and isinstance(parsed.get(topic), dict):
+            offsets.update({int(partition): int(offset) for partition, offset in parsed[topic].items()})
+    return offsets
+
+
+def wait_caught_up(query: StreamingQuery, topic: str, end_offsets: dict[int, int], timeout_s: float) -> bool:
+    """Whether the query's committed offsets reach ``end_offsets`` within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        failure = query.exception()
+        if failure is not None or not query.isActive:
+            raise RuntimeError(f"query {query.name} stopped: {failure}")
+        committed = committed_offsets(query, topic)
+        if all(committed.get(partition, 0) >= offset for partition, offset in end_offsets.items()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+def run_variant(
+    spark: SparkSession, settings: Settings, plan: Plan, variant: str, topic: str, deadline: float
+) -> VariantRun:
+    """Start the variant's query, run its steps, stop it (always), then time every visible row."""
+    from routing.router.pipeline import Router
+
+    run = VariantRun(variant)
+    router: Router | None = None
+    query: StreamingQuery | None = None
+    try:
+        if variant == NATIVE:
+            router = Router(spark, settings)
+            query = router.start()
+        else:
+            query = start_passthrough(spark, settings)
+        for index, rate, seconds in plan.steps():
+            why = ""
+            if run.steps and not run.steps[-1].caught_up:
+                why = "not run: a lower rate saturated"
+            elif time.monotonic() > deadline:
+                why = "not run: the run's time bound was reached"
+            if why:
+                if index != WARMUP_STEP:
+                    run.skipped[rate] = why
+                    progress(f"{variant}: rate {rate:,} {why}")
+                continue
+            step = Step(variant, index, rate, seconds)
+            label = "warm-up" if step.warmup else f"step {index}/{len(plan.rates)}"
+            progress(f"{variant}: {label}, {rate:,} msg/s for {seconds:g} s")
+            run_producer(settings, plan, topic, step)
+            run.steps.append(step)
+            started = time.monotonic()
+            step.caught_up = wait_caught_up(query, topic, step.end_offsets, plan.drain_seconds)
+            step.drain_seconds = time.monotonic() - started
+            behind = step.send_seconds - seconds
+            progress(
+                f"{variant}: sent {step.sent:,} ({step.sent / step.send_seconds:,.0f} msg/s, last send "
+                f"{max(0.0, behind):.2f} s behind schedule, burst lag p99 {step.lag_p99_ms:,.1f} ms); "
+                + (
+                    f"caught up {step.drain_seconds:.1f} s after the last send"
+                    if step.caught_up
+                    else f"NOT caught up {plan.drain_seconds:g} s after the last send: saturated"
+                )
+            )
+    finally:
+        if query is not None:
+            with contextlib.suppress(Exception):
+                query.stop()
+        if router is not None:
+            with contextlib.suppress(Exception):
+                router.close(progress_wait_s=1.0)
+    progress(f"{variant}: timing the visible rows against the Delta log")
+    measure_latencies(spark, settings, run)
+    return run
+
+
+# --- latency from the Delta log ------------------------------------------------------------------------------------
+
+
+def commit_files(table: Path) -> tuple[dict[str, int], dict[int, int], dict[int, int]]:
+    """From the Delta log: data file name -> the version that added it, and per version the
+    ``commitInfo.timestamp`` and the commit file's modification time (both epoch ms)."""
+    added: dict[str, int] = {}
+    started: dict[int, int] = {}
+    modified: dict[int, int] = {}
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        if not commit.stem.isdigit():
+            continue
+        version = int(commit.stem)
+        modified[version] = commit.stat().st_mtime_ns // 1_000_000
+        for line in commit.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "add" in action:
+                name = urllib.parse.unquote(action["add"]["path"]).rsplit("/", 1)[-1]
+                if name in added:
+                    raise RuntimeError(f"{table}: data file {name} added by versions {added[name]} and {version}")
+                added[name] = version
+            elif "commitInfo" in action and "timestamp" in action["commitInfo"]:
+                started[version] = int(action["commitInfo"]["timestamp"])
+    return added, started, modified
+
+
+def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) -> None:
+    """Fill each step's histogram: latency = history timestamp of the row's commit - its intended time."""
+    from delta.tables import DeltaTable
+    from hdrh.histogram import HdrHistogram
+    from pyspark.sql import functions as F
+
+    path = settings.router.deliveries_path
+    if not run.steps or not DeltaTable.isDeltaTable(spark, path):
+        return
+    history = (
+        DeltaTable.forPath(spark, path)
+        .history()
+        .select("version", F.unix_millis("timestamp").alias("commit_ms"), "operation")
+    )
+    versions = {int(row["version"]): (int(row["commit_ms"]), str(row["operation"])) for row in history.collect()}
+    added, started, modified = commit_files(Path(path))
+    files = spark.createDataFrame(
+        [(name, version, versions[version][0]) for name, version in added.items() if version in versions],
+        "file_name STRING, version BIGINT, commit_ms BIGINT",
+    )
+    rows = spark.read.format("delta").load(path)
+    if run.variant == NATIVE:
+        rows = rows.where(F.col("subscriber_id") == CATCH_ALL[1])
+    header = F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(SCHEDULE_HEADER)), F.lit(1))
+    schedule = F.split(header["value"].cast("string"), ":")
+    timed = (
+        rows.select(
+            F.col("_metadata.file_name").alias("file_name"),
+            schedule.getItem(0).cast("int").alias("step"),
+            schedule.getItem(1).cast("long").alias("seq"),
+            schedule.getItem(2).cast("long").alias("intended_us"),
+        )
+        .join(F.broadcast(files), "file_name", "left")
+        .select(
+            "step",
+            "seq",
+            "version",
+            F.ceil((F.col("commit_ms") * 1000 - F.col("intended_us")) / 1000).cast("long").alias("latency_ms"),
+        )
+        .persist()
+    )
+    try:
+        per_step = {
+            int(row["step"]): row
+            for row in timed.groupBy("step")
+            .agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.count_distinct("seq").alias("distinct"),
+                F.count_distinct("version").alias("commits"),
+                F.count_if(F.col("version").isNull()).alias("without_commit"),
+                F.count_if(F.col("latency_ms") <= 0).alias("nonpositive"),
+            )
+            .collect()
+        }
+        counts = timed.where(F.col("latency_ms").isNotNull()).groupBy("step", "latency_ms").count().collect()
+        used = [
+            int(row["version"]) for row in timed.select("version").distinct().collect() if row["version"] is not None
+        ]
+    finally:
+        timed.unpersist()
+    for step in run.steps:
+        step.histogram = HdrHistogram(1, HISTOGRAM_MAX_MS, 3)
+        found = per_step.get(step.index)
+        if found is not None:
+            step.rows, step.distinct, step.commits = int(found["rows"]), int(found["distinct"]), int(found["commits"])
+            step.without_commit, step.nonpositive = int(found["without_commit"]), int(found["nonpositive"])
+    by_index = {step.index: step for step in run.steps}
+    for row in counts:
+        recorded = by_index.get(int(row["step"]))
+        if recorded is not None and recorded.histogram is not None:
+            value = min(max(1, int(row["latency_ms"])), HISTOGRAM_MAX_MS)
+            recorded.histogram.record_value(value, int(row["count"]))
+    for version in used:
+        operation = versions[version][1]
+        run.operations[operation] = run.operations.get(operation, 0) + 1
+    gaps = sorted(versions[version][0] - started[version] for version in used if version in started)
+    if gaps:
+        run.commit_gap_ms = (float(gaps[len(gaps) // 2]), float(gaps[-1]))
+    # Cross-check of the docstring's claim: the history timestamp is the commit file's modification time.
+    run.mtime_matches = (sum(abs(versions[v][0] - modified.get(v, -10)) <= 1 for v in used), len(used))
+
+
+# --- report --------------------------------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def sustained_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
+    bound = plan.bound_ms
+    rows = []
+    sustained: dict[str, int | None] = {}
+    for run in runs:
+        rate = run.sustained(bound)
+        sustained[run.variant] = rate
+        rows.append([run.variant, "none of the rates" if rate is None else f"{rate:,}"])
+    lines = [
+        f"## Highest sustained rate (p99 <= {BOUND_TRIGGERS:g} x trigger = {bound:,.0f} ms, every message visible)",
+        "",
+        markdown_table(["variant", "msg/s"], rows),
+        "",
+    ]
+    router, passthrough = sustained.get(NATIVE), sustained.get(PASSTHROUGH)
+    if router and passthrough:
+        ratio = router / passthrough
+        verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
+        lines.append(
+            f"Router / passthrough: **{ratio:.2f}x** (target >= {TARGET_RATIO:g}x: {verdict}; the rate grid bounds "
+            "the ratio's resolution)."
+        )
+    elif NATIVE in sustained and PASSTHROUGH in sustained:
+        lines.append("Router / passthrough: n/a (a variant sustained none of the rates; try lower --rates).")
+    else:
+        lines.append("Router / passthrough: n/a (this run measured one variant).")
+    return [*lines, ""]
+
+
+def report(plan: Plan, runs: Sequence[VariantRun], argv: Sequence[str], load: tuple[tuple[float, ...], ...]) -> str:
+    before, after = load
+    lines = [
+        "# Sustained-rate latency (open-loop Kafka producer -> Delta commit)",
+        "",
+        f"`python bench/latency.py {' '.join(argv)}`".replace(" `", "`"),
+        "",
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; Python {platform.python_version()} on "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Spark local mode, producer, broker and Spark on the same "
+        f"host. Load average {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} at the start, "
+        f"{after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (other jobs on the machine disturb every figure). "
+        f"Processing-time trigger {plan.trigger_seconds:g} s; steps of {plan.step_seconds:g} s after a "
+        f"{plan.warmup_seconds:g} s warm-up at {plan.rates[0]:,} msg/s; the router over {plan.subscriptions:,} "
+        f"subscriptions plus the catch-all `#`; maxOffsetsPerTrigger {plan.max_offsets:,}; seed {plan.seed}.",
+        "",
+        "Latency of a message = timestamp of the Delta commit that made its row visible (`DESCRIBE HISTORY`) - "
+        "its *intended* send time from the producer's fixed schedule (open loop: no coordinated omission). "
+        "HDR histograms, ms.",
+        "",
+        "## Latency by rate (ms)",
+        "",
+    ]
+    header = ["variant", "msg/s", "sent", *[f"p{p:g}" for p in PERCENTILES], "max", "commits", "within bound"]
+    header += ["producer behind, p99 / max ms", "caught up after s"]
+    rows = []
+    for run in runs:
+        for step in run.rate_steps():
+            rows.append(
+                [
+                    run.variant,
+                    f"{step.rate:,}",
+                    f"{step.sent:,}",
+                    *[_ms(step.percentile(p)) for p in PERCENTILES],
+                    _ms(step.max_ms()),
+                    f"{step.commits:,}",
+                    "yes" if step.within_bound(plan.bound_ms) else "no",
+                    f"{step.lag_p99_ms:,.1f} / {step.lag_max_ms:,.1f}",
+                    f"{step.drain_seconds:.1f}" if step.caught_up else f"no (> {plan.drain_seconds:g})",
+                ]
+            )
+        for rate, why in run.skipped.items():
+            rows.append([run.variant, f"{rate:,}", why, *["-"] * (len(header) - 3)])
+    lines += [markdown_table(header, rows), ""]
+    lines += sustained_lines(plan, runs)
+    lines += [
+        "## Accounting (every sent message in a histogram?)",
+        "",
+        "sent = acknowledged by the broker; rows = rows timed (for (b) the catch-all deliveries); distinct = "
+        "distinct messages among them; not visible = sent with no row when the query stopped; the warm-up is "
+        "included here and left out of the tables above.",
+        "",
+    ]
+    header = ["variant", "step", "sent", "rows", "distinct", "in histogram", "not visible", "no commit", "<= 0 ms"]
+    header += ["all accounted"]
+    rows = []
+    for run in runs:
+        for step in run.steps:
+            accounted = step.sent == step.rows == step.distinct == step.recorded and not step.without_commit
+            rows.append(
+                [
+                    run.variant,
+                    "warm-up" if step.warmup else f"{step.rate:,} msg/s",
+                    f"{step.sent:,}",
+                    f"{step.rows:,}",
+                    f"{step.distinct:,}",
+                    f"{step.recorded:,}",
+                    f"{step.invisible:,}",
+                    f"{step.without_commit:,}",
+                    f"{step.nonpositive:,}",
+                    "yes" if accounted else "NO",
+                ]
+            )
+    lines += [markdown_table(header, rows), ""]
+    lines += ["## Notes", ""]
+    for run in runs:
+        operations = ", ".join(f"{name} x{count}" for name, count in sorted(run.operations.items())) or "none"
+        warmup = next((step for step in run.steps if step.warmup), None)
+        lines.append(
+            f"- {run.variant}: commits that carried rows: {operations}. `commitInfo.timestamp` (taken when a "
+            f"commit starts) precedes the history timestamp by {run.commit_gap_ms[0]:,.0f} ms at the median, "
+            f"{run.commit_gap_ms[1]:,.0f} ms at most. The history timestamp is the commit file's modification "
+            f"time (within 1 ms) for {run.mtime_matches[0]} of {run.mtime_matches[1]} commits."
+            + (
+                f" Warm-up: p99 {_ms(warmup.percentile(99.0))} ms, max {_ms(warmup.max_ms())} ms."
+                if warmup is not None
+                else ""
+            )
+        )
+    lines += [
+        "- Producer behind = how late a burst's first message went out relative to its intended time (the "
+        "producer sends every due message at once); its lateness is inside the latencies, not hidden.",
+        "- A step that did not catch up within --drain-seconds is saturated: the variant's higher rates are not "
+        "run, and its rows still missing when the query stopped are counted as not visible.",
+        "",
+        "Chart: `latency.png` (p50 and p99 against rate, one line per variant).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def chart(plan: Plan, runs: Sequence[VariantRun], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for number, run in enumerate(runs):
+        steps = [step for step in run.rate_steps() if step.recorded]
+        color = colors[number % len(colors)]
+        rates = [step.rate for step in steps]
+        for percentile, style in ((50.0, "--"), (99.0, "-")):
+            values = [step.percentile(percentile) or math.nan for step in steps]
+            ax.plot(rates, values, style, marker="o", color=color, label=f"{run.variant}, p{percentile:g}")
+        for step in steps:
+            if not step.within_bound(plan.bound_ms):
+                ax.plot([step.rate], [step.percentile(99.0) or math.nan], "x", color="black", markersize=9)
+    ax.axhline(plan.bound_ms, color="grey", linewidth=1, linestyle=":")
+    ax.annotate(f"{BOUND_TRIGGERS:g} x trigger", (0.01, plan.bound_ms), xycoords=("axes fraction", "data"), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(list(plan.rates), [f"{rate:,}" for rate in plan.rates])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}" if str(value)[0] in "25" else ""))
+    ax.set_xlabel("offered rate, messages / s (open loop)")
+    ax.set_ylabel("latency to the visible Delta commit, ms (log)")
+    ax.set_title(f"Latency against rate, {plan.trigger_seconds:g} s trigger (x: over the bound or saturated)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def as_json(plan: Plan, runs: Sequence[VariantRun]) -> dict[str, Any]:
+    def step_json(step: Step) -> dict[str, Any]:
+        encoded = step.histogram.encode() if step.histogram is not None and step.recorded else b""
+        return {
+            "step": step.index,
+            "warmup": step.warmup,
+            "rate": step.rate,
+            "seconds": step.seconds,
+            "sent": step.sent,
+            "rows": step.rows,
+            "distinct": step.distinct,
+            "recorded": step.recorded,
+            "not_visible": step.invisible,
+            "without_commit": step.without_commit,
+            "nonpositive": step.nonpositive,
+            "commits": step.commits,
+            "caught_up": step.caught_up,
+            "drain_seconds": round(step.drain_seconds, 3),
+            "send_seconds": round(step.send_seconds, 3),
+            "lag_p99_ms": step.lag_p99_ms,
+            "lag_max_ms": step.lag_max_ms,
+            "percentiles_ms": {f"p{p:g}": step.percentile(p) for p in (*PERCENTILES, 99.99)},
+            "max_ms": step.max_ms(),
+            "within_bound": step.within_bound(plan.bound_ms),
+            # HdrHistogram's compressed encoding (base64 text), for re-analysis.
+            "histogram": encoded.decode() if isinstance(encoded, bytes) else str(encoded),
+        }
+
+    return {
+        "plan": {**dataclasses.asdict(plan), "bound_ms": plan.bound_ms},
+        "variants": {
+            run.variant: {
+                "sustained_rate": run.sustained(plan.bound_ms),
+                "skipped_rates": {str(rate): why for rate, why in run.skipped.items()},
+                "operations": run.operations,
+                "history_is_mtime": list(run.mtime_matches),
+                "commit_gap_ms": list(run.commit_gap_ms),
+                "steps": [step_json(step) for step in run.steps],
+            }
+            for run in runs
+        },
+    }
+
+
+# --- main ----------------------------------------------------------------------------------------------------------
+
+
+def _positive_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive rates, got {text!r}")
+    return tuple(sorted(set(values)))
+
+
+def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="python bench/latency.py",
+        description="End-to-end latency (intended send time -> visible Delta commit) of the router and the "
+        "passthrough copy at fixed offered rates, from an open-loop producer on a real broker; HDR histograms. "
+        "Tables on stdout and in bench/results/latency.md, chart in bench/results/latency.png.",
+    )
+    add_settings_arguments(parser)
+    parser.add_argument(
+        "--rates",
+        type=_positive_list,
+        default=(2_000, 5_000, 10_000, 20_000),
+        help="offered rates in msg/s, comma-separated, run in increasing order (default 2000,5000,10000,20000)",
+    )
+    parser.add_argument("--step-seconds", type=float, default=60.0, help="length of each rate's step (default 60)")
+    parser.add_argument(
+        "--warmup-seconds", type=float, default=30.0, help="warm-up at the lowest rate before the steps (default 30)"
+    )
+    parser.add_argument(
+        "--trigger-seconds", type=float, default=1.0, help="processing-time trigger interval of both (default 1)"
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        help="how long after a step's last send the query may take to catch up before the step counts as "
+        "saturated (default max(30, 10 x trigger))",
+    )
+    parser.add_argument(
+        "--subscriptions", type=int, default=10_000, help="random subscriptions of the router (default 10000)"
+    )
+    parser.add_argument("--max-offsets", type=int, default=1_000_000, help="maxOffsetsPerTrigger (default 1000000)")
+    parser.add_argument("--variants", default="ab", help="a = passthrough, b = native router (default ab)")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the keys and subscriptions (default 7)")
+    parser.add_argument("--vocabulary", type=int, default=300, help="words of the vocab key distribution (default 300)")
+    parser.add_argument("--payload-bytes", type=int, default=64, help="payload size (default 64)")
+    parser.add_argument("--work-dir", type=Path, default=WORK_DIR, help=f"checkpoints and tables (default {WORK_DIR})")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where latency.md and latency.png go")
+    parser.add_argument("--json", type=Path, help="also write every figure and the encoded histograms here")
+    parser.add_argument("--no-write", action="store_true", help="print the tables only; write no report files")
+    parser.add_argument("--keep-broker", action="store_true", help="leave a broker this run started running")
+    args = parser.parse_args(argv)
+    letters = "".join(dict.fromkeys(args.variants.lower()))
+    if not letters or set(letters) - set(VARIANT_LETTERS):
+        parser.error("--variants takes letters among a (passthrough) and b (router)")
+    if min(args.step_seconds, args.trigger_seconds) <= 0 or args.warmup_seconds < 0:
+        parser.error("--step-seconds and --trigger-seconds must be positive, --warmup-seconds not negative")
+    if min(args.subscriptions + 1, args.max_offsets, args.payload_bytes + 1, args.vocabulary) < 1:
+        parser.error("--subscriptions and --payload-bytes must not be negative, --max-offsets positive")
+    plan = Plan(
+        rates=args.rates,
+        step_seconds=args.step_seconds,
+        warmup_seconds=args.warmup_seconds,
+        trigger_seconds=args.trigger_seconds,
+        drain_seconds=args.drain_seconds if args.drain_seconds is not None else max(30.0, 10 * args.trigger_seconds),
+        subscriptions=args.subscriptions,
+        max_offsets=args.max_offsets,
+        variants=tuple(VARIANT_LETTERS[letter] for letter in sorted(letters)),
+        seed=args.seed,
+        vocabulary=args.vocabulary,
+        payload_bytes=args.payload_bytes,
+    )
+    return plan, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    plan, args = parse_args(argv)
+    from jobs import local_kafka
+    from routing.spark import get_spark
+
+    load_before = os.getloadavg()
+    settings = bench_settings(args, plan)
+    run_id = time.strftime("%Y%m%d%H%M%S")
+    topics = {variant: f"bench.latency.{run_id}.{variant[1]}" for variant in plan.variants}
+    work: Path = args.work_dir.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    # Python workers (the router's UDF) must run this interpreter and import this checkout.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    bound_s = plan.max_seconds()
+    progress(f"plan: {len(plan.steps())} steps per variant, at most ~{bound_s / 60:,.0f} min after start-up")
+    progress(f"broker at {settings.kafka.bootstrap_servers}")
+    broker = local_kafka.ensure_running(settings)
+    # A broker this run started dies with it, even if the run is killed (unless --keep-broker).
+    keep = args.keep_broker
+    watchdog = local_kafka.stop_with_this_process(broker, settings) if broker.started and not keep else None
+    runs: list[VariantRun] = []
+    spark: SparkSession | None = None
+    try:
+        create_topics(settings, list(topics.values()))
+        spark = get_spark(settings, app_name="bench-latency")
+        deadline = time.monotonic() + bound_s
+        table = work / "subscriptions"
+        pairs = subscription_pairs(
+            random.Random(plan.seed * 1_000_003 + plan.subscriptions), plan.subscriptions, plan.vocabulary
+        )
+        write_subscriptions(spark, table, [*pairs, CATCH_ALL])
+        for variant in plan.variants:
+            name = "passthrough" if variant == PASSTHROUGH else "router"
+            variant_conf = variant_settings(settings, work, name, topic=topics[variant], table=table)
+            variant_conf = variant_conf.replace(
+                router=dataclasses.replace(variant_conf.router, app_id=f"bench-latency-{name}")
+            )
+            runs.append(run_variant(spark, variant_conf, plan, variant, topics[variant], deadline))
+    finally:
+        if spark is not None:
+            for query in spark.streams.active:
+                with contextlib.suppress(Exception):
+                    query.stop()
+        with contextlib.suppress(Exception):
+            delete_topics(settings, list(topics.values()))
+        if spark is not None:
+            spark.stop()
+        if broker.started and not keep:
+            local_kafka.stop(settings)
+            progress("broker stopped")
+        if watchdog is not None:
+            watchdog.close()
+    text = report(plan, runs, argv, (load_before, os.getloadavg()))
+    print(text)
+    if not args.no_write:
+        args.results_dir.mkdir(parents=True, exist_ok=True)
+        (args.results_dir / "latency.md").write_text(text, encoding="utf-8")
+        chart(plan, runs, args.results_dir / "latency.png")
+        progress(f"wrote {args.results_dir / 'latency.md'} and latency.png")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(as_json(plan, runs), indent=1), encoding="utf-8")
+    accounted = all(
+        step.sent == step.recorded and not step.without_commit for run in runs for step in run.steps if step.caught_up
+    )
+    return 0 if accounted else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

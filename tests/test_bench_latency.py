@@ -1,0 +1,110 @@
+"""Smoke tests: ``bench/latency.py`` documents its flags, and runs end to end at tiny rates.
+
+The end-to-end run starts its own broker (free ports, data under the test's tmp dir), runs both
+variants (passthrough and router) with a warm-up and two small rates, and checks the structure of
+its report and JSON and that every message sent is accounted for in a histogram: sent = rows =
+distinct messages = histogram count, every row found in a Delta commit. No timing is asserted (the
+machine is shared; the figures belong to the benchmark's own output); the generous drain bound only
+keeps a loaded machine from turning a tiny step into a "saturated" one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.cluster import free_ports
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "latency.py"
+RATES = (20, 40)
+STEP_SECONDS = 3
+WARMUP_SECONDS = 2
+VARIANTS = ("(a) passthrough", "(b) native router")
+
+
+def section(report: str, title: str) -> list[list[str]]:
+    """The rows (cells) of the first table under the heading starting with ``## title``."""
+    assert f"## {title}" in report, f"no section {title!r}"
+    body = report.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in body.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[1:]]  # header dropped
+
+
+@pytest.mark.timeout(60)
+def test_help_lists_the_flags() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--help"], capture_output=True, text=True, check=False, timeout=50
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for flag in ("--rates", "--step-seconds", "--warmup-seconds", "--trigger-seconds", "--drain-seconds", "--set"):
+        assert flag in done.stdout, f"{flag} missing from --help"
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_tiny_run_accounts_for_every_message(tmp_path: Path) -> None:
+    client_port, controller_port = free_ports(2)
+    results, figures = tmp_path / "results", tmp_path / "latency.json"
+    overrides = {
+        "kafka.client_port": client_port,
+        "kafka.controller_port": controller_port,
+        "kafka.bootstrap_servers": f"127.0.0.1:{client_port}",
+        "kafka.data_dir": tmp_path / "kafka",
+        "kafka.num_partitions": 2,
+        "spark.local_dir": tmp_path / "spark-local",
+        "spark.warehouse_dir": tmp_path / "spark-warehouse",
+        "spark.ivy_dir": tmp_path / "ivy",
+    }
+    command = [sys.executable, str(BENCH), "--rates", ",".join(map(str, RATES))]
+    command += ["--step-seconds", str(STEP_SECONDS), "--warmup-seconds", str(WARMUP_SECONDS)]
+    command += ["--trigger-seconds", "1", "--drain-seconds", "300", "--subscriptions", "50"]
+    command += ["--work-dir", str(tmp_path / "work"), "--results-dir", str(results), "--json", str(figures)]
+    for name, value in overrides.items():
+        command += ["--set", f"{name}={value}"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=880)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    report = (results / "latency.md").read_text()
+    assert done.stdout.strip() == report.strip()  # the same markdown on stdout
+    assert (results / "latency.png").stat().st_size > 0
+    assert "Load average" in report
+
+    by_rate = section(report, "Latency by rate (ms)")
+    assert [(row[0], row[1]) for row in by_rate] == [(v, f"{rate:,}") for v in VARIANTS for rate in RATES]
+    for row in by_rate:
+        assert row[2] == f"{int(row[1].replace(',', '')) * STEP_SECONDS:,}", row  # sent
+        assert all(cell.replace(",", "").isdigit() for cell in row[3:7]), row  # p50, p99, p99.9, max
+    sustained = section(report, "Highest sustained rate")
+    assert [row[0] for row in sustained] == list(VARIANTS)
+    assert "Router / passthrough:" in report
+
+    accounting = section(report, "Accounting")
+    assert len(accounting) == len(VARIANTS) * (1 + len(RATES))
+    assert all(row[-1] == "yes" for row in accounting), accounting
+
+    data = json.loads(figures.read_text())
+    assert set(data["variants"]) == set(VARIANTS)
+    for variant, run in data["variants"].items():
+        steps = run["steps"]
+        assert [(step["step"], step["rate"]) for step in steps] == [(0, RATES[0]), *enumerate(RATES, start=1)]
+        assert run["skipped_rates"] == {}
+        for step in steps:
+            seconds = WARMUP_SECONDS if step["warmup"] else STEP_SECONDS
+            expected = step["rate"] * seconds
+            where = f"{variant}, step {step['step']}"
+            assert step["caught_up"], where
+            # Every sent message is in the histogram, exactly once, and every row's commit was found.
+            assert step["sent"] == step["rows"] == step["distinct"] == step["recorded"] == expected, where
+            assert step["not_visible"] == step["without_commit"] == step["nonpositive"] == 0, where
+            assert step["commits"] >= 1, where
+            values = [step["percentiles_ms"][f"p{p}"] for p in ("50", "99", "99.9")] + [step["max_ms"]]
+            assert values == sorted(values) and values[0] >= 1, where
+            assert step["histogram"], where
+        assert run["operations"] and set(run["operations"]) <= {"WRITE"}
+        # Steps never share a commit (each step starts once the previous one is committed).
+        assert run["history_is_mtime"][1] == sum(step["commits"] for step in steps)
