@@ -8,6 +8,7 @@ router's) live in the benchmark's own output. No timing is asserted.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -23,5 +24,30 @@ def test_help_lists_the_flags() -> None:
         [sys.executable, str(BENCH), "--help"], capture_output=True, text=True, check=False, timeout=50
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    for flag in ("--quick", "--seed", "--messages", "--rlike-messages", "--sizes", "--max-offsets", "--set"):
+    flags = ("--quick", "--seed", "--messages", "--rlike-messages", "--sizes", "--max-offsets", "--variants", "--set")
+    for flag in flags:
         assert flag in done.stdout, f"{flag} missing from --help"
+
+
+def test_idle_tenants_never_match_the_traffic_and_keep_the_active_fanout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 1M table's idle tenants weigh on the matcher but add no deliveries (regex oracle on vocab keys)."""
+    import random
+    import re
+
+    from jobs.produce import vocab_keys
+    from routing.reference import reference_matches
+
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import stream
+
+    active = 300
+    pairs = stream.subscription_pairs(random.Random(7), 3_000, 300, active)
+    assert len(pairs) == 3_000 and len({subscriber for _, subscriber in pairs}) == 3_000
+    keys = [key.decode() for key in itertools.islice(vocab_keys(random.Random(8), 300), 2_000) if key]
+    idle = [pattern for pattern, _ in pairs[active:]]
+    # Every idle pattern carries its tenant word and keeps the shape mix ('*' and '#' among them).
+    assert all(re.search(r"(^|\.)t\d+(\.|$)", pattern) for pattern in idle)
+    assert any("#" in pattern for pattern in idle) and any("*" in pattern.split(".") for pattern in idle)
+    assert not [(pattern, key) for pattern in idle for key in keys if reference_matches(pattern, key)]
+    # The active share matches real traffic, so a run still delivers.
+    assert any(reference_matches(pattern, key) for pattern, _ in pairs[:active] for key in keys)
