@@ -103,8 +103,9 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# --durations: every run's log names the slowest tests (the suite must stay under 20 minutes).
 test: install native lint native-test fuzz-smoke
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"
