@@ -41,9 +41,9 @@ def test_idle_tenants_never_match_the_traffic_and_keep_the_active_fanout(monkeyp
     import stream
 
     active = 300
-    pairs = stream.subscription_pairs(random.Random(7), 3_000, 300, active)
-    assert len(pairs) == 3_000 and len({subscriber for _, subscriber in pairs}) == 3_000
-    keys = [key.decode() for key in itertools.islice(vocab_keys(random.Random(8), 300), 2_000) if key]
+    pairs = stream.subscription_pairs(random.Random(7), 1_500, 300, active)
+    assert len(pairs) == 1_500 and len({subscriber for _, subscriber in pairs}) == 1_500
+    keys = [key.decode() for key in itertools.islice(vocab_keys(random.Random(8), 300), 1_000) if key]
     idle = [pattern for pattern, _ in pairs[active:]]
     # Every idle pattern carries its tenant word and keeps the shape mix ('*' and '#' among them).
     assert all(re.search(r"(^|\.)t\d+(\.|$)", pattern) for pattern in idle)
