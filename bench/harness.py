@@ -122,6 +122,35 @@ def contenders() -> tuple[list[Contender], list[str]]:
 # --- timing ---------------------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class Timed:
+    wall_s: float
+    cpu_s: float
+
+
+def timed(operation: Callable[[], object], cpu_clock: Callable[[], float] = time.thread_time) -> tuple[Timed, object]:
+    """Run once with GC off: wall clock and ``cpu_clock`` (this thread's CPU by default; pass
+    ``time.process_time`` to count native worker threads too), and the operation's result."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        cpu, wall = cpu_clock(), time.perf_counter()
+        result = operation()
+        return Timed(time.perf_counter() - wall, cpu_clock() - cpu), result
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def best_of(
+    repeats: int, operation: Callable[[], object], cpu_clock: Callable[[], float] = time.thread_time
+) -> tuple[Timed, object]:
+    """Per-field minimum over ``repeats`` runs (the least disturbed), and the last run's result."""
+    runs = [timed(operation, cpu_clock) for _ in range(max(1, repeats))]
+    best = Timed(min(t.wall_s for t, _ in runs), min(t.cpu_s for t, _ in runs))
+    return best, runs[-1][1]
+
+
 def ns_per_op(operation: Callable[[], object], *, min_seconds: float, repeats: int = 3) -> float:
     """Median ns per call of ``operation`` over ``repeats`` loops of at least ``min_seconds`` each."""
     # Calibrate: double the loop count until one loop lasts a tenth of the target.

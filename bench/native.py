@@ -51,6 +51,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa
+from harness import Timed, best_of, timed
 from workloads import realistic_hit, realistic_pattern, vocabulary
 
 from routing.matchers import CSTrieMatcher, FrozenMatcher, TrieMatcher
@@ -87,35 +88,10 @@ def realistic_keys(rng: random.Random, vocab: Sequence[str], patterns: Sequence[
 # --- timing ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Timed:
-    wall_s: float
-    cpu_s: float
-
-
-def timed(operation: Callable[[], object]) -> tuple[Timed, object]:
-    """Run once with GC off; wall and this thread's CPU time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        cpu, wall = time.thread_time(), time.perf_counter()
-        result = operation()
-        return Timed(time.perf_counter() - wall, time.thread_time() - cpu), result
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def best_of(repeats: int, operation: Callable[[], object]) -> Timed:
-    """Per-field minimum over ``repeats`` runs (the least disturbed run)."""
-    runs = [timed(operation)[0] for _ in range(repeats)]
-    return Timed(min(r.wall_s for r in runs), min(r.cpu_s for r in runs))
-
-
 def native_lookup_ns(frozen: FrozenMatcher, keys: list[str], rounds: int) -> Timed:
     """ns per lookup inside Rust (the private benchmark hook), best of three."""
     native: Any = frozen._frozen
-    run = best_of(3, lambda: native._lookup_many(keys, rounds))
+    run = best_of(3, lambda: native._lookup_many(keys, rounds))[0]
     scale = 1e9 / (len(keys) * rounds)
     return Timed(run.wall_s * scale, run.cpu_s * scale)
 
@@ -125,7 +101,7 @@ def python_lookup_ns(lookup: Callable[[str], object], keys: Sequence[str]) -> Ti
         for key in keys:
             lookup(key)
 
-    run = best_of(3, loop)
+    run = best_of(3, loop)[0]
     scale = 1e9 / len(keys)
     return Timed(run.wall_s * scale, run.cpu_s * scale)
 
@@ -240,7 +216,7 @@ def bench_batch(rng: random.Random, results: Results, quick: bool) -> None:
             cs.subscribe(pattern, subscriber)
         frozen = cs.freeze()
         array = pa.array(keys, type=pa.string())
-        run = best_of(3, lambda: frozen.match_batch(array))  # noqa: B023 - called before the loop moves on
+        run = best_of(3, lambda: frozen.match_batch(array))[0]  # noqa: B023 - called before the loop moves on
         trie_run = python_lookup_ns(trie.lookup, keys[:trie_sample])
         cpu_rate = rows_count / run.cpu_s
         wall_rate = rows_count / run.wall_s
@@ -288,7 +264,7 @@ def scale_run(rng: random.Random, vocab: Sequence[str], count: int) -> dict[str,
             cs.subscribe(pattern, f"sub-{i}")
 
     subscribe = timed(subscribe_all)[0]
-    snapshot_time = best_of(5, cs.snapshot)
+    snapshot_time = best_of(5, cs.snapshot)[0]
     freeze_time, frozen_any = timed(cs.freeze)
     frozen: FrozenMatcher = frozen_any  # type: ignore[assignment]
     to_bytes_time, data_any = timed(frozen.to_bytes)

@@ -74,7 +74,9 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
 
 import driver_refresh
 import pyarrow as pa
-from harness import fmt_bytes, fmt_rate, markdown_table
+from harness import Timed, fmt_bytes, fmt_rate, markdown_table
+from harness import best_of as harness_best_of
+from harness import timed as harness_timed
 from workloads import realistic_pattern, vocabulary
 
 from routing.matchers import CSTrieMatcher, FrozenMatcher, TrieMatcher
@@ -137,30 +139,14 @@ def matching_key(pattern: str) -> str:
 # --- timing ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Timed:
-    wall_s: float
-    cpu_s: float
-
-
 def timed(operation: Callable[[], object]) -> tuple[Timed, object]:
-    """Run once with GC off: wall clock and process CPU time (every thread, so native workers count too)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        cpu, wall = time.process_time(), time.perf_counter()
-        result = operation()
-        return Timed(time.perf_counter() - wall, time.process_time() - cpu), result
-    finally:
-        if was_enabled:
-            gc.enable()
+    """:func:`harness.timed` on process CPU time (every thread, so native workers count too)."""
+    return harness_timed(operation, time.process_time)
 
 
 def best_of(repeats: int, operation: Callable[[], object]) -> tuple[Timed, object]:
-    """Per-field minimum over ``repeats`` runs (the least disturbed), and the last run's result."""
-    runs = [timed(operation) for _ in range(max(1, repeats))]
-    best = Timed(min(t.wall_s for t, _ in runs), min(t.cpu_s for t, _ in runs))
-    return best, runs[-1][1]
+    """:func:`harness.best_of` on process CPU time."""
+    return harness_best_of(repeats, operation, time.process_time)
 
 
 @dataclass
