@@ -164,6 +164,17 @@ impl<'a> Pairs<'a> {
     }
 }
 
+/// `Some((reason, "<what> (limit <name>=<limit>, got <got>)"))` when `got` is over `limit`.
+fn over_limit(
+    got: usize,
+    limit: usize,
+    reason: &'static str,
+    what: &str,
+    name: &str,
+) -> Option<(&'static str, String)> {
+    (got > limit).then(|| (reason, format!("{what} (limit {name}={limit}, got {got})")))
+}
+
 /// Why one row is bad, or `None` when it is good.
 fn check_row(
     pattern: Option<&str>,
@@ -174,36 +185,37 @@ fn check_row(
         return Some((reason::NULL_PATTERN, "pattern is null".to_string()));
     };
     if let Some(limits) = limits {
-        if pattern.len() > limits.max_pattern_bytes {
-            return Some((
-                reason::PATTERN_TOO_LONG,
-                format!(
-                    "pattern is too long (limit max_pattern_bytes={}, got {})",
-                    limits.max_pattern_bytes,
-                    pattern.len()
-                ),
-            ));
+        let too_long = over_limit(
+            pattern.len(),
+            limits.max_pattern_bytes,
+            reason::PATTERN_TOO_LONG,
+            "pattern is too long",
+            "max_pattern_bytes",
+        );
+        if too_long.is_some() {
+            return too_long; // before splitting: a hostile pattern is not split at all
         }
         let words = split_words(pattern);
-        if words.len() > limits.max_pattern_words {
-            return Some((
-                reason::PATTERN_TOO_MANY_WORDS,
-                format!(
-                    "pattern has too many words (limit max_pattern_words={}, got {})",
-                    limits.max_pattern_words,
-                    words.len()
-                ),
-            ));
+        let too_many = over_limit(
+            words.len(),
+            limits.max_pattern_words,
+            reason::PATTERN_TOO_MANY_WORDS,
+            "pattern has too many words",
+            "max_pattern_words",
+        );
+        if too_many.is_some() {
+            return too_many;
         }
         let hashes = words.iter().filter(|&&word| word == HASH).count();
-        if hashes > limits.max_hash_words {
-            return Some((
-                reason::TOO_MANY_HASH_WORDS,
-                format!(
-                    "pattern has too many '#' words (limit max_hash_words={}, got {hashes})",
-                    limits.max_hash_words
-                ),
-            ));
+        let too_many_hashes = over_limit(
+            hashes,
+            limits.max_hash_words,
+            reason::TOO_MANY_HASH_WORDS,
+            "pattern has too many '#' words",
+            "max_hash_words",
+        );
+        if too_many_hashes.is_some() {
+            return too_many_hashes;
         }
     }
     let Some(subscriber) = subscriber else {
@@ -215,19 +227,15 @@ fn check_row(
             "subscriber id must not be empty".to_string(),
         ));
     }
-    if let Some(limits) = limits {
-        if subscriber.len() > limits.max_subscriber_bytes {
-            return Some((
-                reason::INVALID_SUBSCRIBER,
-                format!(
-                    "subscriber id is too long (limit max_subscriber_bytes={}, got {})",
-                    limits.max_subscriber_bytes,
-                    subscriber.len()
-                ),
-            ));
-        }
-    }
-    None
+    limits.and_then(|limits| {
+        over_limit(
+            subscriber.len(),
+            limits.max_subscriber_bytes,
+            reason::INVALID_SUBSCRIBER,
+            "subscriber id is too long",
+            "max_subscriber_bytes",
+        )
+    })
 }
 
 /// Pass 1: check the column types and lengths and every row; apply nothing.
