@@ -120,14 +120,13 @@ from harness import markdown_table
 from stream import (
     NATIVE,
     PASSTHROUGH,
-    create_topics,
-    delete_topics,
     progress,
     subscription_pairs,
     variant_settings,
     write_subscriptions,
 )
 
+from jobs.demo import create_topics, delete_topics
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 
 if TYPE_CHECKING:

@@ -37,9 +37,9 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
 (b) **native router**: the real :class:`routing.router.pipeline.Router`;
 (c) **python trie**: the same ``Router`` with only the matcher swapped for
     :class:`routing.matchers.TrieMatcher`, called per key in Python inside the
-    same ``mapInArrow`` (same classification, fan-out expansion, ledger and
-    writes). The swap replaces ``pipeline.make_router`` for the duration of the
-    run (bench-only; nothing in ``routing`` knows about it). Like the native
+    same scalar Arrow UDF (same classification, fan-out expansion, ledger and
+    writes): the bench passes its own UDF factory as ``Router(make_route=...)``
+    (:func:`python_trie_router`; nothing in ``routing`` knows about it). Like the native
     matcher (deserialized once per Python worker per snapshot), each Python
     worker builds its trie once per size from a broadcast list of pairs and
     caches it (:data:`TRIE_CACHE`); the builds happen in the warm-up, so the
@@ -114,6 +114,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing`, `jobs`, `udfs` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from jobs.demo import create_topics, delete_topics
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 from routing.topic import HASH, STAR, split_words
 
@@ -124,7 +125,7 @@ if TYPE_CHECKING:
     from pyspark.accumulators import Accumulator
     from pyspark.sql import DataFrame, SparkSession
 
-    from udfs.route import UdfStats
+    from udfs.route import RouteBody, RouterFactory, UdfStats
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORK_DIR = REPO_ROOT / "var" / "bench" / "stream"
@@ -343,32 +344,12 @@ def variant_settings(
     return settings.replace(router=router, subscriptions=subscriptions)
 
 
-def create_topics(settings: Settings, topics: Sequence[str]) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    admin = AdminClient(settings.kafka_client_config())
-    partitions = settings.kafka.num_partitions
-    for future in admin.create_topics([NewTopic(topic, partitions, 1) for topic in topics]).values():
-        future.result(30)
-
-
 def sink_topics(settings: Settings, topic: str) -> list[str]:
     """The delivery topics the Kafka-sink variant (e) created for this run's ``topic``."""
     from confluent_kafka.admin import AdminClient
 
     names = AdminClient(settings.kafka_client_config()).list_topics(timeout=30).topics
     return [name for name in names if name.startswith(f"{topic}.") and name.endswith(".deliveries")]
-
-
-def delete_topics(settings: Settings, topics: Sequence[str]) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(settings.kafka_client_config())
-    for future in admin.delete_topics(list(topics)).values():
-        try:
-            future.result(30)
-        except Exception as error:  # cleanup only
-            progress(f"could not delete a bench topic: {error}")
 
 
 def write_subscriptions(spark: SparkSession, path: Path, pairs: Sequence[tuple[str, str]]) -> None:
@@ -474,18 +455,25 @@ def route_variant(
     messages: int,
     trie_pairs: Broadcast[list[tuple[str, str]]] | None,
 ) -> Run:
-    """One run of a router variant: (b) and (e) as they are, (c) with the Python trie swapped in."""
+    """One run of a router variant: (b) and (e) as they are, (c) with the Python trie as the router's UDF factory."""
     if variant != PYTHON_TRIE:
         return run_router(spark, settings, variant, size, messages)
     assert trie_pairs is not None
-    with python_trie_matcher(trie_pairs):
-        return run_router(spark, settings, variant, size, messages)
+    return run_router(spark, settings, variant, size, messages, make_route=python_trie_router(trie_pairs))
 
 
-def run_router(spark: SparkSession, settings: Settings, variant: str, size: int, messages: int) -> Run:
+def run_router(
+    spark: SparkSession,
+    settings: Settings,
+    variant: str,
+    size: int,
+    messages: int,
+    *,
+    make_route: RouterFactory | None = None,
+) -> Run:
     from routing.router.pipeline import Router
 
-    router = Router(spark, settings)
+    router = Router(spark, settings) if make_route is None else Router(spark, settings, make_route=make_route)
     try:
         wall = _drain(router.start)
     finally:
@@ -579,12 +567,10 @@ def cached_trie(pairs: Broadcast[list[tuple[str, str]]], token: str) -> PythonTr
     return cache[token]
 
 
-@contextlib.contextmanager
-def python_trie_matcher(pairs: Broadcast[list[tuple[str, str]]]) -> Iterator[None]:
-    """While active, every new ``Router`` batch matches with :class:`PythonTrieBatch` instead of native code."""
+def python_trie_router(pairs: Broadcast[list[tuple[str, str]]]) -> RouterFactory:
+    """A ``Router`` UDF factory (``make_route``) that matches with :class:`PythonTrieBatch` instead of native code."""
     import uuid
 
-    from routing.router import pipeline
     from udfs.route import route_keys
 
     token = uuid.uuid4().hex  # names this broadcast in the workers' caches
@@ -593,33 +579,20 @@ def python_trie_matcher(pairs: Broadcast[list[tuple[str, str]]]) -> Iterator[Non
         version: int,
         load_bytes: Callable[[], bytes],
         *,
-        max_fanout: int,
-        max_batch_rows: int,
-        max_output_bytes: int,
         table: str = "",
         stats: Accumulator[UdfStats] | None = None,
-    ) -> Callable[[Iterator[pa.Array]], Iterator[pa.Array]]:
+        **limits: int,
+    ) -> RouteBody:
+        """``udfs.route.make_router``'s arguments; the snapshot is ignored (the trie comes from ``pairs``)."""
+
         def route(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
             matcher = cached_trie(pairs, token)
             for keys in batches:
-                yield from route_keys(
-                    matcher,
-                    keys,
-                    max_fanout=max_fanout,
-                    max_batch_rows=max_batch_rows,
-                    max_output_bytes=max_output_bytes,
-                    stats=stats,
-                )
+                yield from route_keys(matcher, keys, stats=stats, **limits)
 
         return route
 
-    # getattr/setattr: the module imports make_router for its own use and does not re-export it.
-    original = getattr(pipeline, "make_router")  # noqa: B009
-    setattr(pipeline, "make_router", make_router)  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(pipeline, "make_router", original)  # noqa: B010
+    return make_router
 
 
 def run_sql_rlike(
@@ -711,12 +684,6 @@ def _ms(value_us: float) -> str:
     return f"{value_us / 1000:,.0f}" if value_us >= 10_000 else f"{value_us / 1000:,.1f}"
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def ratio_lines(results: Results, plan: Plan) -> tuple[list[list[str]], list[str]]:
     rows: list[list[str]] = []
     verdicts: list[str] = []
@@ -768,6 +735,8 @@ PROGRESS_PHASES = ("latestOffset", "queryPlanning", "walCommit", "commitOffsets"
 
 def profile_lines(results: Results) -> list[str]:
     """Where each second of a batch goes: mean ms per batch, per stage, for each variant's best run."""
+    from harness import markdown_table  # here, not at the top: workers import this module as ``bench.stream``
+
     runs = [run for group in results.groups() if (run := results.get(*group)) and run.variant != SQL_RLIKE]
     if not runs:
         return []
@@ -822,6 +791,8 @@ def profile_lines(results: Results) -> list[str]:
 
 
 def report(plan: Plan, results: Results, argv: Sequence[str]) -> str:
+    from harness import markdown_table  # see profile_lines
+
     load = os.getloadavg()
     lines = [
         "# Streaming router vs baselines (Kafka -> Delta)",

@@ -75,23 +75,26 @@ def publish_subscriptions(settings: Settings, path: Path) -> int:
     return len(rows)
 
 
-def create_topics(settings: Settings, topics: Sequence[str], partitions: int) -> None:
+def create_topics(settings: Settings, topics: Sequence[str], partitions: int | None = None) -> None:
+    """Create ``topics`` (``partitions`` each, default ``kafka.num_partitions``); also the benchmarks' helper."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient(settings.kafka_client_config())
-    for future in admin.create_topics([NewTopic(topic, partitions, 1) for topic in topics]).values():
+    count = settings.kafka.num_partitions if partitions is None else partitions
+    for future in admin.create_topics([NewTopic(topic, count, 1) for topic in topics]).values():
         future.result(30)
 
 
 def delete_topics(settings: Settings, topics: Sequence[str]) -> None:
+    """Delete ``topics``; a failure is logged, never raised (cleanup only)."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(settings.kafka_client_config())
     for future in admin.delete_topics(list(topics)).values():
         try:
             future.result(30)
-        except Exception as error:  # cleanup only: say so, do not fail the demo
-            LOG.warning("could not delete a demo topic: %s", error)
+        except Exception as error:  # cleanup only: say so, do not fail the run
+            LOG.warning("could not delete a topic: %s", error)
 
 
 def print_summary(spark: object, settings: Settings, totals: dict[str, object], produced: int) -> bool:

@@ -51,3 +51,33 @@ def test_idle_tenants_never_match_the_traffic_and_keep_the_active_fanout(monkeyp
     assert not [(pattern, key) for pattern in idle for key in keys if reference_matches(pattern, key)]
     # The active share matches real traffic, so a run still delivers.
     assert any(reference_matches(pattern, key) for pattern, _ in pairs[:active] for key in keys)
+
+
+def test_the_python_trie_factory_routes_like_the_native_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(c) plugs into ``Router(make_route=...)`` with ``make_router``'s arguments and the same results."""
+    import gc
+    import types
+
+    import pyarrow as pa
+
+    from routing import _native
+    from udfs.route import ROUTE_TYPE, make_router
+
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import stream
+
+    pairs = [("a.*", "s1"), ("a.#", "s2"), ("#", "s3")] + [(f"a.{n}", f"wide{n}") for n in range(3)]
+    keys = pa.array(["a.b", None, "x", "a.1", ""])
+    limits = {"max_fanout": 3, "max_batch_rows": 100, "max_output_bytes": 1 << 20}
+    snapshot = _native.FrozenMatcher.build(pairs).to_bytes()
+    try:
+        trie = stream.python_trie_router(types.SimpleNamespace(value=pairs))(7, bytes, table="t", **limits)
+        native = make_router(7, lambda: snapshot, table="bench-factory-test", **limits)
+        routed = [pa.concat_arrays(list(body(iter([keys])))) for body in (trie, native)]
+    finally:
+        gc.unfreeze()  # cached_trie freezes the worker's heap; this is the test process
+    assert routed[0].type == routed[1].type == ROUTE_TYPE
+    fanouts = [part.field("fanout").to_pylist() for part in routed]
+    assert fanouts[0] == fanouts[1] == [3, None, 1, 4, 1]
+    lists = [[subs and sorted(subs) for subs in part.field("subscribers").to_pylist()] for part in routed]
+    assert lists[0] == lists[1] == [["s1", "s2", "s3"], None, ["s3"], None, ["s3"]]

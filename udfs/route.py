@@ -80,6 +80,14 @@ class UdfStatsParam(AccumulatorParam[UdfStats]):
         return (value1[0] + value2[0], value1[1] + value2[1], value1[2] + value2[2], value1[3] + value2[3])
 
 
+#: A UDF body: key batches in, :data:`ROUTE_TYPE` arrays out (what :func:`make_router` returns).
+RouteBody = Callable[[Iterator[pa.Array]], Iterator[pa.Array]]
+#: What :class:`routing.router.pipeline.Router` calls for each batch's UDF body, with :func:`make_router`'s
+#: arguments. The router takes one as a parameter, so a benchmark can match with something else
+#: (``bench/stream.py``'s Python trie) through the same classification, fan-out, ledger and writes.
+RouterFactory = Callable[..., RouteBody]
+
+
 class BatchRouter(Protocol):
     """What the UDF needs of a matcher: ``routing._native.FrozenMatcher.route_batch``'s contract."""
 
@@ -151,7 +159,7 @@ def make_router(
     max_output_bytes: int,
     table: str = "",
     stats: Accumulator[UdfStats] | None = None,
-) -> Callable[[Iterator[pa.Array]], Iterator[pa.Array]]:
+) -> RouteBody:
     """The scalar Arrow iterator UDF body for one snapshot version of the subscription table ``table``.
 
     ``load_bytes`` returns the serialized matcher (normally ``lambda: broadcast.value``);

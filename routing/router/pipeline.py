@@ -63,6 +63,7 @@ from udfs.route import (
     KIND_DELIVERY,
     KIND_UNROUTED,
     ROUTE_DDL,
+    RouterFactory,
     UdfStatsParam,
     make_router,
 )
@@ -345,11 +346,16 @@ class BatchReport:
 
 
 class Router:
-    """Everything the driver keeps between micro-batches."""
+    """Everything the driver keeps between micro-batches.
 
-    def __init__(self, spark: SparkSession, settings: Settings) -> None:
+    ``make_route`` builds each batch's UDF body from the published snapshot (:func:`udfs.route.make_router`,
+    the native matcher); a benchmark passes another to match differently through the same pipeline.
+    """
+
+    def __init__(self, spark: SparkSession, settings: Settings, *, make_route: RouterFactory = make_router) -> None:
         self.spark = spark
         self.settings = settings
+        self.make_route = make_route
         self.validator = settings.validator()
         router = settings.router
         create_table_if_absent(spark, settings.subscriptions.table_path)
@@ -479,7 +485,7 @@ class Router:
 
         limits = self.validator.limits
         broadcast = published.broadcast
-        route = make_router(
+        route = self.make_route(
             published.version,
             lambda: broadcast.value,
             max_fanout=limits.max_fanout,
@@ -490,7 +496,7 @@ class Router:
         )
         # Nondeterministic keeps the optimizer from copying the call into each column that reads it.
         with warnings.catch_warnings():
-            # Named explicitly, not inferred from type hints (a replacement, as in the benchmark, may have none).
+            # Named explicitly, not inferred from type hints (another ``make_route``, as the bench's, may have none).
             warnings.filterwarnings("ignore", "It is preferred to specify type hints", UserWarning)
             udf = arrow_udf(route, ROUTE_DDL, ArrowUDFType.SCALAR_ITER).asNondeterministic()
         return cast("Callable[[Column], Column]", udf)
