@@ -12,7 +12,7 @@ import pytest
 
 from routing import _native
 from routing.matchers.native import BatchLimitError
-from udfs.route import ROUTE_TYPE, route_keys
+from udfs.route import ROUTE_DDL, ROUTE_TYPE, route_keys
 
 SUBSCRIBER_BYTES = 255
 
@@ -71,3 +71,12 @@ def test_limits_are_errors_never_crashes() -> None:
         list(route_keys(matcher, pa.array([1, 2]), max_fanout=1, max_batch_rows=2, max_output_bytes=1024))
     empty = pa.array([], pa.string())
     assert list(route_keys(matcher, empty, max_fanout=1, max_batch_rows=2, max_output_bytes=1)) == []
+
+
+def test_the_spark_ddl_is_the_arrow_type_as_spark_declares_it() -> None:
+    """One declaration: the DDL the UDF is registered with converts back to exactly the Arrow type it yields."""
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
+
+    assert ROUTE_DDL == "struct<subscribers:array<string>,fanout:int>"
+    assert from_arrow_type(ROUTE_TYPE).simpleString() == ROUTE_DDL
+    assert to_arrow_type(from_arrow_type(ROUTE_TYPE)) == ROUTE_TYPE

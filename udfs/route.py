@@ -48,6 +48,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.accumulators import Accumulator, AccumulatorParam
+from pyspark.sql.pandas.types import from_arrow_type
 
 from routing import _native
 
@@ -64,7 +65,9 @@ ROUTE_TYPE = pa.struct(
         pa.field("fanout", pa.int32()),
     ]
 )
-ROUTE_DDL = "struct<subscribers: array<string>, fanout: int>"
+#: The same type as the UDF declares it to Spark, derived from :data:`ROUTE_TYPE` so the two cannot disagree
+#: (``struct<subscribers:array<string>,fanout:int>``).
+ROUTE_DDL = from_arrow_type(ROUTE_TYPE).simpleString()
 
 #: (match ns, distinct keys, Python ns, keys routed), summed over Arrow batches.
 UdfStats = tuple[int, int, int, int]
