@@ -3,6 +3,12 @@
 Every error names the offending text, the rule it broke (a stable ``reason``
 code, the same one the stream writes into its dead-letter table) and, where a
 limit was involved, the limit's name and value.
+
+Each class carries its reason code (``reason``), and this module is the one
+home of the codes: :data:`DEAD_LETTER_ERRORS` lists the errors a routed message
+can be dead-lettered for, and :data:`DEAD_LETTER_REASONS` (the dead-letter
+table's ``reason`` values and the metrics' ``dead_<reason>`` columns) is
+derived from it. The codes are stored in tables on disk: never rename one.
 """
 
 from __future__ import annotations
@@ -109,3 +115,19 @@ class PayloadTooLargeError(TopicError):
 class FanoutLimitError(TopicError):
     reason = "fanout_limit"
     kind = "routing key"
+
+
+#: The errors a routed message is dead-lettered for, in the order the router checks them: the JVM's
+#: classification (:mod:`routing.router.classify`, the order of ``Validator.decode_key`` then
+#: ``check_payload``), then the fan-out limit after matching (:mod:`udfs.route`).
+DEAD_LETTER_ERRORS: tuple[type[TopicError], ...] = (
+    NullKeyError,
+    KeyTooLongError,
+    InvalidKeyError,
+    TooManyWordsError,
+    PayloadTooLargeError,
+    FanoutLimitError,
+)
+
+#: Every dead-letter reason the router writes, in that order.
+DEAD_LETTER_REASONS: tuple[str, ...] = tuple(error.reason for error in DEAD_LETTER_ERRORS)

@@ -51,12 +51,14 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_type
 
 from routing import _native
+from routing.errors import FanoutLimitError
 
 KIND_DELIVERY = "delivery"
 KIND_DEAD_LETTER = "dead_letter"
 KIND_UNROUTED = "unrouted"
 
-FANOUT_REASON = "fanout_limit"
+#: The dead-letter reason of a message over ``max_fanout`` (the error class's code).
+FANOUT_REASON = FanoutLimitError.reason
 
 #: The UDF's result per key, as Spark's Arrow conversion types it (list items are named ``element``).
 ROUTE_TYPE = pa.struct(

@@ -4,7 +4,7 @@ The routing key is located (message key, a header, or a field of a JSON value)
 and checked against the same rules, in the same order, as
 :meth:`routing.validation.Validator.decode_key` followed by
 :meth:`~routing.validation.Validator.check_payload`; the first rule broken
-names the dead-letter reason:
+names the dead-letter reason (the error class's ``reason``, :mod:`routing.errors`):
 
 ==================  ==========================================================
 ``null_key``        no key (a null Kafka key, a missing header, a JSON value
@@ -24,6 +24,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from routing.errors import (
+    InvalidKeyError,
+    KeyTooLongError,
+    NullKeyError,
+    PayloadTooLargeError,
+    TooManyWordsError,
+    TopicError,
+)
 from routing.validation import Policy, Validator
 
 if TYPE_CHECKING:
@@ -72,20 +80,21 @@ def classify(frame: DataFrame, router: RouterSettings, validator: Validator) -> 
     )
     payload_bytes = F.coalesce(F.octet_length(F.col("value")), F.lit(0))
 
-    checks: list[tuple[Column, str, str]] = [
-        (raw.isNull(), "null_key", f"routing key missing from {key_source_description(router)}"),
-        (F.octet_length(raw) > F.lit(limits.max_key_bytes), "key_too_long", f"max_key_bytes={limits.max_key_bytes}"),
-        (~F.is_valid_utf8(text), "invalid_key", "routing key is not valid UTF-8"),
-        (words > F.lit(limits.max_key_words), "too_many_words", f"max_key_words={limits.max_key_words}"),
+    checks: list[tuple[Column, type[TopicError], str]] = [
+        (raw.isNull(), NullKeyError, f"routing key missing from {key_source_description(router)}"),
+        (F.octet_length(raw) > F.lit(limits.max_key_bytes), KeyTooLongError, f"max_key_bytes={limits.max_key_bytes}"),
+        (~F.is_valid_utf8(text), InvalidKeyError, "routing key is not valid UTF-8"),
+        (words > F.lit(limits.max_key_words), TooManyWordsError, f"max_key_words={limits.max_key_words}"),
     ]
     if validator.policy is Policy.STRICT:
-        checks.append((~text.rlike(STRICT_KEY_REGEX), "invalid_key", "policy=strict: words of [A-Za-z0-9_-]+"))
+        checks.append((~text.rlike(STRICT_KEY_REGEX), InvalidKeyError, "policy=strict: words of [A-Za-z0-9_-]+"))
     payload_rule = f"max_payload_bytes={limits.max_payload_bytes}"
-    checks.append((payload_bytes > F.lit(limits.max_payload_bytes), "payload_too_large", payload_rule))
+    checks.append((payload_bytes > F.lit(limits.max_payload_bytes), PayloadTooLargeError, payload_rule))
 
     reason: Column | None = None
     rule: Column | None = None
-    for broken, code, description in checks:
+    for broken, error, description in checks:
+        code = error.reason
         reason = F.when(broken, F.lit(code)) if reason is None else reason.when(broken, F.lit(code))
         rule = F.when(broken, F.lit(description)) if rule is None else rule.when(broken, F.lit(description))
     assert reason is not None and rule is not None

@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from routing.errors import DEAD_LETTER_REASONS
 from routing.router.classify import classify
 from routing.router.ledger import Ledger, ledger_directory, txn_app_id
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import (
-    DEAD_LETTER_REASONS,
     DEAD_LETTERS_DDL,
     DELIVERIES_DDL,
     HEADERS_DDL,

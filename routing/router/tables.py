@@ -23,6 +23,9 @@ last, so the encoding is unambiguous). Dead letters get ``dead_letter_id`` from
 
 from __future__ import annotations
 
+# The dead letters' ``reason`` values are the error classes' codes (their one home is routing.errors).
+from routing.errors import DEAD_LETTER_REASONS as DEAD_LETTER_REASONS
+
 HEADERS_DDL = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
 
 DELIVERIES_DDL = (
@@ -43,16 +46,6 @@ UNROUTED_DDL = (
     "routing_key STRING, source_topic STRING, source_partition INT, source_offset BIGINT, "
     f"kafka_timestamp TIMESTAMP, payload BINARY, headers {HEADERS_DDL}, "
     "snapshot_version BIGINT, batch_id BIGINT, routed_at TIMESTAMP, kafka_date DATE"
-)
-
-#: Every dead-letter reason the router writes, in the order the rules are checked.
-DEAD_LETTER_REASONS = (
-    "null_key",
-    "key_too_long",
-    "invalid_key",
-    "too_many_words",
-    "payload_too_large",
-    "fanout_limit",
 )
 
 PARTITION_COLUMN = "kafka_date"
