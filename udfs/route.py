@@ -8,16 +8,18 @@ per subscriber) is an ``explode`` in the JVM (:mod:`routing.router.pipeline`).
 
 Per Arrow batch of keys (``routing_key``, null for records
 :mod:`routing.router.classify` has already judged invalid) the function calls
-the native :meth:`route_batch` of the snapshot's matcher (distinct keys matched
-once, GIL released, no Python per row) and yields, per key, a struct of:
+the native :meth:`route_batch` of the snapshot's matcher (GIL released, no
+Python per row; a repeated key is matched once while the batch repeats enough
+keys to pay for de-duplication, a mostly-distinct batch is matched row by row)
+and yields, per key, a struct of:
 
 ``subscribers``  the matching subscriber ids; null for a null key and for a
                  message over ``max_fanout`` (dead-lettered whole, never
                  partly delivered)
 ``fanout``       how many subscribers matched (null for a null key)
 
-Its own figures (matching and Python nanoseconds, distinct keys per Arrow
-batch, keys routed) go to the driver in a Spark accumulator (:class:`UdfStatsParam`), not
+Its own figures (matching and Python nanoseconds, the distinct keys of each
+Arrow batch, keys routed) go to the driver in a Spark accumulator (:class:`UdfStatsParam`), not
 in the rows.
 
 **Bounded output.** Output batches are cut by bytes as well as rows, following
@@ -71,7 +73,8 @@ ROUTE_TYPE = pa.struct(
 #: (``struct<subscribers:array<string>,fanout:int>``).
 ROUTE_DDL = from_arrow_type(ROUTE_TYPE).simpleString()
 
-#: (match ns, distinct keys, Python ns, keys routed), summed over Arrow batches.
+#: (match ns, distinct keys of the Arrow batch, Python ns, keys routed), summed over Arrow batches: the sum of
+#: per-batch distinct counts, not the distinct keys of a micro-batch (a key in two Arrow batches counts twice).
 UdfStats = tuple[int, int, int, int]
 
 

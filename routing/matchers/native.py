@@ -255,7 +255,8 @@ class FrozenMatcher:
         """Subscribers of every key of a ``string``/``large_string``/``string_view`` array.
 
         Returns a row-aligned ``list<string>`` array; a null key gives a null
-        row. Each distinct key is matched once. ``max_rows`` (normally
+        row. A key repeated in the batch is matched once while repeats pay (the native side stops
+        de-duplicating a mostly-distinct batch and matches it row by row). ``max_rows`` (normally
         ``Limits.max_batch_rows``) rejects a longer batch with
         :class:`BatchLimitError` before any work.
         """

@@ -14,7 +14,7 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
    row stays in the JVM.
 4. **Fan out and write** in one pass: the deliveries (an ``explode`` of each
    message's subscribers) are appended to Delta idempotently (``txnAppId`` =
-   app id + query id, ``txnVersion`` = batch id), and an ``Observation`` on that
+   app id + ``":"`` + query id, ``txnVersion`` = batch id), and an ``Observation`` on that
    very write counts every outcome. Only a batch that has dead letters (or
    unmatched messages, when they are written) reads its input a second time
    to write them; a batch whose only dead letters were judged in the JVM
@@ -208,13 +208,16 @@ def unrouted_frame(judged: DataFrame, version: int, batch_id: int) -> DataFrame:
     )
 
 
-def idempotent_append(frame: DataFrame, path: str, app_id: str, batch_id: int) -> None:
-    """Append once per (app id, batch id): Delta skips a txnVersion it has already committed."""
+def idempotent_append(frame: DataFrame, path: str, transaction_app_id: str, batch_id: int) -> None:
+    """Append once per (``transaction_app_id``, batch id): Delta skips a txnVersion it has already committed.
+
+    The router passes ``ledger.txn_app_id(app id, query id)``.
+    """
     (
         frame.write.format("delta")
         .mode("append")
         .partitionBy(PARTITION_COLUMN)
-        .option("txnAppId", app_id)
+        .option("txnAppId", transaction_app_id)
         .option("txnVersion", batch_id)
         .save(path)
     )
@@ -252,7 +255,7 @@ METRICS_COLUMNS = (
     "snapshot_version",
     "replayed_version",
     "input_rows",
-    "distinct_keys",
+    "distinct_keys_per_arrow_batch_sum",
     "deliveries",
     "unmatched",
     "dead_letters",
@@ -260,10 +263,13 @@ METRICS_COLUMNS = (
     "batch_seconds",
 )
 #: The metrics table: one row per (app id, batch id); then a ``dead_<reason>`` count per dead-letter reason.
+#: ``distinct_keys_per_arrow_batch_sum`` was ``distinct_keys`` before: a table from then keeps that column (null
+#: from then on) and gains this one by schema evolution (Delta appends by column name).
 METRICS_DDL = ", ".join(
     [
         "app_id STRING NOT NULL, batch_id BIGINT NOT NULL, snapshot_version BIGINT NOT NULL",
-        "replayed_version BOOLEAN NOT NULL, input_rows BIGINT, distinct_keys BIGINT, deliveries BIGINT",
+        "replayed_version BOOLEAN NOT NULL, input_rows BIGINT, distinct_keys_per_arrow_batch_sum BIGINT",
+        "deliveries BIGINT",
         "unmatched BIGINT, dead_letters BIGINT, match_ms DOUBLE, batch_seconds DOUBLE",
         *(f"dead_{reason} BIGINT" for reason in DEAD_LETTER_REASONS),
         "recorded_at TIMESTAMP",
@@ -332,7 +338,7 @@ class BatchReport:
             "snapshot_version": self.snapshot_version,
             "replayed_version": self.replayed,
             "input_rows": self.metrics.get("input_rows", 0),
-            "distinct_keys": self.metrics.get("distinct_keys", 0),
+            "distinct_keys_per_arrow_batch_sum": self.metrics.get("distinct_keys_per_arrow_batch_sum", 0),
             "deliveries": self.metrics.get("deliveries", 0),
             "unmatched": self.metrics.get("unmatched", 0),
             "dead_letters": self.metrics.get("dead_letters", 0),
@@ -444,7 +450,8 @@ class Router:
                         deliveries = deliveries_frame(fanned_out(judged), version, batch_id)
                         self._append(deliveries, router.deliveries_path, batch_id)
             udf_after = self.udf_stats.value  # the figures of the first pass over the input
-            names = ("match_ns", "distinct_keys", "python_ns", "udf_rows")
+            # The UDF counts distinct keys per Arrow batch; summed, a key in two Arrow batches counts twice.
+            names = ("match_ns", "distinct_keys_per_arrow_batch_sum", "python_ns", "udf_rows")
             deltas = zip(names, udf_before, udf_after, strict=True)
             metrics.update({name: after - before for name, before, after in deltas})
             # Rows are a function of (batch, snapshot version), so an empty output stays empty on replay.
@@ -507,7 +514,7 @@ class Router:
     def _write_metrics(self, report: BatchReport) -> None:
         """Append the batch's report to the ``router.metrics_path`` Delta table, once per batch id.
 
-        Idempotent like the other tables (``txnAppId`` = app id, ``txnVersion`` = batch id): a batch
+        Idempotent like the other tables (``txnAppId`` = app id:query id, ``txnVersion`` = batch id): a batch
         Spark re-executes keeps its first row. Written after the data (so ``batch_seconds`` excludes
         it); a failure fails the batch, which is retried like any other write.
         """

@@ -1,8 +1,9 @@
 """The router's output tables: deliveries, dead letters and (optionally) unrouted messages.
 
 All three are Delta tables written from ``foreachBatch`` with idempotent
-appends (``txnAppId`` = the router's app id, ``txnVersion`` = the batch id),
-so a re-executed batch never duplicates a row.
+appends (``txnAppId`` = the router's app id + ``":"`` + its query id, see
+:func:`routing.router.ledger.txn_app_id`; ``txnVersion`` = the batch id), so a
+re-executed batch never duplicates a row.
 
 **Partitioning.** Each table is partitioned by ``kafka_date``, the UTC date of
 the source record's Kafka timestamp. It is deterministic (a replayed batch
