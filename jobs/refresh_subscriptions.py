@@ -48,6 +48,7 @@ from routing.subscriptions.events import (
     TOMBSTONED,
     UNSUBSCRIBED,
     ImportFileError,
+    check_import_file,
     import_format,
     read_import_file,
 )
@@ -228,10 +229,11 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
         parser.error("--every needs a positive number of seconds and cannot be combined with --import")
     try:
         settings = settings_from_args(args)
-        for path in args.import_files:  # fail fast, before starting Spark
+        for path in args.import_files:  # fail fast, before starting Spark: what read_import_file would refuse
             import_format(path)
             if not os.path.isfile(path):
                 raise ImportFileError(f"import file {path!r} does not exist")
+            check_import_file(path)
     except (ConfigError, ImportFileError) as error:
         print(f"refresh_subscriptions: {error}", file=sys.stderr)
         return 2

@@ -5,12 +5,14 @@ receives what, checking that all matchers agree with the regex oracle.
 
 ``match --subscriptions SOURCE KEY...`` prints who receives each key. SOURCE is
 an import file of the refresh job (CSV with header ``op,subscriber,pattern,ts``
-or JSON lines), a plain ``pattern,subscriber`` CSV, or a Delta subscription
-table (a directory with ``_delta_log``; ``--version`` time-travels). Files go
-through the same per-line validation and the same sequential model
-(:func:`~routing.subscriptions.apply_events_model`) as the refresh job, each
-file one batch in the order given, so the active set is exactly what an import
-would produce; rejected lines are reported on stderr with their reason codes.
+or JSON lines), a plain ``pattern,subscriber`` CSV (every row a subscribe at
+``ts`` 0), or a Delta subscription table (a directory with ``_delta_log``;
+``--version`` time-travels). Files go through the refresh job's own reader
+(:func:`~routing.subscriptions.events.read_import_file`: a file it refuses is
+refused here with the same message) and the same sequential model
+(:func:`~routing.subscriptions.apply_events_model`), each file one batch in the
+order given, so the active set is exactly what an import would produce;
+rejected lines are reported on stderr with their reason codes.
 Only a table starts Spark. Keys are validated like the router does: a key it
 would dead-letter is shown as rejected with its reason. Exit status 0, or 2
 for bad arguments or an unreadable source.
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import json
 import os
 import sys
@@ -113,102 +114,39 @@ def is_delta_table(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / "_delta_log").is_dir()
 
 
-def _plain_csv_pairs(
-    path: Path, validator: Validator
-) -> tuple[list[tuple[str, str]], list[tuple[int, str, str]]]:
-    """(pattern, subscriber) pairs of a ``pattern,subscriber`` CSV, and its rejected lines.
-
-    Every row is a subscribe; past ``max_subscriptions_per_subscriber`` a subscriber's further
-    rows are rejected in file order.
-    """
-    pairs: list[tuple[str, str]] = []
-    seen: set[tuple[str, str]] = set()
-    held: collections.Counter[str] = collections.Counter()
-    rejects: list[tuple[int, str, str]] = []
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle, strict=True)
-            for record in reader:
-                line = reader.line_num
-                pattern, subscriber = record.get("pattern"), record.get("subscriber")
-                if pattern is None or subscriber is None or None in record:
-                    rejects.append((line, "malformed_csv", "record does not have the header's 2 fields"))
-                    continue
-                try:
-                    validator.validate_pattern(pattern)
-                    validator.validate_subscriber(subscriber)
-                    if (pattern, subscriber) not in seen:
-                        validator.check_subscription_count(subscriber, held[subscriber] + 1)
-                except TopicError as error:
-                    rejects.append((line, error.reason, str(error)))
-                    continue
-                if (pattern, subscriber) not in seen:
-                    seen.add((pattern, subscriber))
-                    held[subscriber] += 1
-                    pairs.append((pattern, subscriber))
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise SourceError(f"subscriptions file {str(path)!r} cannot be read: {error}") from None
-    return pairs, rejects
-
-
-def _csv_header(path: Path) -> list[str]:
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            return next(csv.reader(handle), [])
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise SourceError(f"subscriptions file {str(path)!r} cannot be read: {error}") from None
-
-
 def subscriptions_from_files(
     paths: Sequence[str], validator: Validator, *, max_event_bytes: int, report: Callable[[str], None]
 ) -> frozenset[tuple[str, str]]:
     """Active (pattern, subscriber) pairs after applying ``paths`` in order, one batch per file.
 
-    Every rejected line is counted (and the first few shown) through ``report``.
+    Every file goes through the refresh job's reader (:func:`~routing.subscriptions.events.read_import_file`),
+    which also takes a ``pattern,subscriber`` CSV here (each row a subscribe at ts 0). Every rejected line,
+    by the reader or by the subscription limits when applied, is counted (and the first few shown) through
+    ``report``.
     """
     from routing.subscriptions import apply_events_model
-    from routing.subscriptions.events import FIELDS, ImportFileError, import_format, read_import_file
+    from routing.subscriptions.events import ImportFileError, read_import_file
 
     batches = []
-    plain: set[tuple[str, str]] = set()
     for name in paths:
-        path = Path(name)
-        if not path.is_file():
+        if not Path(name).is_file():
             raise SourceError(f"subscriptions source {name!r} is neither a file nor a Delta table directory")
         try:
-            kind = import_format(path)
-        except ImportFileError as error:
-            raise SourceError(str(error)) from None
-        header = _csv_header(path) if kind == "csv" else []
-        if kind == "csv" and not set(FIELDS) <= set(header):
-            if not {"pattern", "subscriber"} <= set(header):
-                raise SourceError(
-                    f"subscriptions file {name!r}: CSV header must name op,subscriber,pattern,ts (an import file) "
-                    f"or pattern,subscriber, got {','.join(header) or 'nothing'}"
-                )
-            pairs, rejects = _plain_csv_pairs(path, validator)
-            plain.update(pairs)
-            _report_rejects(name, [(line, reason, detail) for line, reason, detail in rejects], report)
-            continue
-        try:
-            _, outcomes = read_import_file(path, validator, max_event_bytes=max_event_bytes)
+            _, outcomes = read_import_file(name, validator, max_event_bytes=max_event_bytes, allow_pairs=True)
         except ImportFileError as error:
             raise SourceError(str(error)) from None
         batches.append(outcomes)
-        _report_rejects(
-            name,
-            [
-                (outcome.received.import_line or 0, outcome.rejection.reason, outcome.rejection.detail)
-                for outcome in outcomes
-                if outcome.rejection is not None
-            ],
-            report,
-        )
     model = apply_events_model(batches, validator, max_event_bytes=max_event_bytes)
-    for change_id, reason in sorted(model.rejects.items()):
-        if reason == "too_many_subscriptions":
-            report(f"{change_id}: rejected [reason={reason}]")
-    return model.active_pairs() | frozenset(plain)
+    for name, outcomes in zip(paths, batches, strict=True):
+        rejects = []
+        for outcome in outcomes:
+            line = outcome.received.import_line or 0
+            if outcome.rejection is not None:
+                rejects.append((line, outcome.rejection.reason, outcome.rejection.detail))
+            elif outcome.received.change_id in model.rejects:  # a subscription limit, decided per batch
+                rejects.append((line, model.rejects[outcome.received.change_id], "rejected when applied"))
+        _report_rejects(name, rejects, report)
+    return model.active_pairs()
 
 
 def _report_rejects(name: str, rejects: Sequence[tuple[int, str, str]], report: Callable[[str], None]) -> None:

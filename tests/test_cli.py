@@ -295,9 +295,10 @@ def test_match_dead_letters_over_the_fanout_limit(tmp_path: Path) -> None:
     ("content", "name", "message"),
     [
         (None, "missing.csv", "is neither a file nor a Delta table directory"),
-        ("a,b\n1,2\n", "bad.csv", "CSV header must name op,subscriber,pattern,ts"),
+        ("a,b\n1,2\n", "bad.csv", "lacks column(s) op, subscriber, pattern, ts (or name pattern,subscriber"),
         ("x", "subs.txt", "unknown format '.txt'"),
-        ("", "empty.csv", "CSV header must name"),
+        ("", "empty.csv", "is empty (a CSV import needs a header)"),
+        ("pattern,subscriber,ts\na,s1,1\n", "dated.csv", "lacks column(s) op\n"),
     ],
 )
 def test_match_source_errors(tmp_path: Path, content: str | None, name: str, message: str) -> None:
@@ -306,7 +307,33 @@ def test_match_source_errors(tmp_path: Path, content: str | None, name: str, mes
         path.write_text(content, encoding="utf-8")
     code, out, err = run("match", "--subscriptions", str(path), "a")
     assert code == 2 and out == []
-    assert message in err[0]
+    assert message in err[0] + "\n"
+
+
+@pytest.mark.parametrize("header", ["op,subscriber,pattern", "subscriber,pattern,op"])
+def test_match_refuses_an_import_file_the_refresh_job_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], header: str
+) -> None:
+    """The issue's case: an import CSV without ``ts`` is no subscription list, so its unsubscribe stays one.
+
+    The CLI and the refresh job read import files with one reader: both exit 2 with the same message.
+    """
+    from jobs.refresh_subscriptions import main as refresh
+
+    path = tmp_path / "events.csv"
+    rows = {"op": ["subscribe", "unsubscribe"], "subscriber": ["s1", "s1"], "pattern": ["a", "a"]}
+    columns = header.split(",")
+    path.write_text("\n".join([header, *(",".join(rows[c][i] for c in columns) for i in range(2))]) + "\n")
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark must not start")
+
+    code, out, err = run("match", "--subscriptions", str(path), "a")
+    job_code = refresh(["--import", str(path)], spark_factory=no_spark)
+    job_err = capsys.readouterr().err.strip().splitlines()
+    assert code == job_code == 2 and out == []
+    assert err == [f"match: import file {str(path)!r}: CSV header lacks column(s) ts"]
+    assert job_err[-1:] == [err[0].replace("match: ", "refresh_subscriptions: ", 1)]
 
 
 def test_match_flag_errors(tmp_path: Path) -> None:

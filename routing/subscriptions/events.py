@@ -294,21 +294,42 @@ def import_format(path: str | os.PathLike[str]) -> str:
     raise ImportFileError(f"import file {os.fspath(path)!r}: unknown format {suffix!r} (use .csv, .json, .jsonl)")
 
 
+def _read_bytes(path: str | os.PathLike[str]) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise ImportFileError(f"import file {os.fspath(path)!r} cannot be read: {error}") from None
+
+
+def check_import_file(path: str | os.PathLike[str], *, allow_pairs: bool = False) -> None:
+    """Raise :class:`ImportFileError` unless ``path`` is an import file :func:`read_import_file` can read.
+
+    Checks what makes a whole file unreadable (its name, that it reads, a CSV's encoding and header),
+    not its lines, so a job can refuse a bad file before it starts Spark.
+    """
+    if import_format(path) == "csv":
+        _csv_records(os.fspath(path), _read_bytes(path), allow_pairs=allow_pairs)
+    else:
+        _read_bytes(path)
+
+
 def read_import_file(
-    path: str | os.PathLike[str], validator: Validator, *, max_event_bytes: int
+    path: str | os.PathLike[str], validator: Validator, *, max_event_bytes: int, allow_pairs: bool = False
 ) -> tuple[str, list[Outcome]]:
     """(content SHA-256, one outcome per event line) of a CSV or JSON-lines import file.
 
+    The one reader of import files: the refresh job's ``--import`` and ``python -m routing match``.
     JSON lines: every physical line is one event (a blank line is an ``empty_event``
     reject). CSV: a header naming ``op,subscriber,pattern,ts`` (any order, extra
     columns ignored), then one record per line; a quoted field may span lines and
-    then the record's line number is its first line.
+    then the record's line number is its first line. With ``allow_pairs`` (the CLI
+    only) a CSV whose header names neither ``op`` nor ``ts`` but ``pattern,subscriber``
+    is a subscription list: every record is a subscribe at ``ts`` 0, older than any
+    dated event. A header naming ``op`` or ``ts`` is an import file's and must name all
+    four, whoever reads it.
     """
     kind = import_format(path)
-    try:
-        content = Path(path).read_bytes()
-    except OSError as error:
-        raise ImportFileError(f"import file {os.fspath(path)!r} cannot be read: {error}") from None
+    content = _read_bytes(path)
     digest = file_sha256(content)
     name = os.fspath(path)
     if kind == "jsonl":
@@ -321,10 +342,21 @@ def read_import_file(
             for number, line in enumerate(content.splitlines(keepends=True), start=1)
         ]
         return digest, outcomes
-    return digest, list(_read_csv(name, content, digest, validator, max_event_bytes))
+    header, pairs, records = _csv_records(name, content, allow_pairs=allow_pairs)
+    return digest, [
+        _csv_outcome(name, digest, line, raw, record, header, pairs, validator, max_event_bytes)
+        for line, raw, record in records
+    ]
 
 
-def _read_csv(name: str, content: bytes, digest: str, validator: Validator, max_event_bytes: int) -> Iterator[Outcome]:
+#: Header of a subscription list (``allow_pairs``): one subscribe per record.
+PAIR_FIELDS = ("pattern", "subscriber")
+
+
+def _csv_records(
+    name: str, content: bytes, *, allow_pairs: bool
+) -> tuple[list[str], bool, Iterator[tuple[int, bytes, list[str] | csv.Error]]]:
+    """(header, whether it is a subscription list, then lazily per record: first line, raw text, fields or error)."""
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -345,41 +377,64 @@ def _read_csv(name: str, content: bytes, digest: str, validator: Validator, max_
         raise ImportFileError(f"import file {name!r} is empty (a CSV import needs a header)") from None
     except csv.Error as error:
         raise ImportFileError(f"import file {name!r}: unreadable CSV header: {error}") from None
-    missing = [field for field in FIELDS if field not in header]
-    if missing:
-        raise ImportFileError(f"import file {name!r}: CSV header lacks column(s) {', '.join(missing)}")
+    named = set(header)
+    # A header naming op or ts is an import file's, whoever reads it; only one naming neither can be a list.
+    could_be_pairs = allow_pairs and not named & {"op", "ts"}
+    pairs = could_be_pairs and set(PAIR_FIELDS) <= named
+    missing = [field for field in FIELDS if field not in named]
+    if missing and not pairs:
+        also = f" (or name {','.join(PAIR_FIELDS)}: a subscription list)" if could_be_pairs else ""
+        raise ImportFileError(f"import file {name!r}: CSV header lacks column(s) {', '.join(missing)}{also}")
     consumed.clear()
-    first_line = reader.line_num + 1
-    while True:
-        record_error: csv.Error | None = None
-        try:
-            record = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as error:
-            record, record_error = [], error
-        raw = "".join(consumed).rstrip("\r\n").encode("utf-8")
-        received = Received(import_change_id(digest, first_line), SOURCE_IMPORT, raw,
-                            import_file=name, import_line=first_line)
-        consumed.clear()
+
+    def records() -> Iterator[tuple[int, bytes, list[str] | csv.Error]]:
         first_line = reader.line_num + 1
-        try:
-            if record_error is not None:
-                raise EventRejected(MALFORMED_CSV, f"unreadable CSV record: {record_error}")
-            if len(raw) > max_event_bytes:
-                raise EventRejected(
-                    EVENT_TOO_LARGE,
-                    f"event is {len(raw)} bytes (limit subscriptions.max_event_bytes={max_event_bytes})",
-                )
-            if not record or (len(record) == 1 and not record[0].strip()):
-                raise EventRejected(EMPTY_EVENT, "CSV record is empty")
-            if len(record) != len(header):
-                raise EventRejected(MALFORMED_CSV, f"CSV record has {len(record)} fields, the header has {len(header)}")
-            fields: dict[str, Any] = {column: value for column, value in zip(header, record, strict=True)}
-            if fields["ts"] == "":
-                fields["ts"] = None
-            event = event_from_fields(fields, received.change_id, validator, digits_are_millis=True)
-        except EventRejected as rejection:
-            yield Outcome(received, rejection=rejection)
-        else:
-            yield Outcome(received, event=event)
+        while True:
+            record: list[str] | csv.Error
+            try:
+                record = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                record = error
+            raw = "".join(consumed).rstrip("\r\n").encode("utf-8")
+            consumed.clear()
+            line, first_line = first_line, reader.line_num + 1
+            yield line, raw, record
+
+    return header, pairs, records()
+
+
+def _csv_outcome(
+    name: str,
+    digest: str,
+    line: int,
+    raw: bytes,
+    record: list[str] | csv.Error,
+    header: list[str],
+    pairs: bool,
+    validator: Validator,
+    max_event_bytes: int,
+) -> Outcome:
+    received = Received(import_change_id(digest, line), SOURCE_IMPORT, raw, import_file=name, import_line=line)
+    try:
+        if isinstance(record, csv.Error):
+            raise EventRejected(MALFORMED_CSV, f"unreadable CSV record: {record}")
+        if len(raw) > max_event_bytes:
+            raise EventRejected(
+                EVENT_TOO_LARGE,
+                f"event is {len(raw)} bytes (limit subscriptions.max_event_bytes={max_event_bytes})",
+            )
+        if not record or (len(record) == 1 and not record[0].strip()):
+            raise EventRejected(EMPTY_EVENT, "CSV record is empty")
+        if len(record) != len(header):
+            raise EventRejected(MALFORMED_CSV, f"CSV record has {len(record)} fields, the header has {len(header)}")
+        fields: dict[str, Any] = {column: value for column, value in zip(header, record, strict=True)}
+        if pairs:
+            fields.update(op=Op.SUBSCRIBE.value, ts=0)
+        if fields["ts"] == "":
+            fields["ts"] = None
+        event = event_from_fields(fields, received.change_id, validator, digits_are_millis=True)
+    except EventRejected as rejection:
+        return Outcome(received, rejection=rejection)
+    return Outcome(received, event=event)
