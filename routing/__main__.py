@@ -248,21 +248,21 @@ def run_match(args: argparse.Namespace, out: Callable[[str], None], err: Callabl
 
 def run_explain(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
     from routing.explain import explain
-    from routing.validation import Validator
+    from routing.settings import settings_from_args
 
+    try:
+        validator = settings_from_args(args).validator()
+    except ConfigError as error:
+        err(f"explain: {error}")
+        return 2
     try:
         explanation = explain(args.pattern, args.key)
     except TopicError as error:
         err(f"explain: {error}")
         return 2
     out(explanation.render())
-    # The grammar decides the match; the configured limits/policy decide whether the router would
-    # even get that far, so say so when they would not.
-    try:
-        validator = Validator.load()
-    except ConfigError as error:
-        err(f"explain: cannot check the configured limits: {error}")
-        return 2
+    # The grammar decides the match; the configured limits/policy (--conf, --set, ROUTER__...) decide
+    # whether the router would even get that far, so say so when they would not.
     for what, check in (("pattern", validator.validate_pattern), ("key", validator.validate_key)):
         try:
             check(getattr(args, what))
@@ -300,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("pattern", metavar="PATTERN")
     explain.add_argument("key", metavar="KEY")
+    add_settings_arguments(explain)
     return parser
 
 

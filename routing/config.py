@@ -111,19 +111,21 @@ def load_section(
     cls: type[T],
     section: str,
     *,
-    conf: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
+    conf: Mapping[str, Any],
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
 ) -> T:
-    """Build the frozen dataclass ``cls`` from defaults, file, environment and overrides."""
+    """Build the frozen dataclass ``cls`` from defaults, the parsed file ``conf``, environment and overrides.
+
+    One section; :func:`routing.settings.load_settings` is the loader that calls it for every section.
+    """
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints = typing.get_type_hints(cls)
     fields = {field.name for field in dataclasses.fields(cls)}
     values: dict[str, object] = {}
 
-    table = (read_conf(path) if conf is None else conf).get(section, {})
+    table = conf.get(section, {})
     if not isinstance(table, Mapping):
         raise ConfigError(f"settings section [{section}] must be a table")
     for key, raw in table.items():

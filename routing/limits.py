@@ -2,7 +2,8 @@
 
 Unbounded inputs are implicit limits that fail unpredictably; these make them
 explicit, configurable (``[limits]`` in ``conf/router.toml``, environment
-``ROUTER__LIMITS__<NAME>``, or :meth:`Limits.replace`) and testable. The
+``ROUTER__LIMITS__<NAME>``, ``--set limits.<name>=...``, all read by
+:func:`routing.settings.load_settings`; or :meth:`Limits.replace`) and testable. The
 validation layer (:mod:`routing.validation`) enforces them where data enters
 the system: the subscription table and the stream.
 """
@@ -10,11 +11,8 @@ the system: the subscription table and the stream.
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Mapping
-from typing import Any
 
-from routing.config import ConfigError, load_section
+from routing.config import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,18 +55,6 @@ class Limits:
     def replace(self, **changes: int) -> Limits:
         """A copy with some limits changed (validated like a loaded one)."""
         return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def load(
-        cls,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        conf: Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-        **overrides: int | None,
-    ) -> Limits:
-        """Limits from ``conf/router.toml`` (or ``path``), the environment, then ``overrides``."""
-        return load_section(cls, "limits", conf=conf, path=path, env=env, overrides=overrides)
 
 
 DEFAULT_LIMITS = Limits()

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import re
-from collections.abc import Mapping
-from typing import Any
 
-from routing.config import ConfigError, load_section
+from routing.config import ConfigError
 from routing.errors import (
     FanoutLimitError,
     InvalidKeyError,
@@ -75,18 +72,7 @@ class Validator:
     limits: Limits = DEFAULT_LIMITS
     policy: Policy = Policy.AMQP
 
-    @classmethod
-    def load(
-        cls,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        conf: Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> Validator:
-        """The validator configured by ``[limits]`` and ``[validation]`` in the settings file."""
-        limits = Limits.load(path, conf=conf, env=env)
-        settings = load_section(ValidationSettings, "validation", conf=conf, path=path, env=env)
-        return cls(limits=limits, policy=Policy.parse(settings.policy))
+    # The configured validator is ``routing.settings.load_settings(...).validator()``: one loader for every section.
 
     # -- routing keys ------------------------------------------------------
 

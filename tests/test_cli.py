@@ -155,6 +155,20 @@ def test_explain_notes_what_validation_would_reject() -> None:
     assert len(notes) == 1 and "key_too_long" in notes[0]
 
 
+def test_explain_validates_with_the_settings_of_conf_and_set(tmp_path: Path) -> None:
+    """``explain`` loads its settings like every job: --conf, then ROUTER__ variables, then --set."""
+    conf = tmp_path / "router.toml"
+    conf.write_text('[validation]\npolicy = "strict"\n[limits]\nmax_key_words = 2\n', encoding="utf-8")
+    code, out, _ = run("explain", "--conf", str(conf), "#", "a.b c.d")
+    assert code == 0
+    assert any("reject this key" in line and "too_many_words" in line for line in out)
+    code, out, _ = run("explain", "--conf", str(conf), "--set", "limits.max_key_words=5", "#", "a.b c.d")
+    assert code == 0
+    assert any("reject this key" in line and "invalid_key" in line for line in out)  # strict: no space
+    code, out, err = run("explain", "--set", "limits.max_key_words=0", "#", "a")
+    assert code == 2 and out == [] and "max_key_words" in err[0]
+
+
 # -- match from files ------------------------------------------------------------------------------
 
 
@@ -220,10 +234,10 @@ def test_match_sample_files_json_output() -> None:
     assert code == 0, err
     # The samples are last-writer-wins by their own timestamps; check against the model-independent oracle
     # over the pairs each sample line leaves active once ordered by ts.
+    from routing.settings import load_settings
     from routing.subscriptions.events import read_import_file
-    from routing.validation import Validator
 
-    validator = Validator.load()
+    validator = load_settings().validator()
     ordered: list[tuple[int, str, str, str]] = []
     for name in files:
         _, outcomes = read_import_file(name, validator, max_event_bytes=65_536)

@@ -22,6 +22,7 @@ from routing.errors import (
     TooManyWordsError,
 )
 from routing.limits import DEFAULT_LIMITS, Limits
+from routing.settings import load_settings
 from routing.validation import Validator
 
 
@@ -29,7 +30,7 @@ def test_defaults_match_the_conf_file() -> None:
     with DEFAULT_CONF.open("rb") as handle:
         table = tomllib.load(handle)["limits"]
     assert table == dataclasses.asdict(DEFAULT_LIMITS)
-    assert Limits.load(env={}) == DEFAULT_LIMITS
+    assert load_settings(env={}).limits == DEFAULT_LIMITS
 
 
 def test_defaults_are_at_least_what_the_protocols_promise() -> None:
@@ -41,7 +42,8 @@ def test_defaults_are_at_least_what_the_protocols_promise() -> None:
 def test_overrides_from_file_env_and_arguments(tmp_path: Path) -> None:
     conf = tmp_path / "router.toml"
     conf.write_text("[limits]\nmax_key_bytes = 100\nmax_key_words = 5\n")
-    limits = Limits.load(conf, env={"ROUTER__LIMITS__MAX_KEY_WORDS": "7"}, max_fanout=3)
+    env = {"ROUTER__LIMITS__MAX_KEY_WORDS": "7"}
+    limits = load_settings(conf, env=env, overrides={"limits": {"max_fanout": 3}}).limits
     assert (limits.max_key_bytes, limits.max_key_words, limits.max_fanout) == (100, 7, 3)
     assert limits.max_payload_bytes == DEFAULT_LIMITS.max_payload_bytes
 
@@ -60,14 +62,14 @@ def test_bad_settings_name_the_key(tmp_path: Path, table: str, message: str) -> 
     conf = tmp_path / "router.toml"
     conf.write_text(f"[limits]\n{table}\n")
     with pytest.raises(ConfigError, match=re.escape(message)):
-        Limits.load(conf, env={})
+        load_settings(conf, env={})
 
 
 def test_bad_environment_variable_names_the_variable() -> None:
     with pytest.raises(ConfigError, match="ROUTER__LIMITS__MAX_KEYS"):
-        Limits.load(env={"ROUTER__LIMITS__MAX_KEYS": "1"})
+        load_settings(env={"ROUTER__LIMITS__MAX_KEYS": "1"})
     with pytest.raises(ConfigError, match=r"limits\.max_key_words must be an integer"):
-        Limits.load(env={"ROUTER__LIMITS__MAX_KEY_WORDS": "lots"})
+        load_settings(env={"ROUTER__LIMITS__MAX_KEY_WORDS": "lots"})
 
 
 def test_limits_are_frozen() -> None:

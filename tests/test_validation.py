@@ -8,6 +8,7 @@ import pytest
 
 from routing.config import ConfigError
 from routing.errors import InvalidKeyError, InvalidPatternError, NullKeyError, TopicError
+from routing.settings import load_settings
 from routing.validation import Policy, Validator
 
 AMQP = Validator()
@@ -109,13 +110,13 @@ def test_huge_subjects_are_shortened_in_messages() -> None:
 def test_policy_loads_from_conf(tmp_path: Path) -> None:
     conf = tmp_path / "router.toml"
     conf.write_text('[validation]\npolicy = "strict"\n[limits]\nmax_key_words = 4\n')
-    validator = Validator.load(conf, env={})
+    validator = load_settings(conf, env={}).validator()
     assert validator.policy is Policy.STRICT and validator.limits.max_key_words == 4
-    assert Validator.load(conf, env={"ROUTER__VALIDATION__POLICY": "amqp"}).policy is Policy.AMQP
+    assert load_settings(conf, env={"ROUTER__VALIDATION__POLICY": "amqp"}).validator().policy is Policy.AMQP
 
 
 def test_unknown_policy_is_a_clear_error(tmp_path: Path) -> None:
     conf = tmp_path / "router.toml"
     conf.write_text('[validation]\npolicy = "lenient"\n')
     with pytest.raises(ConfigError, match="unknown validation policy 'lenient'"):
-        Validator.load(conf, env={})
+        load_settings(conf, env={})
