@@ -158,7 +158,9 @@ FLUSH_S = 60.0
 
 #: This bench's own broker (ports and data directory), unless --set says otherwise: another benchmark
 #: stopping the broker it started must not end this run.
-BENCH_KAFKA = {"client_port": "19292", "controller_port": "19293", "data_dir": "var/bench/latency-kafka"}
+BENCH_KAFKA = {
+    "client_port": "19292", "controller_port": "19293", "data_dir": str(REPO_ROOT / "var/bench/latency-kafka")
+}
 
 VARIANT_LETTERS = {"a": PASSTHROUGH, "b": NATIVE}
 

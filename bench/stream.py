@@ -154,7 +154,7 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 HISTOGRAM_MAX_US = 3_600_000_000
 
 #: The bench's own broker (ports and data directory), unless --set says otherwise.
-BENCH_KAFKA = {"client_port": "19192", "controller_port": "19193", "data_dir": "var/bench/kafka"}
+BENCH_KAFKA = {"client_port": "19192", "controller_port": "19193", "data_dir": str(REPO_ROOT / "var/bench/kafka")}
 
 
 def progress(message: str) -> None:

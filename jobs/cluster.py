@@ -42,7 +42,7 @@ HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 STATE_FILE = "cluster.json"
-DEFAULT_DIR = "var/spark-cluster"
+DEFAULT_DIR = "var/spark-cluster"  # relative to the current directory, like any path flag
 
 
 class ClusterError(RuntimeError):

@@ -1,7 +1,8 @@
 """Loading typed, frozen settings sections from ``conf/router.toml``.
 
-One TOML file holds every default. A section is described by a frozen
-dataclass; loading it:
+A section is described by a frozen dataclass, whose field defaults are the
+defaults (``conf/router.toml`` restates every one of them, and a test keeps the
+two equal); loading it:
 
 1. starts from the dataclass defaults,
 2. applies the section's table from the TOML file,
@@ -24,7 +25,11 @@ from typing import Any, TypeVar
 
 ENV_PREFIX = "ROUTER__"
 CONF_ENV = "ROUTER_CONF"
-DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "router.toml"
+#: The checkout this package runs from (the one place it is computed; installed, it is site-packages, which
+#: holds no ``conf/``). Only repository tools use it (samples, templates, ``var/`` of the demo and benchmarks);
+#: settings paths never resolve against it.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONF = REPO_ROOT / "conf" / "router.toml"
 
 T = TypeVar("T")
 

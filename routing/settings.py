@@ -7,9 +7,12 @@ flags). Every section validates itself in ``__post_init__`` and errors name the 
 
 Design points:
 
-* Paths (fields ending in ``_dir``, ``_path`` or ``_file``) that are relative resolve against
-  the repository root, never the current directory, so a job behaves the same wherever it is
-  started. They are stored resolved (absolute strings).
+* Paths (each section's ``PATHS``) are stored resolved (absolute strings). A relative path
+  written in a settings file is relative to that file's directory, so a job with a settings
+  file behaves the same wherever it is started and wherever the package is installed
+  (``conf/router.toml`` spells out every path, as ``../var/...``). A relative path from the
+  environment, a ``--set`` flag or a built-in default (no file) is relative to the current
+  directory, as on any command line.
 * The Kafka SASL password is a :class:`Secret`. It comes only from the environment variable
   ``ROUTER_KAFKA_SASL_PASSWORD`` or from the file named by ``kafka.sasl_password_file``; a
   password in the settings file, a ``ROUTER__KAFKA__SASL_PASSWORD`` variable or a ``--set`` flag
@@ -30,11 +33,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from routing.config import ConfigError, load_section, read_conf
+from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
+from routing.config import ConfigError, conf_path, load_section, read_conf
 from routing.limits import Limits
 from routing.validation import Policy, ValidationSettings, Validator
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SASL_PASSWORD_ENV = "ROUTER_KAFKA_SASL_PASSWORD"
 
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
@@ -46,10 +49,12 @@ SASL_LOGIN_MODULES = {
 STARTING_OFFSETS = frozenset({"earliest", "latest"})
 
 
-def resolve_path(path: str | os.PathLike[str]) -> Path:
-    """``path`` made absolute: relative paths are relative to the repository root."""
+def resolve_path(path: str | os.PathLike[str], base: str | os.PathLike[str] | None = None) -> Path:
+    """``path`` made absolute: a relative one is relative to ``base`` (default: the current directory)."""
     candidate = Path(path).expanduser()
-    return candidate if candidate.is_absolute() else REPO_ROOT / candidate
+    if candidate.is_absolute():
+        return candidate
+    return Path(os.path.normpath(Path(base or Path.cwd()).absolute() / candidate))  # "conf/../var" -> "var"
 
 
 class Secret:
@@ -75,11 +80,12 @@ class Secret:
         return hash(self._value)
 
 
-def _resolve_paths(section: object, names: Sequence[str]) -> None:
-    """Store the named path fields of a frozen dataclass resolved (absolute)."""
-    for name in names:
+def _resolve_paths(section: object) -> None:
+    """Store the section's ``PATHS`` resolved (absolute); ``None`` and empty ``OPTIONAL_PATHS`` stay as they are."""
+    optional = getattr(section, "OPTIONAL_PATHS", ())
+    for name in getattr(section, "PATHS", ()):
         value = getattr(section, name)
-        if value is None:
+        if value is None or (value == "" and name in optional):
             continue
         if not isinstance(value, str) or not value:
             raise ConfigError(f"setting {_section_name(section)}.{name} must be a non-empty path, got {value!r}")
@@ -105,6 +111,7 @@ class KafkaSettings:
     """The Kafka cluster the jobs talk to, and the local single-node broker (``jobs.local_kafka``)."""
 
     SECTION: ClassVar[str] = "kafka"
+    PATHS: ClassVar[tuple[str, ...]] = ("data_dir", "jars_dir", "sasl_password_file")
 
     #: Clients connect here; empty means the local broker, ``<host>:<client_port>``. Filled in on
     #: construction, so a ``dataclasses.replace`` with new ports must also pass ``bootstrap_servers=""``.
@@ -173,7 +180,7 @@ class KafkaSettings:
                 raise ConfigError(f"setting {section}.sasl_username is required with {self.security_protocol}")
         if not self.bootstrap_servers:
             object.__setattr__(self, "bootstrap_servers", f"{self.host}:{self.client_port}")
-        _resolve_paths(self, ("data_dir", "jars_dir", "sasl_password_file"))
+        _resolve_paths(self)
 
     @property
     def uses_sasl(self) -> bool:
@@ -185,6 +192,7 @@ class SparkSettings:
     """The one SparkSession (:func:`routing.spark.get_spark`)."""
 
     SECTION: ClassVar[str] = "spark"
+    PATHS: ClassVar[tuple[str, ...]] = ("jars_dir", "ivy_dir", "warehouse_dir", "local_dir")
 
     #: ``local[N]`` runs in this process's JVM; N = cores.
     master: str = "local[2]"
@@ -219,7 +227,7 @@ class SparkSettings:
                 raise ConfigError(f"setting {section}.conf.{key} must be a scalar, got {value!r}")
             conf[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
         object.__setattr__(self, "conf", conf)
-        _resolve_paths(self, ("jars_dir", "ivy_dir", "warehouse_dir", "local_dir"))
+        _resolve_paths(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +235,7 @@ class SubscriptionSettings:
     """The Delta subscription table and the job that refreshes it from the events topic."""
 
     SECTION: ClassVar[str] = "subscriptions"
+    PATHS: ClassVar[tuple[str, ...]] = ("table_path", "rejects_path", "checkpoint_path")
 
     table_path: str = "var/delta/subscriptions"
     #: Subscription events that failed validation, with their reason codes.
@@ -254,7 +263,7 @@ class SubscriptionSettings:
             )
         if self.max_event_bytes < 1:
             raise ConfigError(f"setting {section}.max_event_bytes must be at least 1, got {self.max_event_bytes}")
-        _resolve_paths(self, ("table_path", "rejects_path", "checkpoint_path"))
+        _resolve_paths(self)
 
 
 KEY_SOURCES = frozenset({"key", "header", "json"})
@@ -267,6 +276,11 @@ class RouterSettings:
     """The streaming router (``jobs/route.py``): what it reads, how it batches, where it writes."""
 
     SECTION: ClassVar[str] = "router"
+    PATHS: ClassVar[tuple[str, ...]] = (
+        "checkpoint_path", "deliveries_path", "dead_letters_path", "unrouted_path", "ledger_path", "metrics_path"
+    )
+    #: Empty means the default place (``ledger_path``) or off (``metrics_path``), and stays empty.
+    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path")
 
     #: Kafka topics to route (ignored when ``subscribe_pattern`` is set).
     topics: tuple[str, ...] = ("messages",)
@@ -337,10 +351,7 @@ class RouterSettings:
             raise ConfigError(f"setting {section}.app_id must not be empty")
         if "{subscriber}" not in self.kafka_sink_topic_template:
             raise ConfigError(f"setting {section}.kafka_sink_topic_template must contain {{subscriber}}")
-        _resolve_paths(self, ("checkpoint_path", "deliveries_path", "dead_letters_path", "unrouted_path"))
-        for name in ("ledger_path", "metrics_path"):  # optional: empty stays empty (default / off)
-            if getattr(self, name):
-                _resolve_paths(self, (name,))
+        _resolve_paths(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -442,6 +453,22 @@ def _read_password(kafka: KafkaSettings, env: Mapping[str, str]) -> Secret | Non
     return Secret(password)
 
 
+def _paths_from_file_dir(conf: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``conf`` with each section's relative ``PATHS`` made absolute against ``base``, the file's directory."""
+    resolved = dict(conf)
+    for name, cls in SECTIONS.items():
+        table = conf.get(name)
+        if not isinstance(table, Mapping):
+            continue  # load_section names the problem
+        paths = {
+            field: str(resolve_path(table[field], base))
+            for field in getattr(cls, "PATHS", ())
+            if isinstance(table.get(field), str) and table[field]
+        }
+        resolved[name] = {**table, **paths}
+    return resolved
+
+
 def load_settings(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -455,7 +482,7 @@ def load_settings(
     in ``overrides`` are errors.
     """
     environment = os.environ if env is None else env
-    conf = read_conf(path)
+    conf = _paths_from_file_dir(read_conf(path), conf_path(path).absolute().parent)
     overrides = overrides or {}
     for section in overrides:
         if section not in SECTIONS:

@@ -56,15 +56,17 @@ def write_conf(tmp_path: Path, text: str) -> Path:
 # -- settings ------------------------------------------------------------------
 
 
-def test_defaults_load_and_relative_paths_resolve_against_the_repository(
+def test_defaults_load_and_relative_paths_resolve_against_the_settings_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
     conf = write_conf(tmp_path, '[subscriptions]\ntable_path = "somewhere/table"\n[kafka]\ndata_dir = "/abs/kafka"\n')
     settings = load_settings(conf, env={})
-    assert settings.subscriptions.table_path == str(REPO_ROOT / "somewhere" / "table")
+    assert settings.subscriptions.table_path == str(tmp_path / "somewhere" / "table")
     assert settings.kafka.data_dir == "/abs/kafka"
-    assert settings.spark.jars_dir == str(REPO_ROOT / "var" / "jars" / "spark")
+    # Not in the file: the code's default, relative to the current directory (tests/test_settings.py).
+    assert settings.spark.jars_dir == str(tmp_path / "cwd" / "var" / "jars" / "spark")
     assert settings.kafka.bootstrap_servers == f"{settings.kafka.host}:{settings.kafka.client_port}"
 
 
