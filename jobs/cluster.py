@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jobs.processes import group_alive
 from routing.settings import resolve_path
 
 HOST = "127.0.0.1"
@@ -173,7 +174,7 @@ class StandaloneCluster:
         deadline = time.monotonic() + self.start_timeout_s
         while not ready():
             for daemon in self.daemons:
-                if not _group_alive(daemon.pid):
+                if not group_alive(daemon.pid):
                     raise ClusterError(f"{daemon.name} exited while waiting for {what}; see {daemon.log}")
             if time.monotonic() > deadline:
                 logs = ", ".join(daemon.log for daemon in self.daemons)
@@ -185,13 +186,13 @@ class StandaloneCluster:
         for daemon in reversed(self.daemons):
             _signal_group(daemon.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout_s
-        while any(_group_alive(daemon.pid) for daemon in self.daemons) and time.monotonic() < deadline:
+        while any(group_alive(daemon.pid) for daemon in self.daemons) and time.monotonic() < deadline:
             time.sleep(0.2)
         for daemon in self.daemons:
             _signal_group(daemon.pid, signal.SIGKILL)
         for daemon in self.daemons:
             _reap(daemon.pid)
-        leftover = [daemon.name for daemon in self.daemons if _group_alive(daemon.pid)]
+        leftover = [daemon.name for daemon in self.daemons if group_alive(daemon.pid)]
         if leftover:
             raise ClusterError(f"still running after SIGKILL: {', '.join(leftover)}")
         self.daemons.clear()
@@ -232,28 +233,6 @@ def _reap(pid: int) -> None:
     """Collect the exit status of a daemon this process started (no zombie left)."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Any process left in the group (a zombie leader this process has not reaped does not count)."""
-    _reap(pgid)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # The group exists; it is only the unreaped leader if that is a zombie and nothing else is in it.
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

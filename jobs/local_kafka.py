@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from jobs.processes import group_alive, process_alive
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, settings_from_args
 
 SERVER_PROPERTIES_TEMPLATE = REPO_ROOT / "conf" / "kafka" / "server.properties"
@@ -211,27 +212,7 @@ def _process_alive(pid: int) -> bool:
             return True
         del _CHILDREN[pid]
         return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    # The state letter follows the parenthesised command name, which may itself hold spaces.
-    return stat.rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process is left in process group ``pgid``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        # Fields after the command name: state, ppid, pgrp, ...
-        if int(fields[2]) == pgid and fields[0] not in {"Z", "X"}:
-            return True
-    return False
+    return process_alive(pid)
 
 
 def _is_our_broker(pid: int, paths: BrokerPaths) -> bool:
@@ -348,10 +329,10 @@ def _kill_group(pid: int, deadline_s: float) -> None:
 def _wait_gone(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _process_alive(pid) and not _group_alive(pid):
+        if not _process_alive(pid) and not group_alive(pid):
             return True
         time.sleep(0.1)
-    return not _process_alive(pid) and not _group_alive(pid)
+    return not _process_alive(pid) and not group_alive(pid)
 
 
 def start(settings: Settings | None = None, *, env: Mapping[str, str] | None = None) -> Broker:
@@ -423,7 +404,7 @@ def stop(settings: Settings | None = None) -> bool:
         os.killpg(pid, signal.SIGTERM)
     if not _wait_gone(pid, settings.kafka.stop_timeout_s):
         _kill_group(pid, KILL_WAIT_S)
-    if _process_alive(pid) or _group_alive(pid):
+    if _process_alive(pid) or group_alive(pid):
         raise BrokerError(f"the Kafka broker (pid {pid}) survived SIGKILL")
     _CHILDREN.pop(pid, None)
     paths.pid_file.unlink(missing_ok=True)
