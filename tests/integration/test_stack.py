@@ -1,19 +1,17 @@
-"""The local stack: settings, the KRaft broker job, the jars and the SparkSession factory.
+"""The local stack: the KRaft broker job, the jars and the SparkSession factory.
 
-Settings tests are plain unit tests. Broker and Spark tests run the real thing (a JVM broker on
-free loopback ports, a Spark session in a subprocess with an empty Ivy home) and compare with
-independent oracles: what the test itself produced, what /proc says is running.
+Broker and Spark tests run the real thing (a JVM broker on free loopback ports, a Spark session
+in a subprocess with an empty Ivy home) and compare with independent oracles: what the test
+itself produced, what /proc says is running. The settings' unit tests are in tests/test_settings.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,188 +24,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from jobs import local_kafka
 from jobs.cluster import free_ports
 from jobs.local_kafka import BrokerError
-from routing.config import ConfigError
 from routing.settings import (
     REPO_ROOT,
-    SASL_PASSWORD_ENV,
-    Secret,
     Settings,
-    add_settings_arguments,
     load_settings,
-    parse_overrides,
-    settings_from_args,
 )
 from routing.spark import FORBIDDEN_CONF, SparkJarsMissingError, spark_conf
-from routing.validation import Policy
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-PASSWORD = 'pa"ss\\w0rd-never-logged'
-SASL = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "router"}
-
-
-def write_conf(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "router.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-# -- settings ------------------------------------------------------------------
-
-
-def test_defaults_load_and_relative_paths_resolve_against_the_settings_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "cwd").mkdir()
-    monkeypatch.chdir(tmp_path / "cwd")
-    conf = write_conf(tmp_path, '[subscriptions]\ntable_path = "somewhere/table"\n[kafka]\ndata_dir = "/abs/kafka"\n')
-    settings = load_settings(conf, env={})
-    assert settings.subscriptions.table_path == str(tmp_path / "somewhere" / "table")
-    assert settings.kafka.data_dir == "/abs/kafka"
-    # Not in the file: the code's default, relative to the current directory (tests/test_settings.py).
-    assert settings.spark.jars_dir == str(tmp_path / "cwd" / "var" / "jars" / "spark")
-    assert settings.kafka.bootstrap_servers == f"{settings.kafka.host}:{settings.kafka.client_port}"
-
-
-def test_the_repository_settings_file_loads() -> None:
-    settings = load_settings(REPO_ROOT / "conf" / "router.toml", env={})
-    assert settings.spark.master.startswith("local[")
-    assert settings.kafka.client_port != settings.kafka.controller_port
-
-
-@pytest.mark.parametrize(
-    ("toml", "named"),
-    [
-        ("[kafka]\nnope = 1\n", "kafka.nope"),
-        ("[spark]\nshuffle_partitions = 'four'\n", "spark.shuffle_partitions"),
-        ("[spark]\nui_enabled = 'yes'\n", "spark.ui_enabled"),
-        ("[kafka]\nclient_port = 70000\n", "kafka.client_port"),
-        ("[kafka]\nclient_port = 20000\ncontroller_port = 20000\n", "kafka.controller_port"),
-        ("[kafka]\nsecurity_protocol = 'TLS'\n", "kafka.security_protocol"),
-        ("[kafka]\nsecurity_protocol = 'SASL_SSL'\nsasl_username = 'u'\n", "kafka.sasl_mechanism"),
-        ("[kafka]\nheap = 'lots'\n", "kafka.heap"),
-        ("[subscriptions]\nstarting_offsets = 'middle'\n", "subscriptions.starting_offsets"),
-        ("[subscriptions]\nmax_offsets_per_trigger = 0\n", "subscriptions.max_offsets_per_trigger"),
-        ("[spark.conf]\n'spark.x' = ['a']\n", "spark.conf.spark.x"),
-        ("[limits]\nmax_key_bytes = 0\n", "max_key_bytes"),
-        ("[validation]\npolicy = 'lenient'\n", "lenient"),
-    ],
-)
-def test_bad_settings_are_rejected_naming_the_key(tmp_path: Path, toml: str, named: str) -> None:
-    with pytest.raises(ConfigError, match=rf"(^|\W){named}(\W|$)"):
-        load_settings(write_conf(tmp_path, toml), env={})
-
-
-def test_environment_overrides_the_file_and_flags_override_the_environment(tmp_path: Path) -> None:
-    conf = write_conf(tmp_path, "[kafka]\nclient_port = 20001\n[spark]\nshuffle_partitions = 3\n")
-    env = {"ROUTER__KAFKA__CLIENT_PORT": "20002", "ROUTER__SPARK__SHUFFLE_PARTITIONS": "5"}
-    from_env = load_settings(conf, env=env)
-    assert (from_env.kafka.client_port, from_env.spark.shuffle_partitions) == (20002, 5)
-    assert from_env.kafka.bootstrap_servers.endswith(":20002")
-
-    parser = argparse.ArgumentParser()
-    add_settings_arguments(parser)
-    flags = ["--conf", str(conf), "--set", "spark.shuffle_partitions=7", "--set", "spark.ui_enabled=on"]
-    args = parser.parse_args(flags)
-    from_flags = settings_from_args(args, env=env)
-    assert (from_flags.kafka.client_port, from_flags.spark.shuffle_partitions) == (20002, 7)
-    assert from_flags.spark.ui_enabled is True
-
-
-def test_bad_environment_and_flag_values_name_the_key(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"kafka\.client_port"):
-        load_settings(env={"ROUTER__KAFKA__CLIENT_PORT": "lots"})
-    with pytest.raises(ConfigError, match=r"spark\.nope"):
-        load_settings(env={"ROUTER__SPARK__NOPE": "1"})
-    with pytest.raises(ConfigError, match=r"subscriptions\.max_offsets_per_trigger"):
-        load_settings(env={}, overrides=parse_overrides(["subscriptions.max_offsets_per_trigger=-5"]))
-    for malformed in ("no_equals_sign", "nosection=1", "=1", "nowhere.key=1"):
-        with pytest.raises(ConfigError, match="--set"):
-            parse_overrides([malformed])
-    with pytest.raises(ConfigError, match="nowhere"):
-        load_settings(env={}, overrides={"nowhere": {"key": 1}})
-
-
-def test_spark_conf_table_entries_merge_with_flags(tmp_path: Path) -> None:
-    conf = write_conf(tmp_path, "[spark.conf]\n'spark.a' = 'file'\n'spark.b' = true\n")
-    overrides = parse_overrides(["spark.conf.spark.b=flag", "spark.conf.spark.sql.c.d=2"])
-    settings = load_settings(conf, env={}, overrides=overrides)
-    assert settings.spark.conf == {"spark.a": "file", "spark.b": "flag", "spark.sql.c.d": "2"}
-    assert load_settings(conf, env={}).spark.conf == {"spark.a": "file", "spark.b": "true"}
-
-
-def test_validator_follows_limits_and_policy(tmp_path: Path) -> None:
-    conf = write_conf(tmp_path, "[limits]\nmax_key_words = 3\n[validation]\npolicy = 'strict'\n")
-    validator = load_settings(conf, env={}).validator()
-    assert validator.policy is Policy.STRICT
-    assert validator.limits.max_key_words == 3
-    assert validator.validate_key("a.b.c") == ["a", "b", "c"]
-    with pytest.raises(ValueError):
-        validator.validate_key("a.b.c.d")
-
-
-def test_plaintext_client_configs_carry_no_credentials() -> None:
-    settings = load_settings(env={}, overrides={"kafka": {"bootstrap_servers": "h1:1,h2:2"}})
-    assert settings.kafka_client_config() == {"bootstrap.servers": "h1:1,h2:2", "security.protocol": "PLAINTEXT"}
-    assert settings.spark_kafka_options() == {
-        "kafka.bootstrap.servers": "h1:1,h2:2",
-        "kafka.security.protocol": "PLAINTEXT",
-    }
-
-
-def _assert_masked(settings: Settings) -> None:
-    assert PASSWORD not in repr(settings)
-    assert PASSWORD not in str(settings)
-    assert PASSWORD not in repr(settings.kafka)
-    assert "********" in repr(settings.kafka)
-
-
-def test_sasl_password_from_environment_is_masked_but_reaches_clients() -> None:
-    settings = load_settings(env={SASL_PASSWORD_ENV: PASSWORD}, overrides={"kafka": SASL})
-    _assert_masked(settings)
-    client = settings.kafka_client_config()
-    assert client["sasl.password"] == PASSWORD
-    assert (client["sasl.username"], client["sasl.mechanism"]) == ("router", "SCRAM-SHA-512")
-    jaas = settings.spark_kafka_options()["kafka.sasl.jaas.config"]
-    assert jaas == (
-        'org.apache.kafka.common.security.scram.ScramLoginModule required username="router" '
-        'password="pa\\"ss\\\\w0rd-never-logged";'
-    )
-
-
-def test_sasl_password_from_file(tmp_path: Path) -> None:
-    secret_file = tmp_path / "password"
-    secret_file.write_text(PASSWORD + "\n")
-    overrides = {"kafka": {**SASL, "sasl_password_file": str(secret_file)}}
-    settings = load_settings(env={}, overrides=overrides)
-    _assert_masked(settings)
-    assert settings.kafka.sasl_password == Secret(PASSWORD)
-    assert settings.kafka_client_config()["sasl.password"] == PASSWORD
-
-    with pytest.raises(ConfigError, match=r"kafka\.sasl_password_file") as missing:
-        load_settings(env={}, overrides={"kafka": {**SASL, "sasl_password_file": str(tmp_path / "absent")}})
-    assert PASSWORD not in str(missing.value)
-
-
-def test_sasl_password_is_refused_from_the_file_variables_and_flags(tmp_path: Path) -> None:
-    conf = write_conf(tmp_path, f"[kafka]\nsasl_password = '''{PASSWORD}'''\n")
-    attempts = [
-        lambda: load_settings(conf, env={}),
-        lambda: load_settings(env={"ROUTER__KAFKA__SASL_PASSWORD": PASSWORD}),
-        lambda: load_settings(env={}, overrides=parse_overrides([f"kafka.sasl_password={PASSWORD}"])),
-    ]
-    for attempt in attempts:
-        with pytest.raises(ConfigError, match=SASL_PASSWORD_ENV) as refused:
-            attempt()
-        assert "kafka.sasl_password" in str(refused.value)
-        assert PASSWORD not in str(refused.value)
-
-
-def test_sasl_without_a_password_is_an_error() -> None:
-    with pytest.raises(ConfigError, match=SASL_PASSWORD_ENV):
-        load_settings(env={}, overrides={"kafka": SASL})
-
 
 # -- jars and the Spark configuration (no JVM) ----------------------------------
 
@@ -509,11 +334,6 @@ def test_a_broker_that_dies_during_start_up_is_reported_with_its_log(tmp_path: P
     assert "Stored node id 7" in str(died.value)  # the log tail says why
     assert broker_jvms(tmp_path / "kafka") == []
     assert not (tmp_path / "kafka" / "broker.pid").exists()
-
-
-def test_settings_are_hashable_values() -> None:
-    assert hash(load_settings(env={})) == hash(load_settings(env={}))
-    assert load_settings(env={}) == load_settings(env={})
 
 
 # -- Spark -----------------------------------------------------------------------
