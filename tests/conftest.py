@@ -1,7 +1,8 @@
 """Shared fixtures: test settings, the real Kafka broker, the one SparkSession, Kafka topics.
 
 Everything heavy is lazy: a unit test that requests none of ``kafka_broker``, ``kafka_admin``,
-``topic_factory`` or ``spark`` starts neither a JVM nor a broker.
+``topic_factory`` or ``spark`` starts neither a JVM nor a broker. Tests under ``tests/integration/``
+are marked ``integration`` by folder (:func:`pytest_collection_modifyitems`); ``slow`` is set by hand.
 
 * ``settings`` puts every var/ path (broker data, Delta tables, checkpoints, Spark scratch, Ivy
   home) under the session's pytest tmp dir; only the jars come from the real ``var/jars``.
@@ -34,6 +35,15 @@ if TYPE_CHECKING:
 
 #: Seconds an AdminClient operation in a fixture may take.
 ADMIN_TIMEOUT_S = 30.0
+#: Every test under this folder is marked ``integration`` (real Kafka, Spark or Delta), so no file has to say so.
+INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark by folder: ``tests/integration/*`` is ``integration`` (``make test-fast`` skips it)."""
+    for item in items:
+        if item.path.is_relative_to(INTEGRATION_DIR):
+            item.add_marker(pytest.mark.integration)
 
 
 def make_test_settings(root: Path, *, client_port: int, controller_port: int) -> Settings:

@@ -4,6 +4,7 @@ No timing is asserted (timings belong to the benchmark's own output); this
 only guards the harness against rot. The benchmark itself re-checks every
 matcher's realistic lookups against the trie and aborts on a disagreement, so
 a passing run also means every contender answered those lookups correctly.
+It runs the benchmark (about a minute), so it is marked ``slow``: ``make test-fast`` skips it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from routing.matchers import CLASSIC_MATCHERS
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "matchers.py"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_quick_benchmark_runs_and_writes_results(tmp_path: Path) -> None:
     done = subprocess.run(

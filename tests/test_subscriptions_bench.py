@@ -6,9 +6,9 @@ count of every loaded trie and the frozen matcher's lookups against
 ``TrieMatcher``, and exits non-zero on a disagreement, so a passing run also
 means every load really held its n pairs.
 
-The Rust half (the seed's multithreaded workloads, ``cargo run --release --bin
-cstrie_workloads``) may have to compile the crate first, so it is its own test,
-marked ``slow``.
+Every test that runs the benchmark is marked ``slow`` (``make test-fast`` skips them; only
+``--help`` stays). The Rust half (the seed's multithreaded workloads, ``cargo run --release --bin
+cstrie_workloads``) may have to compile the crate first, so it is its own test.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def test_help_lists_the_flags() -> None:
         assert flag in done.stdout, f"{flag} missing from --help"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_tiny_run_writes_every_loading_section(tmp_path: Path) -> None:
     sizes = ",".join(str(n) for n in SIZES)

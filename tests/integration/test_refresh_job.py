@@ -41,8 +41,6 @@ from routing.validation import Validator
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = pytest.mark.integration
-
 
 MAX_EVENT_BYTES = 300
 LIMIT = 3

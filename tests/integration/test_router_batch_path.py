@@ -27,7 +27,7 @@ from router_support import apply_subscriptions, ledger_versions, router_settings
 from routing.router.pipeline import SOURCE_DDL, Router
 from routing.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 MOMENT = dt.datetime(2026, 1, 5, 12, tzinfo=dt.UTC)
 

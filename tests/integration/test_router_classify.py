@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +29,6 @@ from tests import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = pytest.mark.integration
 
 #: Small limits, so random data crosses them often.
 LIMITS = Limits(max_key_bytes=24, max_key_words=5, max_payload_bytes=16)

@@ -67,7 +67,6 @@ def expected_counts(rows: list[tuple[Any, ...]], settings: Settings, pairs: list
     return dict(counts)
 
 
-@pytest.mark.integration
 @pytest.mark.slow
 def test_metrics_rows_match_an_independent_count_once_per_batch(
     spark: Any, settings: Settings, tmp_path: Path

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from routing.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SUBSCRIPTIONS = [
     ("stock.*.msft", "msft-desk"),

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from routing.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 BEFORE = [("stock.*.msft", "msft-desk"), ("forex.#", "fx"), ("#.ibm", "ibm-watch")]
 ADDED = [("stock.#", "equities"), ("", "empty-key")]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from routing.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 MAX_PAYLOAD_BYTES = 512
 #: Low, so several keys below match more subscribers than this and one matches exactly this many.

@@ -22,7 +22,6 @@ def delivery_count(spark: Any, settings: Settings) -> int:
     return int(spark.read.format("delta").load(settings.router.deliveries_path).count())
 
 
-@pytest.mark.integration
 @pytest.mark.slow
 def test_same_query_skips_a_replay_but_a_new_query_writes(spark: Any, settings: Settings, tmp_path: Path) -> None:
     local = router_settings(settings, tmp_path, ["txn"])

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from routing.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 KEYS = ["stock.nyse.msft", "stock.msft", "forex.eur.usd", "", "a.b.c", "audit.x", "t1.orders.new"]
 #: Refreshes in these tests happen only when asked (request_refresh / maybe_refresh(force=True)).

@@ -160,7 +160,6 @@ def consume(settings: Settings, topic: str, count: int, *, timeout_s: float = 60
     return received
 
 
-@pytest.mark.integration
 @pytest.mark.slow
 def test_broker_starts_from_nothing_round_trips_and_stops_without_orphans(fresh_settings: Settings) -> None:
     settings = fresh_settings
@@ -246,7 +245,6 @@ time.sleep(3600)
 """
 
 
-@pytest.mark.integration
 @pytest.mark.slow
 def test_a_broker_tied_to_its_starter_dies_with_it(tmp_path: Path) -> None:
     data_dir = tmp_path / "kafka"
@@ -268,7 +266,6 @@ def test_a_broker_tied_to_its_starter_dies_with_it(tmp_path: Path) -> None:
     assert broker_jvms(data_dir) == []
 
 
-@pytest.mark.integration
 def test_start_refuses_a_port_in_use(fresh_settings: Settings) -> None:
     for port_name in ("client_port", "controller_port"):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
@@ -280,7 +277,6 @@ def test_start_refuses_a_port_in_use(fresh_settings: Settings) -> None:
     assert not (Path(fresh_settings.kafka.data_dir) / "broker.pid").exists()
 
 
-@pytest.mark.integration
 def test_start_without_java_or_jars_says_so(fresh_settings: Settings, tmp_path: Path) -> None:
     with pytest.raises(BrokerError, match=r"Java not found.*JAVA_HOME"):
         local_kafka.start(fresh_settings, env={"PATH": str(tmp_path)})
@@ -300,7 +296,6 @@ def test_generated_cluster_ids_never_start_with_a_dash() -> None:
     assert len(set(ids)) == len(ids)
 
 
-@pytest.mark.integration
 def test_a_stored_cluster_id_starting_with_a_dash_formats_and_starts(fresh_settings: Settings) -> None:
     data_dir = Path(fresh_settings.kafka.data_dir)
     data_dir.mkdir(parents=True)
@@ -312,7 +307,6 @@ def test_a_stored_cluster_id_starting_with_a_dash_formats_and_starts(fresh_setti
     assert local_kafka.status(fresh_settings).state == "running"
 
 
-@pytest.mark.integration
 def test_start_timeout_kills_the_broker_and_shows_its_log(tmp_path: Path) -> None:
     settings = broker_settings(tmp_path / "kafka", start_timeout_s=0.2)
     with pytest.raises(BrokerError, match=r"did not answer .* within 0\.2 s \(kafka\.start_timeout_s\)") as timed_out:
@@ -322,7 +316,6 @@ def test_start_timeout_kills_the_broker_and_shows_its_log(tmp_path: Path) -> Non
     assert local_kafka.status(settings).state == "stopped"
 
 
-@pytest.mark.integration
 def test_a_broker_that_dies_during_start_up_is_reported_with_its_log(tmp_path: Path) -> None:
     settings = broker_settings(tmp_path / "kafka")
     data = tmp_path / "kafka" / "data"
@@ -367,7 +360,6 @@ spark.stop()
 """
 
 
-@pytest.mark.integration
 @pytest.mark.slow
 def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
     settings: Settings, kafka_broker: local_kafka.Broker, topic_factory: Callable[..., str], tmp_path: Path
@@ -401,7 +393,6 @@ def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
     assert sorted(path.name for path in home.iterdir()) in ([], [".cache"])  # no ~/.ivy2, no ~/.m2
 
 
-@pytest.mark.integration
 def test_the_shared_session_is_local_quiet_and_unique(spark: SparkSession, settings: Settings) -> None:
     from routing.spark import get_spark
 

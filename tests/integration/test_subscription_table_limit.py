@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from routing.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 MAX_EVENT_BYTES = 512
 
