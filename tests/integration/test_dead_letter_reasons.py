@@ -25,7 +25,6 @@ from tests import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
-pytestmark = pytest.mark.integration
 
 LIMITS = Limits(max_key_bytes=24, max_key_words=5, max_payload_bytes=16, max_fanout=2)
 #: (key, payload): valid, then one record per classification rule in the order they are checked.
@@ -40,12 +39,11 @@ RECORDS: list[tuple[bytes | None, bytes]] = [
 
 
 def over_the_fanout_limit(key: Column) -> Column:
-    """What the UDF returns for a message with ``max_fanout + 1`` subscribers (a null list)."""
+    """What the UDF returns for a key with ``max_fanout + 1`` subscribers (a null list); null for a null key."""
     from pyspark.sql import functions as F
 
-    return F.struct(
-        F.lit(None).cast("array<string>").alias("subscribers"), F.lit(LIMITS.max_fanout + 1).alias("fanout")
-    )
+    fanout = F.when(key.isNotNull(), F.lit(LIMITS.max_fanout + 1))
+    return F.struct(F.lit(None).cast("array<string>").alias("subscribers"), fanout.alias("fanout"))
 
 
 @pytest.mark.parametrize("policy", list(Policy))
