@@ -142,6 +142,9 @@ fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32]) -> (Subscribe
 /// A new, unpublished subtree holding `items` (each at least `depth + 1`
 /// words long) below depth `depth`, and how many distinct pairs it holds.
 fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generation) -> (Arc<INode>, usize) {
+    if let [item] = items {
+        return (build_chain(batch, *item, depth, gen), 1);
+    }
     let mut cnode = CNode::default();
     let mut literals: Vec<(Arc<str>, Branch)> = Vec::new();
     let mut added = 0;
@@ -174,6 +177,33 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
     (INode::new(gen, MainNode::committed(MainKind::Branches(cnode))), added)
 }
 
+/// [`build_fresh`] of a single pair: one C-node per word, built from the
+/// last word up (most subtrees of a wide node hold one pattern, and this
+/// allocates nothing but the nodes themselves).
+fn build_chain(batch: &Batch<'_>, item: u32, depth: usize, gen: Generation) -> Arc<INode> {
+    let len = batch.len_of(item);
+    let mut below: Option<Arc<INode>> = None;
+    for at in (depth..len).rev() {
+        let subscribers = if at + 1 == len {
+            SubscriberSet::single(batch.items[item as usize].subscriber.clone())
+        } else {
+            SubscriberSet::Empty
+        };
+        let branch = Branch {
+            subscribers,
+            child: below.take(),
+        };
+        let mut cnode = CNode::default();
+        match batch.word(item, at).expect("at < len") {
+            PatternWord::Literal(literal) => cnode.literals = cnode.literals.insert(Arc::from(literal), branch),
+            PatternWord::Star => cnode.star = Some(branch),
+            PatternWord::Hash => cnode.hash = Some(branch),
+        }
+        below = Some(INode::new(gen, MainNode::committed(MainKind::Branches(cnode))));
+    }
+    below.expect("items go deeper than depth")
+}
+
 /// What one attempt at a work item did.
 enum Outcome {
     /// Committed: pairs added here, and the children to visit next.
@@ -194,8 +224,15 @@ impl CsTrie {
             words: Vec::new(),
             items: Vec::new(),
         };
+        let pairs = pairs.into_iter();
+        let expected = match pairs.size_hint() {
+            (_, Some(high)) => high,
+            (low, None) => low,
+        };
+        batch.patterns.reserve(expected);
+        batch.items.reserve(expected);
         // One shared Arc per distinct subscriber text.
-        let mut interned: HashMap<&'a str, Arc<str>> = HashMap::new();
+        let mut interned: HashMap<&'a str, Arc<str>> = HashMap::with_capacity(expected);
         let mut slow: Vec<usize> = Vec::new();
         for (pattern, subscriber) in pairs {
             let start = batch.words.len();
