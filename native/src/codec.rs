@@ -25,7 +25,7 @@
 //! [`NativeError::Format`], never a panic, out-of-bounds read or huge allocation.
 
 use crate::errors::NativeError;
-use crate::frozen::{Edge, FrozenMatcher, Interned, Node, NONE};
+use crate::frozen::{Edge, FrozenMatcher, Index, Interned, Node, NONE};
 use crate::topic::{HASH, SEPARATOR, STAR};
 
 pub const MAGIC: [u8; 8] = *b"TOPICFRZ";
@@ -244,6 +244,7 @@ fn read_texts(
     bytes: &[u8],
     count: u32,
     section: &'static str,
+    index: Index,
     check: impl Fn(&str) -> Result<(), &'static str>,
 ) -> Result<Interned, NativeError> {
     let mut reader = Reader::new(bytes, section);
@@ -251,7 +252,7 @@ fn read_texts(
     if count as usize > bytes.len() {
         return Err(reader.error("count exceeds the section length"));
     }
-    let mut interned = Interned::with_capacity(count as usize, bytes.len());
+    let mut interned = Interned::with_capacity(count as usize, bytes.len(), index);
     let mut previous: Option<&str> = None;
     for _ in 0..count {
         let length = reader.varint()? as usize;
@@ -262,7 +263,7 @@ fn read_texts(
             return Err(reader.error("texts not strictly ascending"));
         }
         if !interned.push(text) {
-            return Err(reader.error("duplicate text"));
+            return Err(reader.error("texts exceed the u32 offsets"));
         }
         previous = Some(text);
     }
@@ -324,7 +325,7 @@ pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher,
     let (words_bytes, rest) = payload.split_at(section_lengths[0]);
     let (subscriber_bytes, node_bytes) = rest.split_at(section_lengths[1]);
 
-    let words = read_texts(words_bytes, word_count, "words", |word| {
+    let words = read_texts(words_bytes, word_count, "words", Index::Hashed, |word| {
         if word == STAR || word == HASH {
             Err("wildcard stored as a literal word")
         } else if word.contains(SEPARATOR) {
@@ -333,7 +334,7 @@ pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher,
             Ok(())
         }
     })?;
-    let subscribers = read_texts(subscriber_bytes, subscriber_count, "subscribers", |subscriber| {
+    let subscribers = read_texts(subscriber_bytes, subscriber_count, "subscribers", Index::Sorted, |subscriber| {
         if subscriber.is_empty() {
             Err("empty subscriber id")
         } else {

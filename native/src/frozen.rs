@@ -83,34 +83,49 @@ pub struct Edge {
     pub child: u32,
 }
 
-/// Interned texts: id -> text via `ends`, text -> id via `index`.
+/// Interned texts in strictly ascending text order: id -> text via `ends`,
+/// text -> id via `index` (words, which lookups resolve by text) or a binary
+/// search (subscribers, which are only ever read by id).
 #[derive(Debug, Clone, Default)]
 pub struct Interned {
     /// All texts, concatenated in id order.
     text: String,
     /// `text[ends[i-1] .. ends[i]]` is text `i` (`ends[-1]` = 0); ascending.
     ends: Vec<u32>,
-    /// Ids, hashed by their text. Texts are unique.
-    index: HashTable<u32>,
+    /// Ids, hashed by their text; `None` when the table is not indexed.
+    index: Option<HashTable<u32>>,
     hasher: DefaultHashBuilder,
 }
 
+/// Whether an [`Interned`] table keeps a hash index from text to id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index {
+    /// `find` hashes (the words, looked up once per key word).
+    Hashed,
+    /// `find` binary-searches (the subscribers: read by id; an index of a
+    /// million ids would cost its build on every freeze and decode).
+    Sorted,
+}
+
 impl Interned {
-    /// Intern `texts`, which must be unique (the caller checks; see [`Interned::push`]).
-    pub fn with_capacity(count: usize, bytes: usize) -> Self {
+    /// An empty table with room for `count` texts of `bytes` bytes in all.
+    pub fn with_capacity(count: usize, bytes: usize, index: Index) -> Self {
         Interned {
             text: String::with_capacity(bytes),
             ends: Vec::with_capacity(count),
-            index: HashTable::with_capacity(count),
+            index: (index == Index::Hashed).then(|| HashTable::with_capacity(count)),
             hasher: DefaultHashBuilder::default(),
         }
     }
 
-    /// Append `text` as the next id; `false` (and nothing added) if it is
-    /// already present or the total would overflow the `u32` offsets.
+    /// Append `text` as the next id; `false` (and nothing added) unless it
+    /// is strictly greater than the last text (so texts stay unique and
+    /// ascending, with one comparison instead of a probe) and the total fits
+    /// the `u32` offsets.
     pub fn push(&mut self, text: &str) -> bool {
+        let last = self.ends.len().checked_sub(1).map(|id| self.get(id as u32));
         // Ids stay below `UNRESOLVED`, which lookups use as a sentinel.
-        if self.find(text).is_some()
+        if last.is_some_and(|last| last >= text)
             || self.text.len() + text.len() > u32::MAX as usize
             || self.ends.len() >= UNRESOLVED as usize
         {
@@ -125,9 +140,11 @@ impl Interned {
             index,
             hasher,
         } = self;
-        let hash = hasher.hash_one(text);
-        // Growth re-hashes existing ids, with the same hasher as insertion.
-        index.insert_unique(hash, id, |&other| hasher.hash_one(slice(all, ends, other)));
+        if let Some(index) = index {
+            let hash = hasher.hash_one(text);
+            // Growth re-hashes existing ids, with the same hasher as insertion.
+            index.insert_unique(hash, id, |&other| hasher.hash_one(slice(all, ends, other)));
+        }
         true
     }
 
@@ -145,8 +162,24 @@ impl Interned {
     }
 
     pub fn find(&self, text: &str) -> Option<u32> {
-        let hash = self.hasher.hash_one(text);
-        self.index.find(hash, |&id| self.get(id) == text).copied()
+        match &self.index {
+            Some(index) => {
+                let hash = self.hasher.hash_one(text);
+                index.find(hash, |&id| self.get(id) == text).copied()
+            }
+            None => {
+                let (mut low, mut high) = (0u32, self.ends.len() as u32);
+                while low < high {
+                    let mid = low + (high - low) / 2;
+                    match self.get(mid).cmp(text) {
+                        std::cmp::Ordering::Less => low = mid + 1,
+                        std::cmp::Ordering::Greater => high = mid,
+                        std::cmp::Ordering::Equal => return Some(mid),
+                    }
+                }
+                None
+            }
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
@@ -193,15 +226,43 @@ fn split_spans(bytes: &[u8], spans: &mut Vec<(usize, usize)>) {
 }
 
 /// For items sorted by owner: `starts[i] .. starts[i + 1]` are the items of owner `i`.
-fn range_starts(owners: usize, sorted_owners: impl Iterator<Item = u32>) -> Vec<u32> {
+/// `items` grouped by owner (a counting sort: O(n + owners), no comparisons),
+/// each group sorted and deduplicated; returns them with `starts`, where
+/// owner `o`'s group is `items[starts[o]..starts[o + 1]]`. Sources hand the
+/// builder each node's children together, so the groups are mostly already
+/// in place; a global sort of millions of entries was most of a freeze.
+fn group_by_owner<T: Copy + Default + Ord>(owners: usize, items: Vec<T>, owner: impl Fn(&T) -> u32) -> (Vec<u32>, Vec<T>) {
     let mut starts = vec![0u32; owners + 1];
-    for owner in sorted_owners {
-        starts[owner as usize + 1] += 1;
+    for item in &items {
+        starts[owner(item) as usize + 1] += 1;
     }
     for i in 0..owners {
         starts[i + 1] += starts[i];
     }
-    starts
+    let mut next = starts.clone();
+    let mut grouped = vec![T::default(); items.len()];
+    for item in items {
+        let slot = &mut next[owner(&item) as usize];
+        grouped[*slot as usize] = item;
+        *slot += 1;
+    }
+    // Sort and deduplicate each group, compacting in place.
+    let mut kept = 0usize;
+    for o in 0..owners {
+        let (start, end) = (starts[o] as usize, starts[o + 1] as usize);
+        starts[o] = kept as u32;
+        let group = &mut grouped[start..end];
+        group.sort_unstable();
+        for i in start..end {
+            if i == start || grouped[i] != grouped[i - 1] {
+                grouped[kept] = grouped[i];
+                kept += 1;
+            }
+        }
+    }
+    starts[owners] = kept as u32;
+    grouped.truncate(kept);
+    (starts, grouped)
 }
 
 fn slice<'a>(all: &'a str, ends: &[u32], id: u32) -> &'a str {
@@ -313,6 +374,13 @@ struct Interner<'a> {
 }
 
 impl<'a> Interner<'a> {
+    fn with_capacity(count: usize) -> Self {
+        Interner {
+            ids: HashMap::with_capacity(count),
+            texts: Vec::with_capacity(count),
+        }
+    }
+
     fn intern(&mut self, text: &'a str) -> u32 {
         let next = self.texts.len() as u32;
         *self.ids.entry(text).or_insert_with(|| {
@@ -322,7 +390,7 @@ impl<'a> Interner<'a> {
     }
 
     /// `(temporary id -> final id, interned texts in final order)`.
-    fn finish(self) -> Result<(Vec<u32>, Interned), BuildError> {
+    fn finish(self, index: Index) -> Result<(Vec<u32>, Interned), BuildError> {
         // Text order, compared first on the first 16 bytes as one big-endian
         // integer (zero-padded): integer order is byte order on the prefix,
         // and equal prefixes fall back to the whole text, so the order is
@@ -342,7 +410,7 @@ impl<'a> Interner<'a> {
         let order: Vec<u32> = order.into_iter().map(|(_, id)| id).collect();
         let mut rank = vec![0u32; order.len()];
         let bytes = self.texts.iter().map(|t| t.len()).sum();
-        let mut interned = Interned::with_capacity(order.len(), bytes);
+        let mut interned = Interned::with_capacity(order.len(), bytes, index);
         for (final_id, &temporary) in order.iter().enumerate() {
             rank[temporary as usize] = final_id as u32;
             // Texts are unique by construction, so only the size limits can refuse.
@@ -394,6 +462,18 @@ impl<'a> Builder<'a> {
     /// The root's temporary id.
     pub const ROOT: u32 = 0;
 
+    /// A builder sized for about `pairs` subscriptions, so that interning a
+    /// large source never re-hashes its tables while they grow.
+    pub fn with_capacity(pairs: usize) -> Self {
+        Builder {
+            words: Interner::with_capacity(pairs),
+            subscribers: Interner::with_capacity(pairs),
+            children: Vec::with_capacity(pairs),
+            ends: Vec::with_capacity(pairs),
+            node_count: 0,
+        }
+    }
+
     fn key(&mut self, word: PatternWord<'a>) -> u32 {
         match word {
             PatternWord::Star => STAR_KEY,
@@ -441,8 +521,8 @@ impl<'a> Builder<'a> {
             ends,
             node_count,
         } = self;
-        let (word_rank, words) = words.finish()?;
-        let (subscriber_rank, subscribers) = subscribers.finish()?;
+        let (word_rank, words) = words.finish(Index::Hashed)?;
+        let (subscriber_rank, subscribers) = subscribers.finish(Index::Sorted)?;
         let node_total = node_count as usize + 1;
 
         // Keep only nodes with a subscriber at or below them, so a source
@@ -460,7 +540,7 @@ impl<'a> Builder<'a> {
         }
 
         // Children of each node, contiguous and in preorder order (literal ranks, star, hash).
-        let mut children: Vec<(u32, u32, u32)> = children
+        let children: Vec<(u32, u32, u32)> = children
             .into_iter()
             .filter(|&(_, _, child)| live[child as usize])
             .map(|(parent, key, child)| {
@@ -468,18 +548,15 @@ impl<'a> Builder<'a> {
                 (parent, key, child)
             })
             .collect();
-        children.sort_unstable();
-        let child_start = range_starts(node_total, children.iter().map(|&(parent, _, _)| parent));
-        let mut ends: Vec<(u32, u32)> = ends
+        let ends: Vec<(u32, u32)> = ends
             .into_iter()
             .map(|(node, subscriber)| (node, subscriber_rank[subscriber as usize]))
             .collect();
-        ends.sort_unstable();
-        ends.dedup();
-        let subs_start = range_starts(node_total, ends.iter().map(|&(node, _)| node));
         if children.len() > u32::MAX as usize || ends.len() > u32::MAX as usize {
             return Err(BuildError::TooLarge);
         }
+        let (child_start, children) = group_by_owner(node_total, children, |&(parent, _, _)| parent);
+        let (subs_start, ends) = group_by_owner(node_total, ends, |&(node, _)| node);
 
         // Number the nodes in preorder: pop a node, push its children reversed.
         let mut order: Vec<u32> = Vec::with_capacity(node_total);
@@ -549,7 +626,7 @@ impl FrozenMatcher {
         S: AsRef<str>,
     {
         let pairs: Vec<(P, S)> = pairs.into_iter().collect();
-        let mut builder = Builder::default();
+        let mut builder = Builder::with_capacity(pairs.len());
         let mut edge_map: HashMap<(u32, u32), u32> = HashMap::new();
         for (pattern, subscriber) in &pairs {
             let mut node = Builder::ROOT;

@@ -317,6 +317,7 @@ impl CsTrie {
                 return Snapshot {
                     root: old_root.clone(),
                     pairs: Arc::new(OnceLock::new()),
+                    size_hint: self.len(),
                 };
             }
         }
@@ -607,6 +608,9 @@ pub struct Snapshot {
     root: Arc<INode>,
     /// `len()`, computed on first use.
     pairs: Arc<OnceLock<usize>>,
+    /// The trie's pair count when the snapshot was taken: exact unless writes
+    /// were running, and only ever used to size buffers.
+    size_hint: usize,
 }
 
 impl Snapshot {
@@ -652,7 +656,7 @@ impl Snapshot {
     /// pairs, and no pattern text is built.
     pub fn freeze(&self) -> Result<FrozenMatcher, BuildError> {
         let guard = epoch::pin();
-        let mut builder = Builder::default();
+        let mut builder = Builder::with_capacity(self.pairs.get().copied().unwrap_or(self.size_hint));
         traverse::freeze_into(&self.root, Ctx::ReadOnly, &guard, &mut builder)?;
         builder.finish()
     }
