@@ -99,9 +99,12 @@ fuzz-smoke:
 		done; \
 	else echo "fuzz-smoke: nightly cargo-fuzz not installed; cargo test ran the bounded fuzz smoke"; fi
 
+# Rust: formatting as rustfmt.toml says, and clippy with every warning an error (tests included).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	cd native && cargo fmt --check
+	cd native && cargo clippy --all-targets --quiet -- -D warnings
 
 # --durations: every run's log names the slowest tests (the suite must stay under 20 minutes).
 test: install native lint native-test fuzz-smoke

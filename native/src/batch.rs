@@ -393,12 +393,16 @@ mod tests {
         let (empty, _) = match_batch(&matcher, &StringArray::from(Vec::<&str>::new()), None).unwrap();
         assert_eq!(empty.len(), 0);
     }
-    /// Every row of `keys` through repeated `route_batch` calls: (lists, fan-outs, bytes of each call).
-    fn route_all(
-        matcher: &FrozenMatcher,
-        keys: &StringArray,
-        limits: RouteLimits,
-    ) -> (Vec<Option<Vec<String>>>, Vec<Option<i32>>, Vec<usize>) {
+
+    /// What [`route_all`] saw: each row's list and fan-out, and the bytes of each call.
+    struct RoutedAll {
+        lists: Vec<Option<Vec<String>>>,
+        fanouts: Vec<Option<i32>>,
+        sizes: Vec<usize>,
+    }
+
+    /// Every row of `keys` through repeated `route_batch` calls.
+    fn route_all(matcher: &FrozenMatcher, keys: &StringArray, limits: RouteLimits) -> RoutedAll {
         let (mut lists, mut fanouts, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
         let mut start = 0;
         while start < keys.len() {
@@ -415,7 +419,7 @@ mod tests {
             sizes.push(routed.bytes);
             start += routed.subscribers.len();
         }
-        (lists, fanouts, sizes)
+        RoutedAll { lists, fanouts, sizes }
     }
 
     #[test]
@@ -440,7 +444,7 @@ mod tests {
             max_fanout: Some(40),
             max_bytes: Some(max_bytes),
         };
-        let (lists, fanouts, sizes) = route_all(&matcher, &array, limits);
+        let RoutedAll { lists, fanouts, sizes } = route_all(&matcher, &array, limits);
         assert_eq!(lists, expected(&matcher, &keys));
         assert!(
             sizes.len() > 1 && sizes.iter().all(|&size| size <= max_bytes),
@@ -458,7 +462,7 @@ mod tests {
             max_fanout: Some(39),
             max_bytes: Some(ROW_BYTES * 10),
         };
-        let (lists, fanouts, sizes) = route_all(&matcher, &array, limits);
+        let RoutedAll { lists, fanouts, sizes } = route_all(&matcher, &array, limits);
         for ((key, list), fanout) in keys.iter().zip(&lists).zip(&fanouts) {
             match key.as_deref() {
                 Some(k) if k.starts_with("a.") => assert!(list.is_none() && *fanout == Some(40)),
@@ -476,7 +480,7 @@ mod tests {
             max_fanout: None,
             max_bytes: Some(1),
         };
-        let (lists, _, sizes) = route_all(&matcher, &array, limits);
+        let RoutedAll { lists, sizes, .. } = route_all(&matcher, &array, limits);
         assert_eq!(lists, expected(&matcher, &keys));
         assert_eq!(sizes.len(), keys.len());
     }

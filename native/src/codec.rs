@@ -334,13 +334,19 @@ pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher,
             Ok(())
         }
     })?;
-    let subscribers = read_texts(subscriber_bytes, subscriber_count, "subscribers", Index::Sorted, |subscriber| {
-        if subscriber.is_empty() {
-            Err("empty subscriber id")
-        } else {
-            Ok(())
-        }
-    })?;
+    let subscribers = read_texts(
+        subscriber_bytes,
+        subscriber_count,
+        "subscribers",
+        Index::Sorted,
+        |subscriber| {
+            if subscriber.is_empty() {
+                Err("empty subscriber id")
+            } else {
+                Ok(())
+            }
+        },
+    )?;
     let (nodes, edges, subscriber_ids) = read_nodes(node_bytes, node_count, word_count, subscriber_count)?;
     if subscriber_ids.len() != pair_count as usize {
         return Err(NativeError::format("pair count does not match the nodes"));

@@ -231,7 +231,11 @@ fn split_spans(bytes: &[u8], spans: &mut Vec<(usize, usize)>) {
 /// owner `o`'s group is `items[starts[o]..starts[o + 1]]`. Sources hand the
 /// builder each node's children together, so the groups are mostly already
 /// in place; a global sort of millions of entries was most of a freeze.
-fn group_by_owner<T: Copy + Default + Ord>(owners: usize, items: Vec<T>, owner: impl Fn(&T) -> u32) -> (Vec<u32>, Vec<T>) {
+fn group_by_owner<T: Copy + Default + Ord>(
+    owners: usize,
+    items: Vec<T>,
+    owner: impl Fn(&T) -> u32,
+) -> (Vec<u32>, Vec<T>) {
     let mut starts = vec![0u32; owners + 1];
     for item in &items {
         starts[owner(item) as usize + 1] += 1;

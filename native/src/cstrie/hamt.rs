@@ -499,7 +499,10 @@ impl<V: Clone> Hamt<V> {
         let mut leaves: Vec<Arc<Leaf<V>>> = Vec::with_capacity(keyed.len());
         let mut run_start = 0;
         for (order, _, leaf) in keyed {
-            if leaves.last().is_some_and(|last: &Arc<Leaf<V>>| build_order(last.hash) != order) {
+            if leaves
+                .last()
+                .is_some_and(|last: &Arc<Leaf<V>>| build_order(last.hash) != order)
+            {
                 run_start = leaves.len();
             }
             // Within a run of one hash, a later equal key replaces the earlier one.
@@ -750,7 +753,10 @@ mod tests {
                 }
             }
         }
-        let counted = map.root.as_deref().map_or(0, |root| walk(root, 0, 0, true, real_hashes));
+        let counted = map
+            .root
+            .as_deref()
+            .map_or(0, |root| walk(root, 0, 0, true, real_hashes));
         assert_eq!(counted, map.len);
         assert_eq!(map.root.is_none(), map.len == 0);
     }
@@ -863,17 +869,34 @@ mod tests {
         };
         // "a" replaced, "c" joins the collision, "d" shares 40 low bits with it
         // (so the collision node must become a bitmap path), "e" goes elsewhere.
-        let mut newcomers = vec![leaf("a", 7, 9), leaf("c", 7, 3), leaf("d", 7 | 1 << 40, 4), leaf("e", 3, 5)];
+        let mut newcomers = vec![
+            leaf("a", 7, 9),
+            leaf("c", 7, 3),
+            leaf("d", 7 | 1 << 40, 4),
+            leaf("e", 3, 5),
+        ];
         newcomers.sort_by_key(|leaf| build_order(leaf.hash));
         let mut added = 0;
-        let root = merge(map.root.as_ref().unwrap(), &newcomers, 0..newcomers.len(), 0, &mut added);
+        let root = merge(
+            map.root.as_ref().unwrap(),
+            &newcomers,
+            0..newcomers.len(),
+            0,
+            &mut added,
+        );
         assert_eq!(added, 3);
         let merged = Hamt {
             root: Some(root),
             len: 2 + added,
         };
         check_shape(&merged, false);
-        for (key, hash, value) in [("a", 7, 9), ("b", 7, 2), ("c", 7, 3), ("d", 7 | 1 << 40, 4), ("e", 3, 5)] {
+        for (key, hash, value) in [
+            ("a", 7, 9),
+            ("b", 7, 2),
+            ("c", 7, 3),
+            ("d", 7 | 1 << 40, 4),
+            ("e", 3, 5),
+        ] {
             assert_eq!(merged.get_hashed(hash, key), Some(&value), "{key}");
         }
         assert_eq!(map.get_hashed(7, "a"), Some(&1), "the old map is persistent");
