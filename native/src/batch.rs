@@ -291,7 +291,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frozen::tests::Rng;
+    use crate::rng::Rng;
     use arrow_array::{Int32Array, LargeStringArray, StringViewArray};
 
     fn rows(list: &ListArray) -> Vec<Option<Vec<String>>> {

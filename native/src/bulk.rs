@@ -318,7 +318,7 @@ mod tests {
     use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 
     use super::*;
-    use crate::frozen::tests::Rng;
+    use crate::rng::Rng;
     use crate::topic::{matches, validity};
 
     fn utf8(values: &[Option<&str>]) -> ArrayRef {

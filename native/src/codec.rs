@@ -461,7 +461,7 @@ fn read_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frozen::tests::Rng;
+    use crate::rng::Rng;
 
     fn sample() -> FrozenMatcher {
         FrozenMatcher::build([
@@ -554,7 +554,7 @@ mod tests {
         let valid = encode(&sample());
         for round in 0..3000 {
             let length = rng.below(200);
-            let mut garbage: Vec<u8> = (0..length).map(|_| rng.next() as u8).collect();
+            let mut garbage: Vec<u8> = (0..length).map(|_| rng.next_u64() as u8).collect();
             if round % 2 == 0 && length > 12 {
                 // Keep a valid header prefix so the section parsers are reached.
                 let keep = length.min(HEADER_LEN);

@@ -816,37 +816,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::topic::{matches, pattern_words, words_match};
 
-    /// Tiny deterministic generator (xorshift64*), so tests need no extra crates.
-    pub struct Rng(pub u64);
-
-    impl Rng {
-        pub fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-
-        pub fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-
-        /// A pattern or key over a tiny alphabet, so collisions and wildcards are frequent.
-        pub fn topic(&mut self, wildcards: bool) -> String {
-            const WORDS: &[&str] = &["a", "b", "", "a*", "x#"];
-            let count = self.below(6);
-            let mut words = Vec::new();
-            for _ in 0..count {
-                let roll = self.below(10);
-                words.push(match roll {
-                    0 | 1 if wildcards => "*",
-                    2 | 3 if wildcards => "#",
-                    _ => WORDS[self.below(WORDS.len())],
-                });
-            }
-            words.join(".")
-        }
-    }
+    use crate::rng::Rng;
 
     fn oracle(pairs: &[(String, String)], key: &str) -> Vec<String> {
         let mut out: Vec<String> = pairs

@@ -137,7 +137,7 @@ pub fn arbitrary_keys(data: &[u8]) {
 mod smoke {
     //! Bounded random-input runs of every fuzz body (deterministic seeds).
     use super::*;
-    use crate::frozen::tests::Rng;
+    use crate::rng::Rng;
 
     const ITERATIONS: usize = 3000;
 
@@ -145,7 +145,7 @@ mod smoke {
         let mut rng = Rng(seed);
         (0..ITERATIONS).map(move |_| {
             let length = rng.below(max_len);
-            (0..length).map(|_| rng.next() as u8).collect()
+            (0..length).map(|_| rng.next_u64() as u8).collect()
         })
     }
 
@@ -160,7 +160,7 @@ mod smoke {
             let mut mutated = valid.clone();
             for _ in 0..1 + rng.below(4) {
                 let index = rng.below(mutated.len());
-                mutated[index] = rng.next() as u8;
+                mutated[index] = rng.next_u64() as u8;
             }
             if rng.below(3) == 0 {
                 mutated.truncate(rng.below(mutated.len() + 1));

@@ -10,6 +10,8 @@ pub mod codec;
 pub mod cstrie;
 pub mod errors;
 pub mod frozen;
+#[doc(hidden)]
+pub mod rng;
 // Only in test builds and cargo-fuzz builds (which pass `--cfg fuzzing`).
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]

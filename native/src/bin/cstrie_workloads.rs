@@ -46,6 +46,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use spark_topic_router_native::cstrie::CsTrie;
+use spark_topic_router_native::rng::Rng;
 
 const SUBSCRIBER: &str = "abc";
 
@@ -216,27 +217,9 @@ fn parse_args(raw: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     Ok(Some(args))
 }
 
-/// SplitMix64: a small deterministic generator, so the crate needs no `rand` dependency.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A non-negative int63, like Go's `rand.Int()` on 64-bit platforms.
-    fn int63(&mut self) -> u64 {
-        self.next() >> 1
-    }
-}
-
 /// The seed's `populateMatcher(m, n, 5)`: n random 5-word topics, each subscribed by its own text.
 fn populate(trie: &CsTrie, count: usize, seed: u64) {
-    let mut rng = SplitMix64(seed);
+    let mut rng = Rng(seed);
     for _ in 0..count {
         let topic = (0..5).map(|_| rng.int63().to_string()).collect::<Vec<_>>().join(".");
         trie.subscribe(&topic, &topic);

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::rng::Rng;
 use crate::topic::{matches, validity, words_match};
 
 fn ids(values: &[&str]) -> Vec<Arc<str>> {
@@ -235,31 +236,6 @@ fn very_deep_patterns_do_not_overflow_the_stack() {
     assert_eq!(trie.node_count(), 1);
     drop(trie);
     drop(snapshot);
-}
-
-/// SplitMix64: a tiny seeded generator so failures reproduce exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
-
-    fn text(&mut self, alphabet: &[&str], max_words: usize) -> String {
-        let count = self.below(max_words + 1);
-        (0..count)
-            .map(|_| alphabet[self.below(alphabet.len())])
-            .collect::<Vec<_>>()
-            .join(".")
-    }
 }
 
 #[test]

@@ -10,31 +10,7 @@ use std::sync::Arc;
 use spark_topic_router_native::cstrie::Snapshot;
 use spark_topic_router_native::topic::{pattern_words, split_words, words_match};
 
-/// SplitMix64: a tiny seeded generator so failures reproduce exactly.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
-
-    /// Up to `max_words` words drawn from `alphabet`, joined with dots.
-    pub fn text(&mut self, alphabet: &[&str], max_words: usize) -> String {
-        let count = self.below(max_words + 1);
-        (0..count)
-            .map(|_| alphabet[self.below(alphabet.len())])
-            .collect::<Vec<_>>()
-            .join(".")
-    }
-}
+pub use spark_topic_router_native::rng::Rng;
 
 /// Words shared by every thread, so all threads contend on the same nodes.
 pub const PATTERN_ALPHABET: &[&str] = &["a", "b", "c", "", "*", "#"];
