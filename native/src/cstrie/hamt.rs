@@ -367,20 +367,36 @@ fn build<V>(leaves: &[Arc<Leaf<V>>], range: std::ops::Range<usize>, shift: u32) 
     Slot::Node(Arc::new(build_bitmap(leaves, range, shift)))
 }
 
-/// The bitmap node of `leaves[range]` at `shift` (at least two distinct hashes).
-fn build_bitmap<V>(leaves: &[Arc<Leaf<V>>], range: std::ops::Range<usize>, shift: u32) -> Node<V> {
-    let mut bitmap = 0u32;
-    let mut slots = Vec::new();
+/// The runs of `leaves[range]` (in [`build_order`]) that share their chunk
+/// at `shift`: `(chunk, run)`, in ascending chunk order.
+fn chunk_runs<V>(
+    leaves: &[Arc<Leaf<V>>],
+    range: std::ops::Range<usize>,
+    shift: u32,
+) -> impl Iterator<Item = (u32, std::ops::Range<usize>)> + '_ {
     let mut start = range.start;
-    while start < range.end {
+    std::iter::from_fn(move || {
+        if start >= range.end {
+            return None;
+        }
         let bit = chunk(leaves[start].hash, shift);
         let mut end = start + 1;
         while end < range.end && chunk(leaves[end].hash, shift) == bit {
             end += 1;
         }
-        bitmap |= 1 << bit;
-        slots.push(build(leaves, start..end, shift + BITS_PER_LEVEL));
+        let run = start..end;
         start = end;
+        Some((bit, run))
+    })
+}
+
+/// The bitmap node of `leaves[range]` at `shift` (at least two distinct hashes).
+fn build_bitmap<V>(leaves: &[Arc<Leaf<V>>], range: std::ops::Range<usize>, shift: u32) -> Node<V> {
+    let mut bitmap = 0u32;
+    let mut slots = Vec::new();
+    for (bit, run) in chunk_runs(leaves, range, shift) {
+        bitmap |= 1 << bit;
+        slots.push(build(leaves, run, shift + BITS_PER_LEVEL));
     }
     Node::Bitmap {
         bitmap,
@@ -410,13 +426,7 @@ fn merge<V>(
     let mut merged = Vec::with_capacity(slots.len() + 1);
     let mut held = slots.iter();
     let mut held_bits = *bitmap;
-    let mut start = range.start;
-    while start < range.end {
-        let bit = chunk(leaves[start].hash, shift);
-        let mut end = start + 1;
-        while end < range.end && chunk(leaves[end].hash, shift) == bit {
-            end += 1;
-        }
+    for (bit, run) in chunk_runs(leaves, range, shift) {
         // Held slots below this chunk are kept as they are.
         while held_bits != 0 && held_bits.trailing_zeros() < bit {
             merged.push(held.next().expect("one slot per bit").clone());
@@ -425,16 +435,15 @@ fn merge<V>(
         let slot = if held_bits & (1 << bit) != 0 {
             held_bits &= !(1 << bit);
             match held.next().expect("one slot per bit") {
-                Slot::Node(child) => Slot::Node(merge(child, leaves, start..end, shift + BITS_PER_LEVEL, added)),
-                Slot::Leaf(leaf) => rebuild_with(vec![leaf.clone()], leaves, start..end, shift + BITS_PER_LEVEL, added),
+                Slot::Node(child) => Slot::Node(merge(child, leaves, run, shift + BITS_PER_LEVEL, added)),
+                Slot::Leaf(leaf) => rebuild_with(vec![leaf.clone()], leaves, run, shift + BITS_PER_LEVEL, added),
             }
         } else {
-            *added += end - start;
+            *added += run.len();
             merged_bitmap |= 1 << bit;
-            build(leaves, start..end, shift + BITS_PER_LEVEL)
+            build(leaves, run, shift + BITS_PER_LEVEL)
         };
         merged.push(slot);
-        start = end;
     }
     merged.extend(held.cloned());
     // The held node's slots are what this copies; the rest are new.
