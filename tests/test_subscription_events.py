@@ -8,6 +8,7 @@ event per (subscriber, pattern)).
 
 from __future__ import annotations
 
+import csv
 import json
 import random
 from pathlib import Path
@@ -256,6 +257,38 @@ def test_jsonl_import(tmp_path: Path) -> None:
     assert [outcome.received.import_line for outcome in outcomes] == [1, 2, 3, 4]
     assert outcomes[2].received.raw == b"{oops"
     assert outcomes[3].event is not None and outcomes[3].event.op is Op.UNSUBSCRIBE
+
+
+#: Characters ``str.splitlines`` treats as line breaks but CSV does not: inside a field they are field text.
+UNICODE_LINE_BREAKS = ("\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+
+
+def test_csv_records_split_only_where_csv_says(tmp_path: Path) -> None:
+    """A file written by Python's own csv.writer reads back field for field, on csv's own line numbers.
+
+    Unicode line breaks (U+2028, NEL, VT, FF, FS, GS, RS) inside a field are text, not record ends; a quoted
+    field with ``\r\n`` or ``\n`` spans physical lines, and the record's line is the first of them.
+    """
+    rows = [
+        [str(1000 + index), "subscribe", f"s{index}", f"a.b{char}c"] for index, char in enumerate(UNICODE_LINE_BREAKS)
+    ]
+    rows.insert(3, ["5000", "subscribe", "sx", "multi\r\nline"])
+    rows.append(["6000", "subscribe", "sy", "x\u2028.y"])
+    path = tmp_path / "written.csv"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["ts", "op", "subscriber", "pattern"])
+        writer.writerows(rows)
+    _, outcomes = read_import_file(path, Validator(), max_event_bytes=MAX_EVENT_BYTES)
+    assert [outcome.rejection for outcome in outcomes] == [None] * len(rows)
+    assert [(str(o.event.ts_millis), o.event.op.value, o.event.subscriber, o.event.pattern)
+            for o in outcomes if o.event is not None] == [tuple(row) for row in rows]
+    # Line numbers: one physical line per record, except the one whose field holds \r\n (two lines).
+    assert [outcome.received.import_line for outcome in outcomes] == [2, 3, 4, 5, 7, 8, 9, 10, 11, 12]
+    with path.open(encoding="utf-8", newline="") as handle:
+        expected_raw = [line.rstrip("\r\n").encode() for line in handle]
+    expected_raw[4:6] = [expected_raw[4] + b"\r\n" + expected_raw[5]]
+    assert [outcome.received.raw for outcome in outcomes] == expected_raw[1:]
 
 
 @pytest.mark.parametrize(

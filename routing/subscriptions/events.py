@@ -38,6 +38,7 @@ import dataclasses
 import datetime as dt
 import enum
 import hashlib
+import io
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -322,7 +323,9 @@ def read_import_file(
     JSON lines: every physical line is one event (a blank line is an ``empty_event``
     reject). CSV: a header naming ``op,subscriber,pattern,ts`` (any order, extra
     columns ignored), then one record per line; a quoted field may span lines and
-    then the record's line number is its first line. With ``allow_pairs`` (the CLI
+    then the record's line number is its first line. Lines end only where CSV says (``\r``, ``\n``,
+    ``\r\n``, as the csv module reads a file opened with ``newline=''``): Unicode line breaks such as
+    U+2028 are text, and line numbers are physical lines as the csv module counts them. With ``allow_pairs`` (the CLI
     only) a CSV whose header names neither ``op`` nor ``ts`` but ``pattern,subscriber``
     is a subscription list: every record is a subscribe at ``ts`` 0, older than any
     dated event. A header naming ``op`` or ``ts`` is an import file's and must name all
@@ -361,7 +364,9 @@ def _csv_records(
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ImportFileError(f"import file {name!r} is not UTF-8 ({error.reason} at byte {error.start})") from None
-    lines = text.splitlines(keepends=True)
+    # Lines as the csv module reads a file opened with newline='': they end only at \r, \n or \r\n, never at
+    # the other characters str.splitlines breaks on (U+2028, NEL, VT, FF, FS-RS), which are field text to CSV.
+    lines = io.StringIO(text, newline="")
     consumed: list[str] = []
 
     def feed() -> Iterator[str]:
