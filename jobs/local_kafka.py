@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from jobs.processes import group_alive, process_alive
+from routing.config import ConfigError
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, settings_from_args
 
 SERVER_PROPERTIES_TEMPLATE = REPO_ROOT / "conf" / "kafka" / "server.properties"
@@ -512,12 +513,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command",
         choices=("start", "stop", "status"),
         help="start: start and wait until it answers (no-op if running); stop: stop gracefully, then kill; "
-        "status: print the state (exit 0 if running, 3 if not)",
+        "status: print the state (exit 0 if running, 3 if not; any command exits 2 for bad flags or settings)",
     )
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     try:
         settings = settings_from_args(args)
+    except ConfigError as error:  # a user's mistake, like a bad flag: exit 2 as every job does
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
         if args.command == "start":
             broker = ensure_running(settings)
             verb = "started" if broker.started else "already running"

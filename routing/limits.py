@@ -14,6 +14,11 @@ import dataclasses
 
 from routing.config import ConfigError
 
+#: The largest value of any limit: what a Spark ``int``, an Arrow 32-bit offset and the native side's
+#: ``u32``/``usize`` all hold, so a limit that loads is one every layer can apply (``2**70`` was an
+#: ``OverflowError`` inside the routing UDF).
+MAX_LIMIT = 2**31 - 1
+
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
@@ -46,7 +51,9 @@ class Limits:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"limit {field.name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"setting limits.{field.name} must be a positive integer, got {value!r}")
+            if value > MAX_LIMIT:
+                raise ConfigError(f"setting limits.{field.name} must be at most {MAX_LIMIT} (2^31 - 1), got {value}")
         if self.max_hash_words > self.max_pattern_words:
             raise ConfigError(
                 f"limit max_hash_words={self.max_hash_words} exceeds max_pattern_words={self.max_pattern_words}"

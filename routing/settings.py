@@ -96,9 +96,28 @@ def _section_name(section: object) -> str:
     return str(getattr(section, "SECTION", type(section).__name__))
 
 
-def _check_port(section: str, name: str, value: int) -> None:
-    if not 1 <= value <= 65535:
-        raise ConfigError(f"setting {section}.{name} must be a TCP port (1-65535), got {value}")
+#: The largest integer setting (unless a section's ``INT_RANGES`` says less): what a Spark ``int``
+#: (``maxRecordsPerBatch``, partitions), an Arrow 32-bit offset and the native side's ``u32``/``usize`` hold.
+MAX_INT_SETTING = 2**31 - 1
+
+
+def _check_integers(section: object) -> None:
+    """Every ``int`` field of ``section`` is an integer within its ``INT_RANGES`` entry, else 1..MAX_INT_SETTING."""
+    ranges: Mapping[str, tuple[int, int, str]] = getattr(section, "INT_RANGES", {})
+    for name in _integer_fields(type(section)):
+        value = getattr(section, name)
+        low, high, what = ranges.get(name, (1, MAX_INT_SETTING, ""))
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"setting {_section_name(section)}.{name} must be an integer, got {value!r}")
+        if not low <= value <= high:
+            raise ConfigError(
+                f"setting {_section_name(section)}.{name} must be{what} between {low} and {high}, got {value}"
+            )
+
+
+def _integer_fields(cls: type[Any]) -> tuple[str, ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple(field.name for field in dataclasses.fields(cls) if hints[field.name] is int)
 
 
 def _check_positive(section: str, name: str, value: float) -> None:
@@ -112,6 +131,9 @@ class KafkaSettings:
 
     SECTION: ClassVar[str] = "kafka"
     PATHS: ClassVar[tuple[str, ...]] = ("data_dir", "jars_dir", "sasl_password_file")
+    INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
+        "client_port": (1, 65535, " a TCP port"), "controller_port": (1, 65535, " a TCP port"),
+    }
 
     #: Clients connect here; empty means the local broker, ``<host>:<client_port>``. Filled in on
     #: construction, so a ``dataclasses.replace`` with new ports must also pass ``bootstrap_servers=""``.
@@ -153,14 +175,11 @@ class KafkaSettings:
                 f"flag; put it in the environment variable {SASL_PASSWORD_ENV} or a file named by "
                 f"{section}.sasl_password_file"
             )
-        _check_port(section, "client_port", self.client_port)
-        _check_port(section, "controller_port", self.controller_port)
+        _check_integers(self)
         if self.client_port == self.controller_port:
             raise ConfigError(f"settings {section}.client_port and {section}.controller_port must differ")
         if not self.host:
             raise ConfigError(f"setting {section}.host must not be empty")
-        if self.num_partitions < 1:
-            raise ConfigError(f"setting {section}.num_partitions must be at least 1, got {self.num_partitions}")
         _check_positive(section, "start_timeout_s", self.start_timeout_s)
         _check_positive(section, "stop_timeout_s", self.stop_timeout_s)
         if not self.heap or not self.heap[:-1].isdigit() or self.heap[-1].lower() not in "kmg":
@@ -217,8 +236,7 @@ class SparkSettings:
         section = self.SECTION
         if not self.master:
             raise ConfigError(f"setting {section}.master must not be empty")
-        if self.shuffle_partitions < 1:
-            raise ConfigError(f"setting {section}.shuffle_partitions must be at least 1, got {self.shuffle_partitions}")
+        _check_integers(self)
         if self.log_level.upper() not in {"ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"}:
             raise ConfigError(f"setting {section}.log_level is not a log4j level: {self.log_level!r}")
         conf: dict[str, str] = {}
@@ -257,12 +275,7 @@ class SubscriptionSettings:
             raise ConfigError(
                 f"setting {section}.starting_offsets must be earliest or latest, got {self.starting_offsets!r}"
             )
-        if self.max_offsets_per_trigger < 1:
-            raise ConfigError(
-                f"setting {section}.max_offsets_per_trigger must be at least 1, got {self.max_offsets_per_trigger}"
-            )
-        if self.max_event_bytes < 1:
-            raise ConfigError(f"setting {section}.max_event_bytes must be at least 1, got {self.max_event_bytes}")
+        _check_integers(self)
         _resolve_paths(self)
 
 
@@ -338,14 +351,7 @@ class RouterSettings:
                 raise ConfigError(f"setting {section}.{name} must be one of {choices}, got {value!r}")
         if not self.topics and not self.subscribe_pattern:
             raise ConfigError(f"setting {section}.topics is empty and {section}.subscribe_pattern is not set")
-        for name in ("max_offsets_per_trigger", "arrow_batch_rows"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"setting {section}.{name} must be at least 1, got {getattr(self, name)}")
-        if not 1 <= self.max_output_batch_bytes < 2**31:
-            raise ConfigError(
-                f"setting {section}.max_output_batch_bytes must be between 1 and 2^31 - 1, "
-                f"got {self.max_output_batch_bytes}"
-            )
+        _check_integers(self)  # max_output_batch_bytes among them: below 2 GiB (32-bit offsets)
         _check_positive(section, "refresh_interval_s", self.refresh_interval_s)
         if not self.app_id:
             raise ConfigError(f"setting {section}.app_id must not be empty")
@@ -364,6 +370,16 @@ class Settings:
     spark: SparkSettings = dataclasses.field(default_factory=SparkSettings)
     subscriptions: SubscriptionSettings = dataclasses.field(default_factory=SubscriptionSettings)
     router: RouterSettings = dataclasses.field(default_factory=RouterSettings)
+
+    def __post_init__(self) -> None:
+        # Settings of different sections that must agree; each section checked its own fields already.
+        if self.router.arrow_batch_rows > self.limits.max_batch_rows:
+            raise ConfigError(
+                f"settings router.arrow_batch_rows={self.router.arrow_batch_rows} and "
+                f"limits.max_batch_rows={self.limits.max_batch_rows} disagree: every Arrow batch of keys is one "
+                f"matcher call, which refuses more than limits.max_batch_rows rows; lower router.arrow_batch_rows "
+                f"or raise limits.max_batch_rows"
+            )
 
     def validator(self) -> Validator:
         """The validation layer configured by ``[limits]`` and ``[validation]``."""

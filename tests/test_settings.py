@@ -10,7 +10,9 @@ import argparse
 import dataclasses
 import textwrap
 import tomllib
+import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -256,3 +258,99 @@ def test_sasl_without_a_password_is_an_error() -> None:
 def test_settings_are_hashable_values() -> None:
     assert hash(load_settings(env={})) == hash(load_settings(env={}))
     assert load_settings(env={}) == load_settings(env={})
+
+
+# -- settings that must agree, and ranges -----------------------------------------------------------
+
+#: Every integer setting of every section, as (section, key).
+INTEGER_SETTINGS = [
+    (name, field.name)
+    for name, cls in SECTIONS.items()
+    for field in dataclasses.fields(cls)
+    if typing.get_type_hints(cls)[field.name] is int
+]
+
+
+def test_there_are_integer_settings_to_bound() -> None:
+    assert ("limits", "max_batch_rows") in INTEGER_SETTINGS and ("router", "arrow_batch_rows") in INTEGER_SETTINGS
+    assert len(INTEGER_SETTINGS) >= 20
+
+
+@pytest.mark.parametrize(("section", "key"), INTEGER_SETTINGS)
+@pytest.mark.parametrize("value", [0, -1, 2**31, 2**63, 2**70])
+def test_every_integer_setting_is_bounded(section: str, key: str, value: int) -> None:
+    """Past what the native side's usize/u32/i32 and Spark's int take, a value fails at load, naming the key."""
+    for overrides in ({section: {key: value}}, parse_overrides([f"{section}.{key}={value}"])):
+        with pytest.raises(ConfigError, match=rf"(^|\W){section}\.{key}(\W|$)"):
+            load_settings(env={}, overrides=overrides)
+
+
+def test_the_largest_integer_settings_load() -> None:
+    limits = {key: 2**31 - 1 for section, key in INTEGER_SETTINGS if section == "limits"}
+    loaded = load_settings(env={}, overrides={"limits": limits, "router": {"arrow_batch_rows": 2**31 - 1}})
+    assert loaded.limits.max_batch_rows == loaded.router.arrow_batch_rows == 2**31 - 1
+
+
+def test_arrow_batches_must_fit_one_matcher_call() -> None:
+    """router.arrow_batch_rows > limits.max_batch_rows would load and then fail every full batch at run time."""
+    disagree = {"router": {"arrow_batch_rows": 20_000}, "limits": {"max_batch_rows": 10_000}}
+    with pytest.raises(ConfigError, match=r"router\.arrow_batch_rows=20000.*limits\.max_batch_rows=10000"):
+        load_settings(env={}, overrides=disagree)
+    with pytest.raises(ConfigError, match=r"router\.arrow_batch_rows.*limits\.max_batch_rows"):
+        Settings().replace(limits=Settings().limits.replace(max_batch_rows=9_999))
+    equal = {"router": {"arrow_batch_rows": 10_000}, "limits": {"max_batch_rows": 10_000}}
+    agree = load_settings(env={}, overrides=equal)
+    assert agree.router.arrow_batch_rows == agree.limits.max_batch_rows
+
+
+# -- every command line: a settings mistake is a clear error and exit status 2 ----------------------
+
+
+def run_cli(command: str, settings_argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """(exit status, stderr) of one command line given these settings flags; none gets far enough to start Spark."""
+    import sys
+
+    from jobs import local_kafka, produce, refresh_subscriptions, route
+    from routing import __main__ as routing_cli
+
+    def to_stderr(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    samples = str(REPO_ROOT / "conf" / "samples" / "subscriptions.csv")
+    runners = {
+        "routing explain": lambda: routing_cli.main(["explain", *settings_argv, "a", "a"], err=to_stderr),
+        "routing match": lambda: routing_cli.main(
+            ["match", "--subscriptions", samples, *settings_argv, "a"], err=to_stderr
+        ),
+        "refresh_subscriptions": lambda: refresh_subscriptions.main(settings_argv, spark_factory=_no_spark),
+        "route": lambda: route.main(settings_argv),
+        "produce": lambda: produce.main([*settings_argv, "--count", "0"]),
+        "local_kafka": lambda: local_kafka.main(["status", *settings_argv]),
+    }
+    capsys.readouterr()
+    code = runners[command]()
+    return code, capsys.readouterr().err
+
+
+def _no_spark(*args: object, **kwargs: object) -> Any:
+    raise AssertionError("Spark must not start")
+
+
+CLI_COMMANDS = ["routing explain", "routing match", "refresh_subscriptions", "route", "produce", "local_kafka"]
+
+#: (settings flags, text the error must show)
+BAD_SETTINGS_FLAGS = [
+    (["--set", "limits.max_batch_rows=1180591620717411303424"], "limits.max_batch_rows"),
+    (["--set", "router.arrow_batch_rows=2000000"], "limits.max_batch_rows"),
+]
+
+
+@pytest.mark.parametrize("command", CLI_COMMANDS)
+@pytest.mark.parametrize(("flags", "named"), BAD_SETTINGS_FLAGS)
+def test_every_command_line_refuses_bad_settings_with_exit_2(
+    command: str, flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run_cli(command, flags, capsys)
+    assert code == 2, err
+    assert named in err
+    assert "Traceback" not in err
