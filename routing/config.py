@@ -15,7 +15,9 @@ and rejects unknown keys and badly typed values with an error naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -24,6 +26,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 ENV_PREFIX = "ROUTER__"
+#: A key whose value an error must never echo (a password, token, JAAS line...), whatever its section.
+SECRET_KEY = re.compile(r"password|passwd|secret|token|jaas|credential", re.IGNORECASE)
+#: Numbers written as text (environment, flags): ASCII digits only (``int``/``float`` also take Arabic-Indic,
+#: full-width and other Unicode digits, surrounding spaces, ``inf`` and ``nan``); ``_`` between digits as in TOML.
+_DIGITS = r"[0-9]+(?:_[0-9]+)*"
+INTEGER_TEXT = re.compile(rf"[+-]?{_DIGITS}")
+NUMBER_TEXT = re.compile(rf"[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?")
 CONF_ENV = "ROUTER_CONF"
 #: The checkout this package runs from (the one place it is computed; installed, it is site-packages, which
 #: holds no ``conf/``). Only repository tools use it (samples, templates, ``var/`` of the demo and benchmarks);
@@ -36,6 +45,11 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A settings file, variable or flag that cannot be used; names the key."""
+
+
+def shown(key: str, value: object) -> str:
+    """``value`` quoted for an error about setting ``key``, or a mask when the key looks secret."""
+    return "<hidden: the key looks secret>" if SECRET_KEY.search(key) else repr(value)
 
 
 def conf_path(path: str | os.PathLike[str] | None = None) -> Path:
@@ -69,46 +83,44 @@ def _coerce(section: str, key: str, raw: object, annotation: Any, from_text: boo
         annotation = options[0]
         origin = typing.get_origin(annotation)
     where = f"{section}.{key}"
+    got = shown(key, raw)
     if annotation is bool:
         if isinstance(raw, bool):
             return raw
         if from_text and isinstance(raw, str) and raw.lower() in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
             return raw.lower() in {"1", "true", "yes", "on"}
-        raise ConfigError(f"setting {where} must be a boolean, got {raw!r}")
+        raise ConfigError(f"setting {where} must be a boolean, got {got}")
     if annotation is int:
         if isinstance(raw, bool):
-            raise ConfigError(f"setting {where} must be an integer, got {raw!r}")
+            raise ConfigError(f"setting {where} must be an integer, got {got}")
         if isinstance(raw, int):
             return raw
-        if from_text and isinstance(raw, str):
-            try:
-                return int(raw.replace("_", ""))
-            except ValueError:
-                pass
-        raise ConfigError(f"setting {where} must be an integer, got {raw!r}")
+        if from_text and isinstance(raw, str) and INTEGER_TEXT.fullmatch(raw):
+            return int(raw)
+        raise ConfigError(f"setting {where} must be an integer (ASCII digits), got {got}")
     if annotation is float:
-        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-            return float(raw)
-        if from_text and isinstance(raw, str):
-            try:
-                return float(raw)
-            except ValueError:
-                pass
-        raise ConfigError(f"setting {where} must be a number, got {raw!r}")
+        if from_text and isinstance(raw, str) and NUMBER_TEXT.fullmatch(raw):
+            raw = float(raw)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise ConfigError(f"setting {where} must be a number (ASCII digits), got {got}")
+        number = float(raw)
+        if not math.isfinite(number):
+            raise ConfigError(f"setting {where} must be a finite number, got {got}")
+        return number
     if annotation is str:
         if isinstance(raw, str):
             return raw
-        raise ConfigError(f"setting {where} must be a string, got {raw!r}")
+        raise ConfigError(f"setting {where} must be a string, got {got}")
     if origin is tuple:
         if from_text and isinstance(raw, str):
             raw = [item.strip() for item in raw.split(",") if item.strip()]
         if isinstance(raw, (list, tuple)) and all(isinstance(item, str) for item in raw):
             return tuple(raw)
-        raise ConfigError(f"setting {where} must be a list of strings, got {raw!r}")
+        raise ConfigError(f"setting {where} must be a list of strings, got {got}")
     if origin is dict or annotation is dict:
         if isinstance(raw, Mapping):
             return dict(raw)
-        raise ConfigError(f"setting {where} must be a table, got {raw!r}")
+        raise ConfigError(f"setting {where} must be a table, got {got}")
     return raw
 
 

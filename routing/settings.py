@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import math
 import os
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from routing.config import ENV_PREFIX, SECRET_KEY, ConfigError, conf_path, load_section, read_conf, shown
 from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
-from routing.config import ConfigError, conf_path, load_section, read_conf
 from routing.limits import Limits
 from routing.validation import Policy, ValidationSettings, Validator
 
@@ -120,9 +123,36 @@ def _integer_fields(cls: type[Any]) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls) if hints[field.name] is int)
 
 
-def _check_positive(section: str, name: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"setting {section}.{name} must be positive, got {value}")
+#: The longest duration setting (seconds): a week. Longer is a typo, and past ``threading.TIMEOUT_MAX`` a wait fails.
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
+def _check_seconds(section: str, name: str, value: float) -> None:
+    """A duration in seconds: a finite number above 0 and at most :data:`MAX_SECONDS` (``inf`` and ``nan`` are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"setting {section}.{name} must be a finite number of seconds, got {value!r}")
+    if not 0 < value <= MAX_SECONDS:
+        raise ConfigError(f"setting {section}.{name} must be above 0 and at most {MAX_SECONDS:g} s, got {value!r}")
+
+
+#: A JVM memory size as ``-Xmx`` and Spark take it: ASCII digits, no leading zero, one unit letter.
+MEMORY_SIZE = re.compile(r"([1-9][0-9]*)([kmgt])", re.IGNORECASE)
+MEMORY_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+#: Smallest and largest JVM heap a setting may ask for: below 16 MiB no JVM of this stack starts.
+MIN_MEMORY, MAX_MEMORY = 16 * 2**20, 2**40
+
+
+def _check_memory(section: str, name: str, value: str) -> None:
+    """``value`` is a JVM memory size (``512m``, ``2g``) of at least 16m and at most 1t."""
+    match = MEMORY_SIZE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ConfigError(
+            f"setting {section}.{name} must be a JVM memory size like 512m or 2g (ASCII digits, then k, m, g or t), "
+            f"got {value!r}"
+        )
+    size = int(match[1]) * MEMORY_UNITS[match[2].lower()]
+    if not MIN_MEMORY <= size <= MAX_MEMORY:
+        raise ConfigError(f"setting {section}.{name} must be between 16m and 1t, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +178,7 @@ class KafkaSettings:
     data_dir: str = "var/kafka"
     #: The broker's jars (``make jars``).
     jars_dir: str = "var/jars/kafka"
-    #: JVM heap of the local broker (``-Xmx``), e.g. ``512m``.
+    #: JVM heap of the local broker (``-Xmx``), e.g. ``512m``: 16m to 1t.
     heap: str = "512m"
     #: Partitions of auto-created topics on the local broker.
     num_partitions: int = 2
@@ -180,10 +210,9 @@ class KafkaSettings:
             raise ConfigError(f"settings {section}.client_port and {section}.controller_port must differ")
         if not self.host:
             raise ConfigError(f"setting {section}.host must not be empty")
-        _check_positive(section, "start_timeout_s", self.start_timeout_s)
-        _check_positive(section, "stop_timeout_s", self.stop_timeout_s)
-        if not self.heap or not self.heap[:-1].isdigit() or self.heap[-1].lower() not in "kmg":
-            raise ConfigError(f"setting {section}.heap must look like 512m or 1g, got {self.heap!r}")
+        _check_seconds(section, "start_timeout_s", self.start_timeout_s)
+        _check_seconds(section, "stop_timeout_s", self.stop_timeout_s)
+        _check_memory(section, "heap", self.heap)
         if self.security_protocol not in SECURITY_PROTOCOLS:
             known = ", ".join(sorted(SECURITY_PROTOCOLS))
             raise ConfigError(
@@ -237,12 +266,13 @@ class SparkSettings:
         if not self.master:
             raise ConfigError(f"setting {section}.master must not be empty")
         _check_integers(self)
+        _check_memory(section, "driver_memory", self.driver_memory)
         if self.log_level.upper() not in {"ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"}:
             raise ConfigError(f"setting {section}.log_level is not a log4j level: {self.log_level!r}")
         conf: dict[str, str] = {}
         for key, value in self.conf.items():
             if isinstance(value, (dict, list, tuple)) or value is None:
-                raise ConfigError(f"setting {section}.conf.{key} must be a scalar, got {value!r}")
+                raise ConfigError(f"setting {section}.conf.{key} must be a scalar, got {shown(str(key), value)}")
             conf[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
         object.__setattr__(self, "conf", conf)
         _resolve_paths(self)
@@ -352,7 +382,7 @@ class RouterSettings:
         if not self.topics and not self.subscribe_pattern:
             raise ConfigError(f"setting {section}.topics is empty and {section}.subscribe_pattern is not set")
         _check_integers(self)  # max_output_batch_bytes among them: below 2 GiB (32-bit offsets)
-        _check_positive(section, "refresh_interval_s", self.refresh_interval_s)
+        _check_seconds(section, "refresh_interval_s", self.refresh_interval_s)
         if not self.app_id:
             raise ConfigError(f"setting {section}.app_id must not be empty")
         if "{subscriber}" not in self.kafka_sink_topic_template:
@@ -458,10 +488,17 @@ def _read_password(kafka: KafkaSettings, env: Mapping[str, str]) -> Secret | Non
     if kafka.sasl_password_file is None:
         return None
     try:
-        text = Path(kafka.sasl_password_file).read_text(encoding="utf-8")
+        content = Path(kafka.sasl_password_file).read_bytes()
     except OSError as error:
         raise ConfigError(
             f"setting kafka.sasl_password_file: cannot read {kafka.sasl_password_file}: {error.strerror}"
+        ) from None
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        # Never say which byte or where: both are the password's.
+        raise ConfigError(
+            f"setting kafka.sasl_password_file: {kafka.sasl_password_file} is not UTF-8 text"
         ) from None
     password = text.rstrip("\r\n")
     if not password:
@@ -485,6 +522,34 @@ def _paths_from_file_dir(conf: dict[str, Any], base: Path) -> dict[str, Any]:
     return resolved
 
 
+def _unknown_section(section: str) -> str:
+    """The complaint about section ``section``, with the known section it is most likely a typo of."""
+    known = ", ".join(SECTIONS)
+    close = difflib.get_close_matches(section.lower(), SECTIONS, n=1, cutoff=0.6)
+    hint = f": did you mean [{close[0]}]?" if close else ""
+    return f"unknown settings section [{section}]{hint} (known: {known})"
+
+
+def _check_sections(conf: Mapping[str, Any], path: Path, env: Mapping[str, str]) -> None:
+    """Refuse a file's or an environment variable's section this loader does not know (a typo would be ignored)."""
+    for name, value in conf.items():
+        if name in SECTIONS:
+            continue
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"settings file {path}: setting {name!r} is outside any section (put it under its [section])"
+            )
+        raise ConfigError(f"settings file {path}: {_unknown_section(name)}")
+    for variable in env:
+        if not variable.startswith(ENV_PREFIX):
+            continue
+        section, separator, key = variable[len(ENV_PREFIX) :].partition("__")
+        if not separator or not section or not key:
+            raise ConfigError(f"environment variable {variable}: expected {ENV_PREFIX}<SECTION>__<KEY>")
+        if section.lower() not in SECTIONS:
+            raise ConfigError(f"environment variable {variable}: {_unknown_section(section.lower())}")
+
+
 def load_settings(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -494,15 +559,17 @@ def load_settings(
     """Every section from the settings file (``path``, else ``$ROUTER_CONF``, else conf/router.toml),
     the environment (``env``, default ``os.environ``) and ``overrides`` ({section: {key: value}}).
 
-    Sections of the file this object does not know are left to their own loaders; unknown sections
-    in ``overrides`` are errors.
+    A section this object does not know, in the file, a ``ROUTER__`` variable or ``overrides``, is an
+    error (with the known section it most likely misspells), as an unknown key is.
     """
     environment = os.environ if env is None else env
-    conf = _paths_from_file_dir(read_conf(path), conf_path(path).absolute().parent)
+    raw_conf = read_conf(path)
+    _check_sections(raw_conf, conf_path(path), environment)
+    conf = _paths_from_file_dir(raw_conf, conf_path(path).absolute().parent)
     overrides = overrides or {}
     for section in overrides:
         if section not in SECTIONS:
-            raise ConfigError(f"unknown settings section {section!r} (known: {', '.join(SECTIONS)})")
+            raise ConfigError(_unknown_section(section))
     loaded: dict[str, Any] = {}
     for name, cls in SECTIONS.items():
         section_overrides = dict(overrides.get(name, {}))
@@ -555,11 +622,12 @@ def parse_overrides(assignments: Sequence[str]) -> dict[str, dict[str, object]]:
     for assignment in assignments:
         name, equals, value = assignment.partition("=")
         section, dot, key = name.strip().partition(".")
+        # Echo the value only when the name does not look secret: "--set kafak.sasl_password=..." must not show it.
+        echo = name if not equals else f"{name}=<hidden>" if SECRET_KEY.search(name) else assignment
         if not equals or not dot or not section or not key:
-            raise ConfigError(f"--set expects SECTION.KEY=VALUE, got {assignment!r}")
+            raise ConfigError(f"--set expects SECTION.KEY=VALUE, got {echo!r}")
         if section not in SECTIONS:
-            known = ", ".join(SECTIONS)
-            raise ConfigError(f"--set {assignment!r}: unknown settings section {section!r} (known: {known})")
+            raise ConfigError(f"--set {echo!r}: {_unknown_section(section)}")
         field, dot, entry = key.partition(".")
         if dot and field in _table_fields(SECTIONS[section]):
             table = overrides.setdefault(section, {}).setdefault(field, {})

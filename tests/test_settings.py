@@ -342,6 +342,10 @@ CLI_COMMANDS = ["routing explain", "routing match", "refresh_subscriptions", "ro
 BAD_SETTINGS_FLAGS = [
     (["--set", "limits.max_batch_rows=1180591620717411303424"], "limits.max_batch_rows"),
     (["--set", "router.arrow_batch_rows=2000000"], "limits.max_batch_rows"),
+    (["--set", "kafak.sasl_password=hunter2"], "did you mean [kafka]"),
+    (["--set", "kafka.heap=0m"], "kafka.heap"),
+    (["--set", "router.refresh_interval_s=inf"], "router.refresh_interval_s"),
+    (["--set", "spark.shuffle_partitions=١٢"], "spark.shuffle_partitions"),
 ]
 
 
@@ -354,3 +358,122 @@ def test_every_command_line_refuses_bad_settings_with_exit_2(
     assert code == 2, err
     assert named in err
     assert "Traceback" not in err
+    assert "hunter2" not in err
+
+
+# -- strict parsing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[kafak]\nheap = '1g'\n", r"unknown settings section \[kafak\].*did you mean \[kafka\]"),
+        ("[limit]\nmax_key_bytes = 10\n", r"unknown settings section \[limit\].*did you mean \[limits\]"),
+        ("[nothing_like_it]\nx = 1\n", r"unknown settings section \[nothing_like_it\] \(known: limits, "),
+        ("heap = '1g'\n[kafka]\n", r"setting 'heap' is outside any section"),
+    ],
+)
+def test_an_unknown_section_in_the_file_is_refused_with_a_hint(tmp_path: Path, toml: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(write_conf(tmp_path, toml), env={})
+
+
+def test_an_unknown_section_in_the_environment_or_a_flag_is_refused_with_a_hint() -> None:
+    with pytest.raises(ConfigError, match=r"ROUTER__KAFAK__HEAP.*unknown settings section \[kafak\].*\[kafka\]"):
+        load_settings(env={"ROUTER__KAFAK__HEAP": "1g"})
+    with pytest.raises(ConfigError, match=r"unknown settings section \[rooter\].*did you mean \[router\]"):
+        parse_overrides(["rooter.topics=x"])
+    for malformed in ("ROUTER__", "ROUTER__KAFKA", "ROUTER__KAFKA__", "ROUTER____HEAP"):
+        with pytest.raises(ConfigError, match=rf"{malformed}: expected ROUTER__<SECTION>__<KEY>"):
+            load_settings(env={malformed: "1"})
+    assert load_settings(env={"ROUTER_CONF_X": "1", "OTHER__KAFAK__HEAP": "1"}) == Settings()
+
+
+@pytest.mark.parametrize("digits", ["١٢٣", "۱۲۳", "१२३", "１２３", "12３", "²", " 123", "123 ", "1__2", "_12", "0x1f"])
+def test_numbers_are_ascii_digits_only(digits: str) -> None:
+    """Arabic-Indic (and every other non-ASCII) digits are not numbers in a setting, nor is stray text."""
+    for key in ("spark.shuffle_partitions", "kafka.start_timeout_s"):
+        with pytest.raises(ConfigError, match=rf"{key} must be"):
+            load_settings(env={}, overrides=parse_overrides([f"{key}={digits}"]))
+        section, name = key.split(".")
+        with pytest.raises(ConfigError, match=rf"{key} must be"):
+            load_settings(env={f"ROUTER__{section.upper()}__{name.upper()}": digits})
+
+
+def test_ascii_numbers_still_parse() -> None:
+    loaded = load_settings(env={"ROUTER__SPARK__SHUFFLE_PARTITIONS": "1_2", "ROUTER__KAFKA__START_TIMEOUT_S": "2.5e1"},
+                           overrides=parse_overrides(["router.refresh_interval_s=7", "kafka.stop_timeout_s=+.5"]))
+    assert (loaded.spark.shuffle_partitions, loaded.kafka.start_timeout_s) == (12, 25.0)
+    assert (loaded.router.refresh_interval_s, loaded.kafka.stop_timeout_s) == (7.0, 0.5)
+
+
+@pytest.mark.parametrize("key", ["router.refresh_interval_s", "kafka.start_timeout_s", "kafka.stop_timeout_s"])
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "1e999", "0", "-1", "-0.5", "1e12"])
+def test_durations_are_finite_positive_and_bounded(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=rf"{key.replace('.', '[.]')} must be"):
+        load_settings(env={}, overrides=parse_overrides([f"{key}={value}"]))
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_toml_infinities_are_refused(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match=r"router\.refresh_interval_s must be"):
+        load_settings(write_conf(tmp_path, f"[router]\nrefresh_interval_s = {value}\n"), env={})
+
+
+@pytest.mark.parametrize("heap", ["0m", "0g", "00m", "1k", "15m", "١٢m", "²m", "512", "m", "512mb", "-1g", "2000t"])
+def test_heap_sizes_are_sane(heap: str) -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.heap must"):
+        load_settings(env={}, overrides={"kafka": {"heap": heap}})
+    with pytest.raises(ConfigError, match=r"spark\.driver_memory must"):
+        load_settings(env={}, overrides={"spark": {"driver_memory": heap}})
+
+
+def test_good_heap_sizes_load() -> None:
+    for heap in ("16m", "512m", "512M", "1g", "1G", "65536k", "1t"):
+        assert load_settings(env={}, overrides={"kafka": {"heap": heap}, "spark": {"driver_memory": heap}})
+
+
+# -- secrets never echoed ---------------------------------------------------------------------------
+
+SECRET_FLAGS = [
+    "kafak.sasl_password=hunter2",  # a misspelled section
+    "kafka.sasl_passwrd=hunter2",  # a misspelled key
+    "kafka.sasl_password=hunter2",  # the right key, refused there
+    "kafkasasl_password=hunter2",  # no dot
+    "spark.conf.spark.hadoop.fs.s3a.secret.key=hunter2",  # fine, but never echoed either way
+    "spark.conf.spark.kafka.sasl.jaas.config=hunter2",
+    "kafka.api_token=hunter2",
+    "nowhere.secret=hunter2",
+]
+
+
+@pytest.mark.parametrize("flag", SECRET_FLAGS)
+def test_an_error_never_echoes_a_secret_looking_value(flag: str) -> None:
+    try:
+        load_settings(env={}, overrides=parse_overrides([flag]))
+    except ConfigError as error:
+        assert "hunter2" not in str(error)
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[kafak]\nsasl_password = 'hunter2'\n",
+        "[kafka]\nsasl_password = 'hunter2'\n",
+        "[spark.conf]\n'spark.hadoop.fs.s3a.secret.key' = ['hunter2']\n",
+        "[kafka]\nsasl_password_file = ['hunter2']\n",
+    ],
+)
+def test_a_settings_file_error_never_echoes_a_secret_looking_value(tmp_path: Path, toml: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write_conf(tmp_path, toml), env={})
+    assert "hunter2" not in str(refused.value)
+
+
+def test_a_password_file_error_never_shows_its_content(tmp_path: Path) -> None:
+    secret_file = tmp_path / "password"
+    secret_file.write_bytes(b"hunter\xff2\n")
+    with pytest.raises(ConfigError, match=r"kafka\.sasl_password_file: .*password is not UTF-8 text") as refused:
+        load_settings(env={}, overrides={"kafka": {**SASL, "sasl_password_file": str(secret_file)}})
+    for leak in ("hunter", "xff", "position", "byte 6"):
+        assert leak not in str(refused.value).replace(str(tmp_path), "")
