@@ -34,6 +34,8 @@ _DIGITS = r"[0-9]+(?:_[0-9]+)*"
 INTEGER_TEXT = re.compile(rf"[+-]?{_DIGITS}")
 NUMBER_TEXT = re.compile(rf"[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?")
 CONF_ENV = "ROUTER_CONF"
+#: A settings file larger than this is no settings file (conf/router.toml is 6 KB).
+MAX_CONF_BYTES = 1 << 20
 #: The checkout this package runs from (the one place it is computed; installed, it is site-packages, which
 #: holds no ``conf/``). Only repository tools use it (samples, templates, ``var/`` of the demo and benchmarks);
 #: settings paths never resolve against it.
@@ -66,11 +68,31 @@ def read_conf(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         if path is None and CONF_ENV not in os.environ:
             return {}
         raise ConfigError(f"settings file {chosen} does not exist")
+    content = read_bounded(chosen, MAX_CONF_BYTES, what=f"settings file {chosen}", limit_text="1 MiB")
     try:
-        with chosen.open("rb") as handle:
-            return tomllib.load(handle)
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"settings file {chosen} is not UTF-8 text (is it a settings file?)") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"settings file {chosen} is not valid TOML: {error}") from None
+
+
+def read_bounded(path: Path, limit: int, *, what: str, limit_text: str) -> bytes:
+    """At most ``limit`` bytes of ``path``, else a :class:`ConfigError` (``what`` names the file in it).
+
+    Any kind of file (a pipe, ``/dev/zero``, a huge file named by mistake) is read at most ``limit`` + 1 bytes;
+    one that cannot be read (missing, a directory, no permission) is an error naming the reason.
+    """
+    try:
+        with path.open("rb") as handle:
+            content = handle.read(limit + 1)
+    except OSError as error:
+        raise ConfigError(f"{what} cannot be read: {error.strerror or error}") from None
+    if len(content) > limit:
+        raise ConfigError(f"{what} is larger than {limit_text}")
+    return content
 
 
 def _coerce(section: str, key: str, raw: object, annotation: Any, from_text: bool) -> object:

@@ -36,12 +36,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from routing.config import ENV_PREFIX, SECRET_KEY, ConfigError, conf_path, load_section, read_conf, shown
+from routing.config import ENV_PREFIX, SECRET_KEY, ConfigError, conf_path, load_section, read_bounded, read_conf, shown
 from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
 from routing.limits import Limits
 from routing.validation import Policy, ValidationSettings, Validator
 
 SASL_PASSWORD_ENV = "ROUTER_KAFKA_SASL_PASSWORD"
+#: A password file larger than this is a mistake (a device, a wrong path), read no further.
+MAX_PASSWORD_FILE_BYTES = 64 * 1024
 
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 SASL_LOGIN_MODULES = {
@@ -487,12 +489,11 @@ def _read_password(kafka: KafkaSettings, env: Mapping[str, str]) -> Secret | Non
         return Secret(from_env)
     if kafka.sasl_password_file is None:
         return None
-    try:
-        content = Path(kafka.sasl_password_file).read_bytes()
-    except OSError as error:
-        raise ConfigError(
-            f"setting kafka.sasl_password_file: cannot read {kafka.sasl_password_file}: {error.strerror}"
-        ) from None
+    # Bounded: any kind of file (a pipe, /dev/zero) is read at most MAX_PASSWORD_FILE_BYTES + 1 bytes.
+    content = read_bounded(
+        Path(kafka.sasl_password_file), MAX_PASSWORD_FILE_BYTES,
+        what=f"setting kafka.sasl_password_file: {kafka.sasl_password_file}", limit_text="64 KiB",
+    )
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:

@@ -346,15 +346,26 @@ BAD_SETTINGS_FLAGS = [
     (["--set", "kafka.heap=0m"], "kafka.heap"),
     (["--set", "router.refresh_interval_s=inf"], "router.refresh_interval_s"),
     (["--set", "spark.shuffle_partitions=١٢"], "spark.shuffle_partitions"),
+
+
+    # Files that are no settings file: a directory, a binary file, an endless device. {tmp} is a fresh directory.
+    (["--conf", "{tmp}"], "cannot be read: Is a directory"),
+    (["--conf", "{tmp}/binary.toml"], "is not UTF-8 text"),
+    (["--conf", "/dev/zero"], "larger than 1 MiB"),
+    (["--set", "kafka.sasl_password_file=/dev/zero"], "larger than 64 KiB"),
+    (["--set", "kafka.sasl_password_file={tmp}"], "kafka.sasl_password_file"),
 ]
 
 
 @pytest.mark.parametrize("command", CLI_COMMANDS)
 @pytest.mark.parametrize(("flags", "named"), BAD_SETTINGS_FLAGS)
 def test_every_command_line_refuses_bad_settings_with_exit_2(
-    command: str, flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+    command: str, flags: list[str], named: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    code, err = run_cli(command, flags, capsys)
+    monkeypatch.delenv(SASL_PASSWORD_ENV, raising=False)
+    (tmp_path / "binary.toml").write_bytes(bytes(range(256)) * 4)
+    code, err = run_cli(command, [flag.replace("{tmp}", str(tmp_path)) for flag in flags], capsys)
     assert code == 2, err
     assert named in err
     assert "Traceback" not in err
@@ -477,3 +488,35 @@ def test_a_password_file_error_never_shows_its_content(tmp_path: Path) -> None:
         load_settings(env={}, overrides={"kafka": {**SASL, "sasl_password_file": str(secret_file)}})
     for leak in ("hunter", "xff", "position", "byte 6"):
         assert leak not in str(refused.value).replace(str(tmp_path), "")
+
+
+# -- files that are no settings or password file -------------------------------------------------
+
+
+def test_a_settings_file_that_is_no_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"settings file {tmp_path} cannot be read: Is a directory"):
+        load_settings(tmp_path, env={})
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"[kafka]\nheap = '\xff\xfe'\n")
+    with pytest.raises(ConfigError, match=r"binary\.toml is not UTF-8 text"):
+        load_settings(binary, env={})
+    with pytest.raises(ConfigError, match=r"settings file /dev/zero is larger than 1 MiB"):
+        load_settings("/dev/zero", env={})
+
+
+def test_a_password_file_is_read_with_a_bound(tmp_path: Path) -> None:
+    """At most 64 KiB: /dev/zero (or a huge file named by mistake) is an error, not a read without end."""
+    overrides = {"kafka": {**SASL, "sasl_password_file": "/dev/zero"}}
+    with pytest.raises(ConfigError, match=r"kafka\.sasl_password_file: /dev/zero is larger than 64 KiB"):
+        load_settings(env={}, overrides=overrides)
+    largest = tmp_path / "largest"
+    largest.write_bytes(b"p" * 65_536)
+    loaded = load_settings(env={}, overrides={"kafka": {**SASL, "sasl_password_file": str(largest)}})
+    assert loaded.kafka.sasl_password == Secret("p" * 65_536)
+    too_large = tmp_path / "too_large"
+    too_large.write_bytes(b"p" * 65_537)
+    with pytest.raises(ConfigError, match="larger than 64 KiB") as refused:
+        load_settings(env={}, overrides={"kafka": {**SASL, "sasl_password_file": str(too_large)}})
+    assert "ppp" not in str(refused.value)
+    with pytest.raises(ConfigError, match=r"kafka\.sasl_password_file: .* cannot be read: Is a directory"):
+        load_settings(env={}, overrides={"kafka": {**SASL, "sasl_password_file": str(tmp_path)}})
