@@ -18,7 +18,10 @@ would dead-letter is shown as rejected with its reason. Exit status 0, or 2
 for bad arguments or an unreadable source.
 
 ``explain PATTERN KEY`` shows why a key does or does not match a pattern
-(:mod:`routing.explain`): exit status 0 if it matches, 1 if not, 2 on error.
+(:mod:`routing.explain`): exit status 0 if it matches, 1 if not, 2 on error. A
+pattern or key over the configured limits is refused first (exit 2, the router's
+reason code), so the words x words alignment is only built for bounded input;
+what the configured policy would reject is noted under the alignment.
 """
 
 from __future__ import annotations
@@ -249,20 +252,26 @@ def run_match(args: argparse.Namespace, out: Callable[[str], None], err: Callabl
 def run_explain(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
     from routing.explain import explain
     from routing.settings import settings_from_args
+    from routing.validation import Policy, Validator
 
     try:
         validator = settings_from_args(args).validator()
     except ConfigError as error:
         err(f"explain: {error}")
         return 2
+    # The limits first (bytes, words, '#' words: the router's checks in its order, with its reason codes): the
+    # alignment table is pattern words x key words, so over-limit input is refused before anything is built.
+    within_limits = Validator(limits=validator.limits, policy=Policy.AMQP)
     try:
+        within_limits.validate_pattern(args.pattern)
+        within_limits.validate_key(args.key)
         explanation = explain(args.pattern, args.key)
     except TopicError as error:
         err(f"explain: {error}")
         return 2
     out(explanation.render())
-    # The grammar decides the match; the configured limits/policy (--conf, --set, ROUTER__...) decide
-    # whether the router would even get that far, so say so when they would not.
+    # The grammar decides the match; the configured policy (--conf, --set, ROUTER__...) decides whether the
+    # router would even get that far, so say so when it would not.
     for what, check in (("pattern", validator.validate_pattern), ("key", validator.validate_key)):
         try:
             check(getattr(args, what))
@@ -296,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
         "explain",
         help="say why a routing key does or does not match a pattern",
         description="Align PATTERN with KEY word by word: which pattern word consumed which key words, or where "
-        "and why the match failed. Exit status 0 if it matches, 1 if not, 2 on error.",
+        "and why the match failed. A pattern or key over the configured limits is refused with the router's reason "
+        "code. Exit status 0 if it matches, 1 if not, 2 on error.",
     )
     explain.add_argument("pattern", metavar="PATTERN")
     explain.add_argument("key", metavar="KEY")

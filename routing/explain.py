@@ -18,7 +18,9 @@ per reachable state so an alignment can be read back:
   from the end, that leaves the most words to the earliest ``#`` (greedy,
   leftmost first, like a regex). A running "latest reachable ``j``" makes a ``#`` row
   O(n), so the whole table is O(m * n) for m pattern words and n key words,
-  never exponential however many ``#`` there are.
+  never exponential however many ``#`` there are. The table itself is O(m * n)
+  memory, so callers bound the input first: ``python -m routing explain``
+  refuses a pattern or key over the configured limits before calling this.
 
 The key matches iff ``(m, n)`` is reachable. If it is, the back-pointers give
 the alignment: which key words each pattern word consumed. If not, the

@@ -148,20 +148,48 @@ def test_explain_command_exit_status_is_the_verdict(case: tuple[str, str]) -> No
     assert out[0].startswith(f"pattern {pattern!r} {'MATCHES' if code == 0 else 'does NOT match'}")
 
 
-def test_explain_notes_what_validation_would_reject() -> None:
-    code, out, _ = run("explain", "#", "a" * 300)
+def test_explain_notes_what_the_policy_would_reject() -> None:
+    code, out, _ = run("explain", "--set", "validation.policy=strict", "#", "a b")
     assert code == 0
     notes = [line for line in out if "note: the configured validation would reject this key" in line]
-    assert len(notes) == 1 and "key_too_long" in notes[0]
+    assert len(notes) == 1 and "invalid_key" in notes[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "pattern", "key", "reason"),
+    [
+        ([], "#", "a" * 256, "key_too_long"),
+        ([], "a" * 256, "a", "pattern_too_long"),
+        ([], ".".join(["a"] * 33), "a", "pattern_too_many_words"),
+        ([], "#", ".".join(["a"] * 33), "too_many_words"),
+        ([], ".".join(["#"] * 17), "a", "too_many_hash_words"),
+        (["--set", "limits.max_key_words=2"], "#", "a.b.c", "too_many_words"),
+        # A pattern of 14,000 words (with byte limits raised so the word limit decides) once took 5.8 GB here.
+        (["--set", "limits.max_pattern_bytes=100000"], ".".join(["a"] * 14_000), "a", "pattern_too_many_words"),
+        (["--set", "limits.max_key_bytes=100000"], "#", ".".join(["a"] * 14_000), "too_many_words"),
+    ],
+)
+def test_explain_checks_the_limits_before_building_anything(
+    flags: list[str], pattern: str, key: str, reason: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over a limit, explain refuses with the router's reason code (exit 2) and never builds its words x words table."""
+    import routing.explain
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the alignment table must not be built for over-limit input")
+
+    monkeypatch.setattr(routing.explain, "explain_words", never)
+    code, out, err = run("explain", *flags, pattern, key)
+    assert (code, out) == (2, [])
+    assert f"[reason={reason}]" in err[0] and err[0].startswith("explain: ")
 
 
 def test_explain_validates_with_the_settings_of_conf_and_set(tmp_path: Path) -> None:
     """``explain`` loads its settings like every job: --conf, then ROUTER__ variables, then --set."""
     conf = tmp_path / "router.toml"
     conf.write_text('[validation]\npolicy = "strict"\n[limits]\nmax_key_words = 2\n', encoding="utf-8")
-    code, out, _ = run("explain", "--conf", str(conf), "#", "a.b c.d")
-    assert code == 0
-    assert any("reject this key" in line and "too_many_words" in line for line in out)
+    code, out, err = run("explain", "--conf", str(conf), "#", "a.b c.d")
+    assert code == 2 and out == [] and "too_many_words" in err[0]  # a limit: refused before aligning
     code, out, _ = run("explain", "--conf", str(conf), "--set", "limits.max_key_words=5", "#", "a.b c.d")
     assert code == 0
     assert any("reject this key" in line and "invalid_key" in line for line in out)  # strict: no space
