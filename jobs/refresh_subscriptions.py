@@ -16,7 +16,9 @@ unread events fails the run (Kafka ``failOnDataLoss``) rather than lose them.
 
 ``--import FILE`` (repeatable) loads CSV or JSON-lines files instead, with the
 same validation and MERGE; change ids come from the file's content hash and
-line number, so importing the same file twice changes nothing.
+line number, so importing the same file twice changes nothing. All or nothing:
+every file is read and judged before Spark starts, so a file that cannot be
+read imports none (exit 2); each file is then one MERGE, in order.
 
 Exit status: 0 done (rejected events are not failures: they are in the rejects
 table), 1 the refresh failed (nothing after the last committed batch is lost),
@@ -48,7 +50,7 @@ from routing.subscriptions.events import (
     TOMBSTONED,
     UNSUBSCRIBED,
     ImportFileError,
-    check_import_file,
+    Outcome,
     import_format,
     read_import_file,
 )
@@ -179,23 +181,62 @@ def refresh_from_kafka(spark: SparkSession, settings: Settings) -> RunSummary:
     return RunSummary(summaries, latest_version(spark, subscriptions.table_path))
 
 
+@dataclasses.dataclass(frozen=True)
+class ImportFile:
+    """One import file, read and judged: the bytes that were checked are the bytes that get applied."""
+
+    path: str
+    digest: str
+    outcomes: list[Outcome]
+
+
+def read_import_files(settings: Settings, paths: Sequence[str]) -> list[ImportFile]:
+    """Every file read (once) and judged, before anything is applied: a file that cannot be read raises
+    :class:`ImportFileError` and no file is imported (all or nothing). Needs no Spark."""
+    validator = settings.validator()
+    files = []
+    for path in paths:
+        import_format(path)
+        if not os.path.isfile(path):
+            raise ImportFileError(f"import file {path!r} does not exist or is not a regular file")
+        digest, outcomes = read_import_file(path, validator, max_event_bytes=settings.subscriptions.max_event_bytes)
+        files.append(ImportFile(path, digest, outcomes))
+    return files
+
+
 def import_files(spark: SparkSession, settings: Settings, paths: Sequence[str]) -> RunSummary:
-    """Apply each CSV / JSON-lines file as one batch (idempotent per file content)."""
+    """Apply each CSV / JSON-lines file as one batch (idempotent per file content), all read before any applies."""
+    return apply_import_files(spark, settings, read_import_files(settings, paths))
+
+
+def apply_import_files(spark: SparkSession, settings: Settings, files: Sequence[ImportFile]) -> RunSummary:
+    """Apply files read by :func:`read_import_files`, each one batch, in order.
+
+    Each file's MERGE commits on its own (its Delta ``txnAppId`` is the file's hash), so if one fails the log names
+    the files already committed; re-running the same command applies the rest (committed ones are no-ops).
+    """
     from routing.subscriptions.table import apply_validated, latest_version, validated_frame
 
     subscriptions = settings.subscriptions
     validator = settings.validator()
     prepare_tables(spark, settings)
     summaries: list[BatchSummary] = []
-    for path in paths:
-        digest, outcomes = read_import_file(path, validator, max_event_bytes=subscriptions.max_event_bytes)
-        summary = apply_validated(
-            spark, validated_frame(spark, outcomes),
-            table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, validator=validator,
-            txn_app_id=f"{TXN_APP_PREFIX}:import:{digest}", txn_version=0, batch_id=None,
-        )
+    for index, imported in enumerate(files):
+        try:
+            summary = apply_validated(
+                spark, validated_frame(spark, imported.outcomes),
+                table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, validator=validator,
+                txn_app_id=f"{TXN_APP_PREFIX}:import:{imported.digest}", txn_version=0, batch_id=None,
+            )
+        except Exception:
+            LOG.error(
+                "importing %s failed; committed before it: %s; not imported: %s (re-run the same command: "
+                "committed files are no-ops)", imported.path, [done.path for done in files[:index]] or "none",
+                [rest.path for rest in files[index:]],
+            )
+            raise
         summaries.append(summary)
-        LOG.info("imported %s: %d event(s), rejected %s", path, summary.events, summary.rejected)
+        LOG.info("imported %s: %d event(s), rejected %s", imported.path, summary.events, summary.rejected)
     return RunSummary(summaries, latest_version(spark, subscriptions.table_path))
 
 
@@ -229,26 +270,21 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
         parser.error("--every needs a positive number of seconds and cannot be combined with --import")
     try:
         settings = settings_from_args(args)
-        for path in args.import_files:  # fail fast, before starting Spark: what read_import_file would refuse
-            import_format(path)
-            if not os.path.isfile(path):
-                raise ImportFileError(f"import file {path!r} does not exist")
-            check_import_file(path)
-    except (ConfigError, ImportFileError) as error:
+    except ConfigError as error:
         print(f"refresh_subscriptions: {error}", file=sys.stderr)
+        return 2
+    try:
+        # All or nothing: every import file is read and judged before Spark starts and before any commits.
+        imports = read_import_files(settings, args.import_files)
+    except ImportFileError as error:
+        print(f"refresh_subscriptions: {error}; nothing was imported", file=sys.stderr)
         return 2
     from routing.spark import get_spark
 
     spark = (spark_factory or get_spark)(settings, app_name=APP_NAME)
     while True:
         try:
-            if args.import_files:
-                summary = import_files(spark, settings, args.import_files)
-            else:
-                summary = refresh_from_kafka(spark, settings)
-        except ImportFileError as error:
-            print(f"refresh_subscriptions: {error}", file=sys.stderr)
-            return 2
+            summary = apply_import_files(spark, settings, imports) if imports else refresh_from_kafka(spark, settings)
         except Exception:
             LOG.exception("refresh failed; the next run resumes after the last committed batch")
             if args.every is None:

@@ -375,7 +375,7 @@ def test_match_refuses_an_import_file_the_refresh_job_refuses(
     job_err = capsys.readouterr().err.strip().splitlines()
     assert code == job_code == 2 and out == []
     assert err == [f"match: import file {str(path)!r}: CSV header lacks column(s) ts"]
-    assert job_err[-1:] == [err[0].replace("match: ", "refresh_subscriptions: ", 1)]
+    assert job_err[-1:] == [err[0].replace("match: ", "refresh_subscriptions: ", 1) + "; nothing was imported"]
 
 
 def test_match_flag_errors(tmp_path: Path) -> None:

@@ -464,6 +464,62 @@ def test_job_rejects_bad_flags_before_starting_spark(tmp_path: Path, capsys: pyt
         assert exited.value.code == 2
 
 
+def fake_import_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Stand in for Spark and the Delta writes of an import: returns the (txn app id, events) of each applied file."""
+    import collections
+
+    import jobs.refresh_subscriptions as job
+    from routing.subscriptions import table
+    from routing.subscriptions.table import BatchSummary
+
+    applied: list[tuple[str, int]] = []
+
+    def apply_validated(spark: object, outcomes: list[object], *, txn_app_id: str, **kwargs: object) -> BatchSummary:
+        applied.append((txn_app_id, len(outcomes)))
+        return BatchSummary(None, collections.Counter({SUBSCRIBED: len(outcomes)}), len(applied), True)
+
+    monkeypatch.setattr(job, "prepare_tables", lambda spark, settings: None)
+    monkeypatch.setattr(table, "validated_frame", lambda spark, outcomes: outcomes)
+    monkeypatch.setattr(table, "apply_validated", apply_validated)
+    monkeypatch.setattr(table, "latest_version", lambda spark, path: len(applied))
+    return applied
+
+
+def test_a_multi_file_import_reads_every_file_before_committing_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All or nothing: a file that cannot be read stops the run before Spark starts and before any file commits,
+    and the bytes imported are the bytes checked (a file changing while the job starts changes nothing)."""
+    from jobs.refresh_subscriptions import main
+
+    first, second = tmp_path / "ok.csv", tmp_path / "also_ok.csv"
+    first.write_text("op,subscriber,pattern,ts\nsubscribe,s1,a.*,1000\n", encoding="utf-8")
+    second.write_text("op,subscriber,pattern,ts\nsubscribe,s2,b.#,1000\nsubscribe,s3,c,1000\n", encoding="utf-8")
+    digests = [file_sha256(path.read_bytes()) for path in (first, second)]
+    applied = fake_import_run(monkeypatch)
+
+    def spark_that_sees_the_second_file_change(*args: object, **kwargs: object) -> object:
+        second.write_bytes(bytes(range(256)))  # now unreadable: too late, the job read it already
+        return object()
+
+    argv = ["--import", str(first), "--import", str(second), "--json"]
+    assert main(argv, spark_factory=spark_that_sees_the_second_file_change) == 0
+    assert applied == [(f"refresh_subscriptions:import:{digests[0]}", 1),
+                       (f"refresh_subscriptions:import:{digests[1]}", 2)]
+    assert json.loads(capsys.readouterr().out)["applied"][SUBSCRIBED] == 3
+
+    def no_spark(*args: object, **kwargs: object) -> object:
+        raise AssertionError("Spark must not start")
+
+    applied.clear()
+    for bad in (bytes(range(256)), b"op,subscriber,ts\n"):
+        second.write_bytes(bad)
+        assert main(["--import", str(first), "--import", str(second)], spark_factory=no_spark) == 2
+        err = capsys.readouterr().err
+        assert str(second) in err and "nothing was imported" in err
+    assert applied == []
+
+
 def test_job_summary() -> None:
     import collections
 

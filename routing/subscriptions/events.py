@@ -302,18 +302,6 @@ def _read_bytes(path: str | os.PathLike[str]) -> bytes:
         raise ImportFileError(f"import file {os.fspath(path)!r} cannot be read: {error}") from None
 
 
-def check_import_file(path: str | os.PathLike[str], *, allow_pairs: bool = False) -> None:
-    """Raise :class:`ImportFileError` unless ``path`` is an import file :func:`read_import_file` can read.
-
-    Checks what makes a whole file unreadable (its name, that it reads, a CSV's encoding and header),
-    not its lines, so a job can refuse a bad file before it starts Spark.
-    """
-    if import_format(path) == "csv":
-        _csv_records(os.fspath(path), _read_bytes(path), allow_pairs=allow_pairs)
-    else:
-        _read_bytes(path)
-
-
 def read_import_file(
     path: str | os.PathLike[str], validator: Validator, *, max_event_bytes: int, allow_pairs: bool = False
 ) -> tuple[str, list[Outcome]]:
