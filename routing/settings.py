@@ -36,7 +36,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from routing.config import ENV_PREFIX, SECRET_KEY, ConfigError, conf_path, load_section, read_bounded, read_conf, shown
+from routing.config import (
+    ENV_PREFIX,
+    NUMBER_TEXT,
+    SECRET_KEY,
+    ConfigError,
+    conf_path,
+    load_section,
+    read_bounded,
+    read_conf,
+    shown,
+)
 from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
 from routing.limits import Limits
 from routing.validation import Policy, ValidationSettings, Validator
@@ -135,6 +145,13 @@ def _check_seconds(section: str, name: str, value: float) -> None:
         raise ConfigError(f"setting {section}.{name} must be a finite number of seconds, got {value!r}")
     if not 0 < value <= MAX_SECONDS:
         raise ConfigError(f"setting {section}.{name} must be above 0 and at most {MAX_SECONDS:g} s, got {value!r}")
+
+
+def ascii_number(text: str) -> float:
+    """An ``argparse`` type: a finite number in ASCII digits (``float`` also takes nan, inf and other digits)."""
+    if not NUMBER_TEXT.fullmatch(text) or not math.isfinite(number := float(text)):
+        raise argparse.ArgumentTypeError(f"not a finite number in ASCII digits: {text!r}")
+    return number
 
 
 #: A JVM memory size as ``-Xmx`` and Spark take it: ASCII digits, no leading zero, one unit letter.

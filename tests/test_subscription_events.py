@@ -458,7 +458,8 @@ def test_job_rejects_bad_flags_before_starting_spark(tmp_path: Path, capsys: pyt
     assert "unknown format" in capsys.readouterr().err
     assert main(["--set", "subscriptions.max_event_bytes=0"], spark_factory=no_spark) == 2
     assert "max_event_bytes" in capsys.readouterr().err
-    for argv in (["--every", "0"], ["--every", "5", "--import", "x.csv"]):
+    for argv in (["--every", "0"], ["--every", "5", "--import", "x.csv"], ["--every", "nan"], ["--every", "inf"],
+                 ["--every", "1e300"], ["--every", "٥"]):
         with pytest.raises(SystemExit) as exited:
             main(argv, spark_factory=no_spark)
         assert exited.value.code == 2
