@@ -131,3 +131,14 @@ DEAD_LETTER_ERRORS: tuple[type[TopicError], ...] = (
 
 #: Every dead-letter reason the router writes, in that order.
 DEAD_LETTER_REASONS: tuple[str, ...] = tuple(error.reason for error in DEAD_LETTER_ERRORS)
+
+#: The errors a subscription event's fields can be rejected for (the validator's subscriber and pattern checks), beside
+#: the event-level codes of :mod:`routing.subscriptions.events` (``PARSE_REASONS`` there is both together). Per-batch,
+#: the refresh job also rejects :class:`TooManySubscriptionsError` and ``subscription_table_full``.
+SUBSCRIPTION_REJECT_ERRORS: tuple[type[TopicError], ...] = (
+    InvalidSubscriberError,
+    InvalidPatternError,
+    PatternTooLongError,
+    PatternTooManyWordsError,
+    TooManyHashWordsError,
+)

@@ -45,7 +45,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from routing.errors import TopicError
+from routing.errors import SUBSCRIPTION_REJECT_ERRORS, TopicError
 from routing.topic import has_wildcard
 from routing.validation import Validator
 
@@ -69,6 +69,11 @@ EVENT_REASONS = frozenset(
     {EMPTY_EVENT, EVENT_TOO_LARGE, MALFORMED_JSON, MALFORMED_CSV, NOT_AN_OBJECT, MISSING_FIELD,
      INVALID_FIELD_TYPE, UNKNOWN_OP, INVALID_TS}
 )
+#: Every reason one event can be rejected for on its own (:func:`judge`, :func:`read_import_file`): the event-level
+#: codes and the validator's (:data:`routing.errors.SUBSCRIPTION_REJECT_ERRORS`).
+PARSE_REASONS = EVENT_REASONS | {error.reason for error in SUBSCRIPTION_REJECT_ERRORS}
+#: Every reason the rejects table records: those, and the limits decided per batch.
+REJECT_REASONS = PARSE_REASONS | {TOO_MANY_SUBSCRIPTIONS, SUBSCRIPTION_TABLE_FULL}
 
 FIELDS = ("op", "subscriber", "pattern", "ts")
 
@@ -182,7 +187,12 @@ def parse_ts(value: object, *, digits_are_millis: bool = False) -> int:
             INVALID_TS, f"ts must be epoch milliseconds (integer) or an ISO-8601 string, got {_describe(value)}"
         )
     if isinstance(value, str) and digits_are_millis and value.isascii() and value.isdigit():
-        value = int(value)
+        digits = value.lstrip("0")
+        if len(digits) > len(str(MAX_TS_MILLIS)):  # never int() it: past 4,300 digits int() raises ValueError
+            raise EventRejected(
+                INVALID_TS, f"ts of {len(digits)} digits is outside [0, {MAX_TS_MILLIS}] epoch milliseconds"
+            )
+        value = int(digits or "0")
     if isinstance(value, int):
         millis = value
     else:
@@ -260,6 +270,8 @@ def parse_event(raw: bytes | None, change_id: str, validator: Validator, *, max_
         fields = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as error:
         raise EventRejected(MALFORMED_JSON, f"event is not valid JSON: {error}") from None
+    except ValueError:  # valid JSON, but an integer past int()'s 4,300 digits: no field of an event has one
+        raise EventRejected(MALFORMED_JSON, "event holds an integer of more digits than can be read") from None
     if not isinstance(fields, dict):
         raise EventRejected(NOT_AN_OBJECT, f"event must be a JSON object, got {type(fields).__name__}")
     return event_from_fields(fields, change_id, validator)
