@@ -98,6 +98,12 @@ class TooManyHashWordsError(InvalidPatternError):
     reason = "too_many_hash_words"
 
 
+class ForbiddenPatternError(InvalidPatternError):
+    """A pattern the ``[acl]`` rules do not let this subscriber hold (:mod:`routing.acl`)."""
+
+    reason = "forbidden_pattern"
+
+
 class InvalidSubscriberError(TopicError):
     reason = "invalid_subscriber"
     kind = "subscriber"
@@ -134,7 +140,9 @@ DEAD_LETTER_REASONS: tuple[str, ...] = tuple(error.reason for error in DEAD_LETT
 
 #: The errors a subscription event's fields can be rejected for (the validator's subscriber and pattern checks), beside
 #: the event-level codes of :mod:`routing.subscriptions.events` (``PARSE_REASONS`` there is both together). Per-batch,
-#: the refresh job also rejects :class:`TooManySubscriptionsError` and ``subscription_table_full``.
+#: the refresh job also rejects :class:`TooManySubscriptionsError` and ``subscription_table_full``, and
+#: :class:`ForbiddenPatternError` where the ``[acl]`` rules forbid the pattern (also the recorded reason of a row
+#: those rules deactivated).
 SUBSCRIPTION_REJECT_ERRORS: tuple[type[TopicError], ...] = (
     InvalidSubscriberError,
     InvalidPatternError,
