@@ -44,6 +44,18 @@ same few rule patterns against many subscriptions.
 Rules
 -----
 
+The ``[acl]`` settings section (:class:`AclSettings`)::
+
+    [acl]
+    default_allow = false
+    rules = [
+      { subscribers = "tenant-42-*", patterns = ["tenant.42.#"] },
+      { subscribers = "audit", patterns = ["#"] },
+    ]
+
+(or one ``[[acl.rules]]`` table per rule, without the ``rules = []`` line; from the environment or
+``--set acl.rules=...`` the rules are JSON text of the same shape).
+
 :class:`AclRules` holds the ``[acl]`` settings' rules: each names subscriber ids by an
 ``fnmatch``-style glob (``fnmatch.fnmatchcase``: case-sensitive, ``*``, ``?``, ``[...]``) and the
 patterns they may hold. A subscriber that matches one or more rules may hold a pattern iff the
@@ -57,9 +69,12 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import json
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import ClassVar
 
+from routing.config import ConfigError
 from routing.errors import ForbiddenPatternError
 from routing.topic import HASH, STAR, split_words
 
@@ -226,3 +241,60 @@ class AclRules:
 
 #: The ACL of a deployment without ``[acl]`` rules: everything allowed.
 ALLOW_ALL = AclRules()
+
+
+def _rule_from(index: int, raw: object) -> AclRule:
+    where = f"setting acl.rules[{index}]"
+    if isinstance(raw, AclRule):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f'{where} must be a table {{subscribers = "glob", patterns = [...]}}, got {raw!r:.80}')
+    unknown = sorted(set(raw) - {"subscribers", "patterns"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r:.80} (known: patterns, subscribers)")
+    if "subscribers" not in raw or "patterns" not in raw:
+        raise ConfigError(f"{where} must name both subscribers (a glob) and patterns (a list)")
+    subscribers, patterns = raw["subscribers"], raw["patterns"]
+    if not isinstance(subscribers, str) or not subscribers:
+        raise ConfigError(f"{where}.subscribers must be a non-empty glob string, got {subscribers!r:.80}")
+    if not isinstance(patterns, (list, tuple)) or not all(isinstance(item, str) for item in patterns):
+        raise ConfigError(f"{where}.patterns must be a list of pattern strings, got {patterns!r:.80}")
+    for text in (subscribers, *patterns):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{where} holds text that is not valid UTF-8") from None
+    return AclRule(subscribers, tuple(patterns))
+
+
+@dataclasses.dataclass(frozen=True)
+class AclSettings:
+    """``[acl]``: which subscriber ids (globs) may hold which patterns. No rules: everything is allowed.
+
+    A subscriber matching one or more rules may hold a pattern iff the union of those rules'
+    patterns covers it (:func:`allowed_by_any`); one matching none may hold anything iff
+    ``default_allow`` (ignored while there are no rules).
+    """
+
+    SECTION: ClassVar[str] = "acl"
+
+    #: What a subscriber that no rule names may hold: everything (true) or nothing (false).
+    default_allow: bool = False
+    #: ``[{subscribers = "glob", patterns = ["..."]}, ...]``, in the file; JSON text from the environment or ``--set``.
+    rules: Sequence[AclRule] = ()
+
+    def __post_init__(self) -> None:
+        raw: object = self.rules
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else []
+            except ValueError:
+                raise ConfigError("setting acl.rules must be JSON text of a list of rules when given as text") from None
+        if not isinstance(raw, (list, tuple)):
+            raise ConfigError(f"setting acl.rules must be a list of rules, got {raw!r:.80}")
+        object.__setattr__(self, "rules", tuple(_rule_from(index, item) for index, item in enumerate(raw)))
+
+    @property
+    def policy(self) -> AclRules:
+        """The rules as an :class:`AclRules` to check subscriptions with."""
+        return AclRules(tuple(self.rules), self.default_allow)

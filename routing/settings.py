@@ -1,4 +1,4 @@
-"""One ``Settings`` object for every job and test: limits, validation, Kafka, Spark, subscriptions.
+"""One ``Settings`` object for every job and test: limits, validation, Kafka, Spark, subscriptions, ACLs.
 
 Each section is a frozen dataclass loaded by :func:`routing.config.load_section` from
 ``conf/router.toml`` (or ``$ROUTER_CONF``), then environment variables
@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from routing.acl import AclSettings
 from routing.config import (
     ENV_PREFIX,
     NUMBER_TEXT,
@@ -419,6 +420,7 @@ class Settings:
     spark: SparkSettings = dataclasses.field(default_factory=SparkSettings)
     subscriptions: SubscriptionSettings = dataclasses.field(default_factory=SubscriptionSettings)
     router: RouterSettings = dataclasses.field(default_factory=RouterSettings)
+    acl: AclSettings = dataclasses.field(default_factory=AclSettings)
 
     def __post_init__(self) -> None:
         # Settings of different sections that must agree; each section checked its own fields already.
