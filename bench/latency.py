@@ -412,22 +412,19 @@ def start_passthrough(spark: SparkSession, settings: Settings) -> StreamingQuery
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
-    from routing.router.pipeline import idempotent_append, kafka_stream
+    from routing.router.pipeline import kafka_stream
     from routing.router.tables import PARTITION_COLUMN
+    from routing.streaming import idempotent_append, start_query
 
     router = settings.router
 
     def copy(batch: DataFrame, batch_id: int) -> None:
         frame = batch.withColumn(PARTITION_COLUMN, F.to_date(F.col("timestamp")))
-        idempotent_append(frame, router.deliveries_path, router.app_id, batch_id)
+        idempotent_append(frame, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
 
-    return (
-        kafka_stream(spark, settings)
-        .writeStream.foreachBatch(copy)
-        .option("checkpointLocation", router.checkpoint_path)
-        .queryName(router.app_id)
-        .trigger(processingTime=router.trigger_interval)
-        .start()
+    return start_query(
+        kafka_stream(spark, settings), copy, checkpoint=router.checkpoint_path, bind=lambda _: None,
+        trigger_interval=router.trigger_interval, query_name=router.app_id,
     )
 
 

@@ -417,8 +417,9 @@ def _count_rows(spark: SparkSession, path: str) -> int:
 def run_passthrough(spark: SparkSession, settings: Settings, messages: int) -> Run:
     from pyspark.sql import functions as F
 
-    from routing.router.pipeline import idempotent_append, kafka_stream
+    from routing.router.pipeline import kafka_stream
     from routing.router.tables import PARTITION_COLUMN
+    from routing.streaming import idempotent_append, start_query
 
     router = settings.router
     batch_s: list[float] = []
@@ -426,17 +427,13 @@ def run_passthrough(spark: SparkSession, settings: Settings, messages: int) -> R
     def copy(batch: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         frame = batch.withColumn(PARTITION_COLUMN, F.to_date(F.col("timestamp")))
-        idempotent_append(frame, router.deliveries_path, router.app_id, batch_id)
+        idempotent_append(frame, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
         batch_s.append(time.perf_counter() - started)
 
     def start() -> Any:
-        return (
-            kafka_stream(spark, settings)
-            .writeStream.foreachBatch(copy)
-            .option("checkpointLocation", router.checkpoint_path)
-            .queryName(router.app_id)
-            .trigger(availableNow=True)
-            .start()
+        return start_query(
+            kafka_stream(spark, settings), copy, checkpoint=router.checkpoint_path, bind=lambda _: None,
+            query_name=router.app_id,
         )
 
     durations: list[dict[str, int]] = []
@@ -601,7 +598,9 @@ def run_sql_rlike(
     from pyspark.sql import functions as F
 
     from routing.router.classify import classify
-    from routing.router.pipeline import CLASSIFIED_COLUMNS, deliveries_frame, idempotent_append, kafka_stream
+    from routing.router.pipeline import CLASSIFIED_COLUMNS, deliveries_frame, kafka_stream
+    from routing.router.tables import PARTITION_COLUMN
+    from routing.streaming import idempotent_append, start_query
 
     router = settings.router
     validator = settings.validator()
@@ -622,18 +621,14 @@ def run_sql_rlike(
         joined = dotted.join(F.broadcast(regexes), F.expr("dotted_key rlike regex"))
         out = deliveries_frame(joined, 0, batch_id).cache()
         deliveries += out.count()
-        idempotent_append(out, router.deliveries_path, router.app_id, batch_id)
+        idempotent_append(out, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
         out.unpersist()
         batch_s.append(time.perf_counter() - started)
 
     def start() -> Any:
-        return (
-            kafka_stream(spark, settings)
-            .writeStream.foreachBatch(route)
-            .option("checkpointLocation", router.checkpoint_path)
-            .queryName(router.app_id)
-            .trigger(availableNow=True)
-            .start()
+        return start_query(
+            kafka_stream(spark, settings), route, checkpoint=router.checkpoint_path, bind=lambda _: None,
+            query_name=router.app_id,
         )
 
     try:

@@ -10,7 +10,9 @@ Each run reads exactly the events that arrived since the last successful run:
 a Structured Streaming query over the Kafka topic with its own checkpoint
 (``subscriptions.checkpoint_path``) and ``trigger(availableNow=True)``, one
 ``foreachBatch`` per micro-batch (at most ``subscriptions.max_offsets_per_trigger``
-events), then it stops and exits 0. A run killed halfway is safe to re-run;
+events), then it stops and exits 0. The Kafka source, the query's identity
+(``txnAppId``), the Delta tables and the idempotent appends are the router's
+too (:mod:`routing.streaming`). A run killed halfway is safe to re-run;
 see :mod:`routing.subscriptions.table` for why. A topic whose retention deleted
 unread events fails the run (Kafka ``failOnDataLoss``) rather than lose them.
 
@@ -34,13 +36,20 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from routing.config import ConfigError
 from routing.settings import MAX_SECONDS, Settings, add_settings_arguments, ascii_number, settings_from_args
+from routing.streaming import (
+    AfterWrites,
+    QueryIdentity,
+    crash_after_writes_from_env,
+    kafka_source,
+    start_query,
+    txn_app_id,
+)
 from routing.subscriptions.events import (
     APPLIED_KINDS,
     REFRESHED,
@@ -130,27 +139,33 @@ def prepare_tables(spark: SparkSession, settings: Settings) -> None:
     create_rejects_table_if_absent(spark, settings.subscriptions.rejects_path)
 
 
-def refresh_from_kafka(spark: SparkSession, settings: Settings) -> RunSummary:
-    """Process every event that arrived since the last successful run, then return."""
+def refresh_from_kafka(
+    spark: SparkSession, settings: Settings, *, after_writes: AfterWrites | None = None
+) -> RunSummary:
+    """Process every event that arrived since the last successful run, then return.
+
+    ``after_writes`` (tests) is called with each batch id after its Delta writes, before its checkpoint commit.
+    """
     from routing.subscriptions.table import apply_validated, latest_version, validate_kafka_batch
 
     subscriptions = settings.subscriptions
     validator = settings.validator()
     prepare_tables(spark, settings)
     summaries: list[BatchSummary] = []
-    # The reject appends' txnAppId is the query id (stable across runs sharing a checkpoint, new for a new
-    # checkpoint whose batch ids restart at 0); batches wait until start() has handed it over.
-    query_ready = threading.Event()
-    txn_app_id: list[str] = []
+    # The reject appends' txnAppId is refresh_subscriptions:<query id> (stable across runs sharing a checkpoint,
+    # new for a new checkpoint whose batch ids restart at 0); batches wait until start() has bound it.
+    identity = QueryIdentity(TXN_APP_PREFIX)
 
     def apply_batch(batch: DataFrame, batch_id: int) -> None:
-        query_ready.wait()
+        writes_as = identity.wait()
         validated = validate_kafka_batch(batch, validator, max_event_bytes=subscriptions.max_event_bytes)
         summary = apply_validated(
             spark, validated,
             table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, validator=validator,
-            txn_app_id=txn_app_id[0], txn_version=batch_id, batch_id=batch_id,
+            txn_app_id=writes_as, txn_version=batch_id, batch_id=batch_id,
         )
+        if after_writes is not None:
+            after_writes(batch_id)
         summaries.append(summary)
         LOG.info(
             "batch %d: %d event(s) %s, rejected %s, table version %d",
@@ -158,23 +173,15 @@ def refresh_from_kafka(spark: SparkSession, settings: Settings) -> RunSummary:
             summary.rejected, summary.table_version,
         )
 
-    events = (
-        spark.readStream.format("kafka")
-        .options(**settings.spark_kafka_options())
-        .option("subscribe", subscriptions.events_topic)
-        .option("startingOffsets", subscriptions.starting_offsets)
-        .option("maxOffsetsPerTrigger", subscriptions.max_offsets_per_trigger)
-        .option("failOnDataLoss", "true")
-        .load()
+    events = kafka_source(
+        spark,
+        settings,
+        topics=[subscriptions.events_topic],
+        starting_offsets=subscriptions.starting_offsets,
+        max_offsets_per_trigger=subscriptions.max_offsets_per_trigger,
+        fail_on_data_loss=True,
     )
-    query = (
-        events.writeStream.foreachBatch(apply_batch)
-        .option("checkpointLocation", subscriptions.checkpoint_path)
-        .trigger(availableNow=True)
-        .start()
-    )
-    txn_app_id.append(f"{TXN_APP_PREFIX}:{query.id}")
-    query_ready.set()
+    query = start_query(events, apply_batch, checkpoint=subscriptions.checkpoint_path, bind=identity.bind)
     LOG.info("reading %s from checkpoint %s (query %s)", subscriptions.events_topic, subscriptions.checkpoint_path,
              query.id)
     query.awaitTermination()
@@ -226,7 +233,7 @@ def apply_import_files(spark: SparkSession, settings: Settings, files: Sequence[
             summary = apply_validated(
                 spark, validated_frame(spark, imported.outcomes),
                 table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, validator=validator,
-                txn_app_id=f"{TXN_APP_PREFIX}:import:{imported.digest}", txn_version=0, batch_id=None,
+                txn_app_id=txn_app_id(TXN_APP_PREFIX, f"import:{imported.digest}"), txn_version=0, batch_id=None,
             )
         except Exception:
             LOG.error(
@@ -287,7 +294,10 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
     spark = (spark_factory or get_spark)(settings, app_name=APP_NAME)
     while True:
         try:
-            summary = apply_import_files(spark, settings, imports) if imports else refresh_from_kafka(spark, settings)
+            summary = (
+                apply_import_files(spark, settings, imports) if imports
+                else refresh_from_kafka(spark, settings, after_writes=crash_after_writes_from_env())
+            )
         except Exception:
             LOG.exception("refresh failed; the next run resumes after the last committed batch")
             if args.every is None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -32,12 +31,10 @@ from typing import Any
 
 from routing.config import ConfigError
 from routing.settings import add_settings_arguments, parse_overrides, settings_from_args
+from routing.streaming import crash_after_writes_from_env
 
 LOG = logging.getLogger("jobs.route")
 APP_NAME = "spark-topic-router"
-#: Test-only: SIGKILL this process right after the Delta writes of this batch id, before Spark commits
-#: the batch to the checkpoint (the replay test restarts from there). Never set it in production.
-CRASH_AFTER_WRITES_ENV = "ROUTER_TEST_CRASH_AFTER_WRITES"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,13 +70,6 @@ def summarize(reports: dict[int, Any]) -> dict[str, Any]:
     return totals
 
 
-def crash_after_writes(target_batch: int, batch_id: int) -> None:
-    if batch_id == target_batch:
-        LOG.warning("%s=%d: killing the router after the writes of batch %d", CRASH_AFTER_WRITES_ENV,
-                    target_batch, batch_id)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -99,10 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from routing.spark import get_spark
 
     spark = get_spark(settings, app_name=APP_NAME)
-    router = Router(spark, settings)
-    crash_batch = os.environ.get(CRASH_AFTER_WRITES_ENV)
-    if crash_batch is not None:
-        router.after_writes = lambda batch_id: crash_after_writes(int(crash_batch), batch_id)
+    # Tests only: routing.streaming.CRASH_AFTER_WRITES_ENV kills the job between a batch's writes and its commit.
+    router = Router(spark, settings, after_writes=crash_after_writes_from_env())
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:

@@ -366,7 +366,7 @@ class RouterSettings:
     #: Seconds between checks of the subscription table's latest version.
     refresh_interval_s: float = 30.0
     #: Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it
-    #: is the Delta ``txnAppId`` of every idempotent write (``routing.router.ledger.txn_app_id``).
+    #: is the Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``).
     app_id: str = "spark-topic-router"
     deliveries_path: str = "var/delta/deliveries"
     dead_letters_path: str = "var/delta/dead_letters"
@@ -433,8 +433,8 @@ class Settings:
             )
 
     def validator(self) -> Validator:
-        """The validation layer configured by ``[limits]`` and ``[validation]``."""
-        return Validator(limits=self.limits, policy=Policy.parse(self.validation.policy))
+        """The validation layer configured by ``[limits]``, ``[validation]`` and ``[acl]``."""
+        return Validator(limits=self.limits, policy=Policy.parse(self.validation.policy), acl=self.acl.policy)
 
     def replace(self, **sections: Any) -> Settings:
         """A copy with whole sections replaced."""

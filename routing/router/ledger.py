@@ -33,15 +33,6 @@ if TYPE_CHECKING:
 DEFAULT_DIRECTORY = "router_ledger"
 
 
-def txn_app_id(app_id: str, query_id: str) -> str:
-    """The Delta ``txnAppId`` of a router's writes: its app id *and* its query's id.
-
-    The query id lives in the checkpoint, so it survives restarts; a new checkpoint (whose batch
-    ids restart at 0) gets a new one, and its batches are never mistaken for committed ones.
-    """
-    return f"{app_id}:{query_id}"
-
-
 def ledger_directory(ledger_path: str, checkpoint_path: str) -> str:
     """``ledger_path``, or the default directory inside the checkpoint when it is empty."""
     return ledger_path or os.path.join(checkpoint_path, DEFAULT_DIRECTORY)

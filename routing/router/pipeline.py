@@ -14,7 +14,8 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
    row stays in the JVM.
 4. **Fan out and write** in one pass: the deliveries (an ``explode`` of each
    message's subscribers) are appended to Delta idempotently (``txnAppId`` =
-   app id + ``":"`` + query id, ``txnVersion`` = batch id), and an ``Observation`` on that
+   app id + ``":"`` + query id, ``txnVersion`` = batch id; :mod:`routing.streaming`,
+   the layer the refresh job shares), and an ``Observation`` on that
    very write counts every outcome. Only a batch that has dead letters (or
    unmatched messages, when they are written) reads its input a second time
    to write them; a batch whose only dead letters were judged in the JVM
@@ -47,7 +48,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.classify import classify
-from routing.router.ledger import Ledger, ledger_directory, txn_app_id
+from routing.router.ledger import Ledger, ledger_directory
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import (
     DEAD_LETTERS_DDL,
@@ -55,6 +56,14 @@ from routing.router.tables import (
     HEADERS_DDL,
     PARTITION_COLUMN,
     UNROUTED_DDL,
+)
+from routing.streaming import (
+    AfterWrites,
+    QueryIdentity,
+    create_delta_table_if_absent,
+    idempotent_append,
+    kafka_source,
+    start_query,
 )
 from routing.subscriptions import create_table_if_absent
 from udfs.route import (
@@ -92,19 +101,16 @@ ROUTE_COLUMNS = ("subscribers", "fanout")
 def kafka_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     """The bounded Kafka source the router reads (topics or a pattern, headers included)."""
     router = settings.router
-    reader = spark.readStream.format("kafka").options(**settings.spark_kafka_options())
-    if router.subscribe_pattern:
-        reader = reader.option("subscribePattern", router.subscribe_pattern)
-    else:
-        reader = reader.option("subscribe", ",".join(router.topics))
-    return (
-        reader.option("startingOffsets", router.starting_offsets)
-        .option("maxOffsetsPerTrigger", router.max_offsets_per_trigger)
-        .option("failOnDataLoss", str(router.fail_on_data_loss).lower())
-        .option("includeHeaders", "true")
-        .load()
-        .select(*SOURCE_COLUMNS)
-    )
+    return kafka_source(
+        spark,
+        settings,
+        topics=() if router.subscribe_pattern else router.topics,
+        pattern=router.subscribe_pattern,
+        starting_offsets=router.starting_offsets,
+        max_offsets_per_trigger=router.max_offsets_per_trigger,
+        fail_on_data_loss=router.fail_on_data_loss,
+        include_headers=True,
+    ).select(*SOURCE_COLUMNS)
 
 
 def judged_frame(classified: DataFrame, route: Callable[[Column], Column], max_fanout: int) -> DataFrame:
@@ -206,29 +212,6 @@ def unrouted_frame(judged: DataFrame, version: int, batch_id: int) -> DataFrame:
     return judged.where(F.col("kind") == KIND_UNROUTED).select(
         F.col("routing_key"), *[column.alias(name) for name, column in source.items()]
     )
-
-
-def idempotent_append(frame: DataFrame, path: str, transaction_app_id: str, batch_id: int) -> None:
-    """Append once per (``transaction_app_id``, batch id): Delta skips a txnVersion it has already committed.
-
-    The router passes ``ledger.txn_app_id(app id, query id)``.
-    """
-    (
-        frame.write.format("delta")
-        .mode("append")
-        .partitionBy(PARTITION_COLUMN)
-        .option("txnAppId", transaction_app_id)
-        .option("txnVersion", batch_id)
-        .save(path)
-    )
-
-
-def create_output_table_if_absent(spark: SparkSession, path: str, ddl: str) -> None:
-    """An empty, partitioned Delta table at ``path`` unless one is there."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        spark.createDataFrame([], ddl).write.format("delta").mode("ignore").partitionBy(PARTITION_COLUMN).save(path)
 
 
 def observed_metrics() -> list[Column]:
@@ -358,7 +341,14 @@ class Router:
     the native matcher); a benchmark passes another to match differently through the same pipeline.
     """
 
-    def __init__(self, spark: SparkSession, settings: Settings, *, make_route: RouterFactory = make_router) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        *,
+        make_route: RouterFactory = make_router,
+        after_writes: AfterWrites | None = None,
+    ) -> None:
         self.spark = spark
         self.settings = settings
         self.make_route = make_route
@@ -371,7 +361,7 @@ class Router:
         if router.write_unrouted:
             outputs.append((router.unrouted_path, UNROUTED_DDL))
         for path, ddl in outputs:
-            create_output_table_if_absent(spark, path, ddl)
+            create_delta_table_if_absent(spark, path, ddl, partition_by=(PARTITION_COLUMN,))
         self.snapshots = SnapshotBroadcasts(
             spark, settings.subscriptions.table_path, refresh_interval_s=router.refresh_interval_s
         )
@@ -379,13 +369,11 @@ class Router:
         #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task.
         self.udf_stats = spark.sparkContext.accumulator((0, 0, 0, 0), UdfStatsParam())
         self._lock = threading.Lock()
-        #: ``txnAppId`` of every idempotent write: app id + query id (see ``ledger.txn_app_id``), known once
-        #: the query has started; batches wait for it.
-        self.txn_app_id = ""
-        self._query_started = threading.Event()
-        #: Test hook: called after the Delta writes and before the batch returns (so before the
-        #: checkpoint commits); the crash-recovery test kills the process there.
-        self.after_writes: Callable[[int], None] | None = None
+        #: The query the router writes as (``txnAppId`` = app id:query id), known once it has started.
+        self.identity = QueryIdentity(router.app_id)
+        #: Test hook (:data:`routing.streaming.AfterWrites`): called after the Delta writes and before the
+        #: batch returns (so before the checkpoint commits); the crash-recovery test kills the process there.
+        self.after_writes = after_writes
         self.listener: _ProgressListener | None = None
         self.logged_batches: set[int] = set()
         #: The query progress's ``durationMs`` per batch id (filled by the listener, asynchronously).
@@ -411,7 +399,7 @@ class Router:
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
 
-        self._query_started.wait()
+        txn_app_id = self.identity.wait()
         started = time.perf_counter()
         timer = StageTimer()
         udf_before = self.udf_stats.value
@@ -435,7 +423,7 @@ class Router:
             metrics: dict[str, int] | None = None
             if not replayed:
                 # The hot path: the deliveries write is the one pass, and it counts everything on the way.
-                observation = Observation(f"router_{self.txn_app_id}_{batch_id}")
+                observation = Observation(f"router_{txn_app_id}_{batch_id}")
                 observed = judged.observe(observation, *observed_metrics())
                 with timer("write_deliveries"):
                     deliveries = deliveries_frame(fanned_out(observed), version, batch_id)
@@ -509,7 +497,7 @@ class Router:
         return cast("Callable[[Column], Column]", udf)
 
     def _append(self, frame: DataFrame, path: str, batch_id: int) -> None:
-        idempotent_append(frame, path, self.txn_app_id, batch_id)
+        idempotent_append(frame, path, self.identity.txn_app_id, batch_id, partition_by=(PARTITION_COLUMN,))
 
     def _write_metrics(self, report: BatchReport) -> None:
         """Append the batch's report to the ``router.metrics_path`` Delta table, once per batch id.
@@ -530,14 +518,12 @@ class Router:
             report.serialized_bytes,
             {stage: round(seconds, 4) for stage, seconds in report.stages.items()},
         ]
-        (
-            self.spark.createDataFrame([tuple(values)], METRICS_DDL)
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", self.txn_app_id)
-            .option("txnVersion", report.batch_id)
-            .option("mergeSchema", "true")
-            .save(self.settings.router.metrics_path)
+        idempotent_append(
+            self.spark.createDataFrame([tuple(values)], METRICS_DDL),
+            self.settings.router.metrics_path,
+            self.identity.txn_app_id,
+            report.batch_id,
+            merge_schema=True,
         )
 
     def _publish_to_kafka(self, deliveries: DataFrame) -> None:
@@ -588,30 +574,25 @@ class Router:
         self.snapshots.maybe_refresh(force=True)
         self.listener = _ProgressListener(self)
         self.spark.streams.addListener(self.listener)
-        writer = (
-            kafka_stream(self.spark, self.settings)
-            .writeStream.foreachBatch(self.process_batch)
-            .option("checkpointLocation", router.checkpoint_path)
-            .queryName(f"router:{router.app_id}")
+        return start_query(
+            kafka_stream(self.spark, self.settings),
+            self.process_batch,
+            checkpoint=router.checkpoint_path,
+            bind=self.bind_query,
+            trigger_interval=None if router.trigger == "available_now" else router.trigger_interval,
+            query_name=f"router:{router.app_id}",
         )
-        if router.trigger == "available_now":
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=router.trigger_interval)
-        query = writer.start()
-        self.bind_query(str(query.id))
-        return query
 
     def bind_query(self, query_id: str) -> None:
         """Write as the query ``query_id``: its id (kept in the checkpoint) joins the txnAppId.
 
         A router restarted from its checkpoint keeps its id and so skips batches it already
         committed; one started from a fresh checkpoint (batch ids from 0 again) gets a new id and is
-        never mistaken for the old one.
+        never mistaken for the old one (:class:`routing.streaming.QueryIdentity`). The ledger is bound
+        first: batches start once the identity is.
         """
-        self.txn_app_id = txn_app_id(self.settings.router.app_id, query_id)
         self.ledger.bind(query_id)
-        self._query_started.set()
+        self.identity.bind(query_id)
 
 
 class _ProgressListener(StreamingQueryListener):

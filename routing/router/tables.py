@@ -2,7 +2,7 @@
 
 All three are Delta tables written from ``foreachBatch`` with idempotent
 appends (``txnAppId`` = the router's app id + ``":"`` + its query id, see
-:func:`routing.router.ledger.txn_app_id`; ``txnVersion`` = the batch id), so a
+:func:`routing.streaming.txn_app_id`; ``txnVersion`` = the batch id), so a
 re-executed batch never duplicates a row.
 
 **Partitioning.** Each table is partitioned by ``kafka_date``, the UTC date of

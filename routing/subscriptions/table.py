@@ -37,11 +37,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
-import signal
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from routing.streaming import create_delta_table_if_absent, idempotent_append
 from routing.subscriptions.events import (
     APPLIED_KINDS,
     NOOP_KINDS,
@@ -64,10 +63,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
-
-#: Test-only fault injection: a batch id after whose Delta writes the process SIGKILLs itself,
-#: before Spark commits the batch to the checkpoint (proves re-runs after a crash are safe).
-CRASH_AFTER_BATCH_ENV = "ROUTER_TEST_CRASH_AFTER_BATCH"
 
 # -- schemas ------------------------------------------------------------------------
 
@@ -168,19 +163,6 @@ def _struct(ddl: str) -> StructType:
 CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
 
 
-def _create_if_absent(spark: SparkSession, path: str, ddl: str, properties: dict[str, str] | None = None) -> None:
-    from delta.tables import DeltaTable
-
-    if DeltaTable.isDeltaTable(spark, path):
-        return
-    builder = DeltaTable.createIfNotExists(spark).location(path)
-    for field in _struct(ddl).fields:
-        builder = builder.addColumn(field.name, field.dataType, nullable=field.nullable)
-    for name, value in (properties or {}).items():
-        builder = builder.property(name, value)
-    builder.execute()
-
-
 def create_table_if_absent(spark: SparkSession, path: str) -> None:
     """Create the (empty) subscription table at ``path``, change data feed on, unless a Delta table is there.
 
@@ -188,7 +170,7 @@ def create_table_if_absent(spark: SparkSession, path: str) -> None:
     on (the refresh job does, see ``jobs/refresh_subscriptions.py``), and until then readers of
     :func:`read_changes` fall back to reading the whole table.
     """
-    _create_if_absent(spark, path, TABLE_DDL, {CHANGE_FEED_PROPERTY: "true"})
+    create_delta_table_if_absent(spark, path, TABLE_DDL, properties={CHANGE_FEED_PROPERTY: "true"})
 
 
 def change_feed_enabled(spark: SparkSession, path: str) -> bool:
@@ -213,7 +195,7 @@ def enable_change_feed(spark: SparkSession, path: str) -> bool:
 
 
 def create_rejects_table_if_absent(spark: SparkSession, path: str) -> None:
-    _create_if_absent(spark, path, REJECTS_DDL)
+    create_delta_table_if_absent(spark, path, REJECTS_DDL)
 
 
 def latest_version(spark: SparkSession, path: str) -> int:
@@ -574,7 +556,6 @@ def apply_validated(
             decided.unpersist()
     finally:
         validated.unpersist()
-    _maybe_crash(batch_id)
     return BatchSummary(batch_id, counts, latest_version(spark, table_path) if merged else version, merged)
 
 
@@ -627,20 +608,8 @@ def _append_rejects(
         F.lit(batch_id).cast("long").alias("batch_id"),
         F.current_timestamp().alias("rejected_at"),
     )
-    (
-        rejects.write.format("delta")
-        .mode("append")
-        # Idempotent: Delta skips this append if (app id, version) already committed.
-        .option("txnAppId", txn_app_id)
-        .option("txnVersion", txn_version)
-        .save(rejects_path)
-    )
-
-
-def _maybe_crash(batch_id: int | None) -> None:
-    target = os.environ.get(CRASH_AFTER_BATCH_ENV)
-    if target is not None and batch_id is not None and int(target) == batch_id:
-        os.kill(os.getpid(), signal.SIGKILL)
+    # Idempotent: Delta skips this append if (app id, version) already committed.
+    idempotent_append(rejects, rejects_path, txn_app_id, txn_version)
 
 
 # -- summaries --------------------------------------------------------------------

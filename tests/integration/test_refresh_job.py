@@ -27,10 +27,10 @@ from confluent_kafka import Producer
 from jobs.refresh_subscriptions import main, refresh_from_kafka
 from routing.limits import Limits
 from routing.settings import REPO_ROOT, Settings
+from routing.streaming import CRASH_AFTER_WRITES_ENV
 from routing.subscriptions.events import APPLIED_KINDS, Outcome, Received, judge, kafka_received, read_import_file
 from routing.subscriptions.model import SubscriptionModel, apply_events_model
 from routing.subscriptions.table import (
-    CRASH_AFTER_BATCH_ENV,
     decide,
     latest_version,
     read_rows,
@@ -228,10 +228,10 @@ def test_killed_run_is_safe_to_rerun(spark: SparkSession, job_settings: Settings
     # Batch 0 holds a limit reject: its replay re-decides the limit against the already merged table.
     assert sorted(model.rejects.values()) == ["malformed_json", "too_many_subscriptions"]
 
-    # Killed (SIGKILL, by a test-only hook) after batch 0 wrote to Delta, before its checkpoint commit.
+    # Killed (SIGKILL, by the test-only after-writes hook) after batch 0 wrote to Delta, before its checkpoint commit.
     job = subprocess.Popen(
         [sys.executable, "-m", "jobs.refresh_subscriptions", *set_flags(settings)],
-        cwd=REPO_ROOT, env={**os.environ, CRASH_AFTER_BATCH_ENV: "0"},
+        cwd=REPO_ROOT, env={**os.environ, CRASH_AFTER_WRITES_ENV: "0"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:

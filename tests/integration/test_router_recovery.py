@@ -8,7 +8,7 @@
   record must be routed exactly as the regex oracle says, with no delivery id
   twice and no batch id twice in the ledger.
 * :func:`test_replayed_batch_uses_its_recorded_version` kills the job with the
-  test-only hook ``ROUTER_TEST_CRASH_AFTER_WRITES`` between a batch's Delta
+  test-only after-writes hook (``routing.streaming.CRASH_AFTER_WRITES_ENV``) between a batch's Delta
   writes and its checkpoint commit, changes the subscription table, and
   restarts: Spark re-executes that batch, the router routes it with the
   version recorded in the ledger (not the new one), and the idempotent writes
@@ -29,10 +29,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import pytest
-
-from jobs.route import CRASH_AFTER_WRITES_ENV
-from routing.settings import REPO_ROOT
-from tests.router_support import (
+from router_support import (
     DELIVERED,
     WAIT_TIMEOUT_S,
     Record,
@@ -48,6 +45,9 @@ from tests.router_support import (
     run_available_now,
     with_router,
 )
+
+from routing.settings import REPO_ROOT
+from routing.streaming import CRASH_AFTER_WRITES_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

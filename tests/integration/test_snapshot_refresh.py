@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from router_support import WAIT_TIMEOUT_S, apply_subscriptions
 
 from routing.matchers import FrozenMatcher
 from routing.reference import ReferenceMatcher
 from routing.router.snapshots import Published, SnapshotBroadcasts
+from routing.streaming import create_delta_table_if_absent
 from routing.subscriptions.table import (
     TABLE_DDL,
-    _create_if_absent,
     change_feed_enabled,
     latest_version,
     read_active,
 )
-from tests.router_support import WAIT_TIMEOUT_S, apply_subscriptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -197,7 +197,7 @@ def test_a_table_without_the_change_feed_is_loaded_whole_until_the_refresh_job_e
     spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
 ) -> None:
     path = job.subscriptions.table_path
-    _create_if_absent(spark, path, TABLE_DDL)  # as tables were created before the change feed
+    create_delta_table_if_absent(spark, path, TABLE_DDL)  # as tables were created before the change feed
     assert not change_feed_enabled(spark, path)
     v1 = append_rows(spark, path, [("s1", "a.#", True), ("s2", "b", True)])
     snapshots = make_snapshots()

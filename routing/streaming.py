@@ -1,0 +1,224 @@
+"""The streaming layer both jobs share: Kafka in, one query's identity, Delta tables, idempotent appends.
+
+The router (:mod:`routing.router.pipeline`, run by ``jobs/route.py``) and the refresh job
+(``jobs/refresh_subscriptions.py``) are the same kind of job: one Structured Streaming query
+from a Kafka topic, a ``foreachBatch`` function on the driver that writes Delta tables, and a
+checkpoint that commits the batch once that function returns::
+
+    kafka_source ──> start_query(foreachBatch) ──> idempotent_append ──> Delta
+                          │ batches wait for QueryIdentity (txnAppId = "<app id>:<query id>")
+                          └─ after the writes, before the checkpoint commit: the AfterWrites hook
+
+What each piece guarantees:
+
+* :func:`kafka_source` -- Spark's Kafka source with the connection options of ``[kafka]``
+  (:meth:`routing.settings.Settings.spark_kafka_options`: security, SASL) and the bounds every
+  job sets: where a new checkpoint starts, at most so many records per micro-batch, and whether
+  data Kafka deleted before it was read fails the query.
+* :class:`QueryIdentity` -- the ``txnAppId`` of a query's idempotent writes is
+  :func:`txn_app_id` (app id, query id). The query id lives in the checkpoint, so a job
+  restarted from its checkpoint keeps it and Delta skips the batches it already committed; a
+  job started from a fresh checkpoint (batch ids from 0 again) gets a new one and is never
+  mistaken for the old one. The id is known only once the query has started, so
+  :func:`start_query` binds it right after ``start()`` and every batch waits for it.
+* :func:`create_delta_table_if_absent` -- an empty Delta table from a DDL string (nullability
+  kept), with its partition columns and table properties, unless a Delta table is already
+  there: the router's outputs, the subscription table and its rejects are all made here.
+* :func:`idempotent_append` -- an append carrying ``txnAppId``/``txnVersion``: Delta commits it
+  once per (app id, version) and skips it when a re-executed batch writes it again.
+* :data:`AfterWrites` -- a hook a job calls with the batch id after a batch's writes and before
+  ``foreachBatch`` returns (so before Spark commits the batch to the checkpoint). Tests use it to
+  kill a job exactly there and prove the replay writes nothing twice; a test that runs a job as a
+  child process sets :data:`CRASH_AFTER_WRITES_ENV`, which the jobs' ``main()`` turn into that hook
+  with :func:`crash_after_writes_from_env` (the one place the variable is read). Never set it in
+  production.
+
+Spark is imported only inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from routing.settings import Settings
+
+log = logging.getLogger("routing.streaming")
+
+#: Called with the batch id after a batch's writes, before the batch returns (and its checkpoint commits).
+AfterWrites = Callable[[int], None]
+
+#: Test-only: the batch id after whose writes a job SIGKILLs itself (see :func:`crash_after_writes_from_env`).
+CRASH_AFTER_WRITES_ENV = "ROUTER_TEST_CRASH_AFTER_WRITES"
+
+
+# -- the Kafka source ---------------------------------------------------------------
+
+
+def kafka_source(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    topics: Sequence[str] = (),
+    pattern: str = "",
+    starting_offsets: str,
+    max_offsets_per_trigger: int,
+    fail_on_data_loss: bool = True,
+    include_headers: bool = False,
+) -> DataFrame:
+    """A streaming frame over ``topics`` (or the topic regex ``pattern``), with every job's bounds.
+
+    ``starting_offsets`` applies only to a new checkpoint; ``max_offsets_per_trigger`` bounds each
+    micro-batch; ``fail_on_data_loss`` fails the query on offsets Kafka deleted before they were read.
+    """
+    if bool(topics) == bool(pattern):
+        raise ValueError("kafka_source takes either topics or a pattern")
+    reader = spark.readStream.format("kafka").options(**settings.spark_kafka_options())
+    reader = reader.option("subscribePattern", pattern) if pattern else reader.option("subscribe", ",".join(topics))
+    reader = (
+        reader.option("startingOffsets", starting_offsets)
+        .option("maxOffsetsPerTrigger", max_offsets_per_trigger)
+        .option("failOnDataLoss", str(fail_on_data_loss).lower())
+    )
+    if include_headers:
+        reader = reader.option("includeHeaders", "true")
+    return reader.load()
+
+
+# -- the query and its identity -------------------------------------------------------
+
+
+def txn_app_id(app_id: str, query_id: str) -> str:
+    """The Delta ``txnAppId`` of a query's writes: the job's app id *and* its query's id."""
+    return f"{app_id}:{query_id}"
+
+
+class QueryIdentity:
+    """The streaming query a job writes as, known once the query has started; batches wait for it."""
+
+    def __init__(self, app_id: str) -> None:
+        self.app_id = app_id
+        self.query_id = ""
+        #: ``app_id:query_id`` once bound, ``""`` before.
+        self.txn_app_id = ""
+        self._bound = threading.Event()
+
+    def bind(self, query_id: str) -> None:
+        """Write as the query ``query_id`` from now on (and let waiting batches through)."""
+        self.query_id = query_id
+        self.txn_app_id = txn_app_id(self.app_id, query_id)
+        self._bound.set()
+
+    def wait(self) -> str:
+        """The txnAppId, once :meth:`bind` has run (a batch can start before ``start()`` returns)."""
+        self._bound.wait()
+        return self.txn_app_id
+
+
+def start_query(
+    stream: DataFrame,
+    process_batch: Callable[[DataFrame, int], None],
+    *,
+    checkpoint: str,
+    bind: Callable[[str], None],
+    trigger_interval: str | None = None,
+    query_name: str | None = None,
+) -> StreamingQuery:
+    """Start ``process_batch`` over ``stream`` as a ``foreachBatch`` query, then ``bind`` its id.
+
+    Available-now (drain what is there, then stop) unless ``trigger_interval`` names a processing-time
+    trigger. ``bind`` receives the query id before this returns (:meth:`QueryIdentity.bind`, or a
+    function that binds more, like the router's ledger); batches that started earlier wait for it.
+    """
+    writer = stream.writeStream.foreachBatch(process_batch).option("checkpointLocation", checkpoint)
+    if query_name is not None:
+        writer = writer.queryName(query_name)
+    if trigger_interval is None:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=trigger_interval)
+    query = writer.start()
+    bind(str(query.id))
+    return query
+
+
+# -- Delta tables ----------------------------------------------------------------------
+
+
+def create_delta_table_if_absent(
+    spark: SparkSession,
+    path: str,
+    ddl: str,
+    *,
+    partition_by: Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
+) -> None:
+    """An empty Delta table at ``path`` with the columns of ``ddl`` (nullability kept), unless one is there."""
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructType
+
+    if DeltaTable.isDeltaTable(spark, path):
+        return
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)
+    builder = DeltaTable.createIfNotExists(spark).location(path)
+    for field in schema.fields:
+        builder = builder.addColumn(field.name, field.dataType, nullable=field.nullable)
+    if partition_by:
+        builder = builder.partitionedBy(*partition_by)
+    for name, value in (properties or {}).items():
+        builder = builder.property(name, value)
+    builder.execute()
+
+
+def idempotent_append(
+    frame: DataFrame,
+    path: str,
+    transaction_app_id: str,
+    txn_version: int,
+    *,
+    partition_by: Sequence[str] = (),
+    merge_schema: bool = False,
+) -> None:
+    """Append ``frame`` once per (``transaction_app_id``, ``txn_version``): Delta skips a version it committed.
+
+    Jobs pass their :class:`QueryIdentity`'s txnAppId and the batch id (an import, the file's hash and 0).
+    ``merge_schema`` lets the append add columns the table lacks (a table from an older release).
+    """
+    writer = frame.write.format("delta").mode("append")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer = writer.option("txnAppId", transaction_app_id).option("txnVersion", txn_version)
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    writer.save(path)
+
+
+# -- the after-writes hook --------------------------------------------------------------
+
+
+def crash_after_writes(target_batch: int) -> AfterWrites:
+    """A hook that SIGKILLs this process after the writes of ``target_batch`` (tests only)."""
+
+    def crash(batch_id: int) -> None:
+        if batch_id == target_batch:
+            log.warning(
+                "%s=%d: killing the job after the writes of batch %d", CRASH_AFTER_WRITES_ENV, target_batch, batch_id
+            )
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
+
+
+def crash_after_writes_from_env() -> AfterWrites | None:
+    """:func:`crash_after_writes` for the batch id in :data:`CRASH_AFTER_WRITES_ENV`, if it is set (tests only)."""
+    target = os.environ.get(CRASH_AFTER_WRITES_ENV)
+    return None if target is None else crash_after_writes(int(target))
