@@ -122,21 +122,34 @@ class RunSummary:
 
 
 def prepare_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create the tables if absent; turn the change data feed on for a table created without it.
+    """Create the tables if absent; turn the change data feed on for a table created without it; apply the
+    ``[acl]`` rules to the subscriptions already held.
 
     The router reads only the changed rows from the feed; a table created before the feed existed
     gets it here (one metadata commit, once), and the router loads the versions before it whole.
+    Rows the current ``[acl]`` rules forbid (rules tightened since they were accepted) are deactivated,
+    each recorded in the rejects table as ``forbidden_pattern`` (:mod:`routing.subscriptions.acl_sweep`).
     """
+    from routing.subscriptions.acl_sweep import FORBIDDEN_PATTERN, deactivate_forbidden
     from routing.subscriptions.table import (
         create_rejects_table_if_absent,
         create_table_if_absent,
         enable_change_feed,
     )
 
-    create_table_if_absent(spark, settings.subscriptions.table_path)
-    if enable_change_feed(spark, settings.subscriptions.table_path):
-        LOG.info("enabled the change data feed on %s", settings.subscriptions.table_path)
-    create_rejects_table_if_absent(spark, settings.subscriptions.rejects_path)
+    subscriptions = settings.subscriptions
+    create_table_if_absent(spark, subscriptions.table_path)
+    if enable_change_feed(spark, subscriptions.table_path):
+        LOG.info("enabled the change data feed on %s", subscriptions.table_path)
+    create_rejects_table_if_absent(spark, subscriptions.rejects_path)
+    deactivated = deactivate_forbidden(
+        spark, table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, acl=settings.acl.policy
+    )
+    if deactivated:
+        LOG.warning(
+            "deactivated %d subscription(s) the [acl] rules no longer allow (reason %s, one row each in %s)",
+            deactivated, FORBIDDEN_PATTERN, subscriptions.rejects_path,
+        )
 
 
 def refresh_from_kafka(

@@ -140,13 +140,14 @@ DEAD_LETTER_REASONS: tuple[str, ...] = tuple(error.reason for error in DEAD_LETT
 
 #: The errors a subscription event's fields can be rejected for (the validator's subscriber and pattern checks), beside
 #: the event-level codes of :mod:`routing.subscriptions.events` (``PARSE_REASONS`` there is both together). Per-batch,
-#: the refresh job also rejects :class:`TooManySubscriptionsError` and ``subscription_table_full``, and
-#: :class:`ForbiddenPatternError` where the ``[acl]`` rules forbid the pattern (also the recorded reason of a row
-#: those rules deactivated).
+#: the refresh job also rejects :class:`TooManySubscriptionsError` and ``subscription_table_full``.
+#: :class:`ForbiddenPatternError` is a subscribe the ``[acl]`` rules forbid (checked last), and also the recorded
+#: reason of a held subscription that tightened rules deactivated.
 SUBSCRIPTION_REJECT_ERRORS: tuple[type[TopicError], ...] = (
     InvalidSubscriberError,
     InvalidPatternError,
     PatternTooLongError,
     PatternTooManyWordsError,
     TooManyHashWordsError,
+    ForbiddenPatternError,
 )

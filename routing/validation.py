@@ -12,6 +12,9 @@ stream reject the same inputs for the same reasons:
 
 Each failure raises a :class:`~routing.errors.TopicError` subclass whose
 ``reason`` is the code the dead-letter and reject tables record.
+
+A validator also carries the ``[acl]`` rules (:mod:`routing.acl`; none by default, which allows
+everything): :meth:`Validator.check_allowed` is where a subscribe is refused ``forbidden_pattern``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import dataclasses
 import enum
 import re
 
+from routing.acl import ALLOW_ALL, AclRules
 from routing.config import ConfigError
 from routing.errors import (
     FanoutLimitError,
@@ -71,6 +75,8 @@ class Validator:
 
     limits: Limits = DEFAULT_LIMITS
     policy: Policy = Policy.AMQP
+    #: Which subscribers may hold which patterns (``[acl]``); the default allows everything.
+    acl: AclRules = ALLOW_ALL
 
     # The configured validator is ``routing.settings.load_settings(...).validator()``: one loader for every section.
 
@@ -158,6 +164,10 @@ class Validator:
                 limit_name="max_subscriptions_per_subscriber",
                 limit_value=self.limits.max_subscriptions_per_subscriber, actual=count,
             )
+
+    def check_allowed(self, subscriber: str, pattern: str) -> None:
+        """Raise :class:`~routing.errors.ForbiddenPatternError` unless ``[acl]`` lets ``subscriber`` hold it."""
+        self.acl.check(subscriber, pattern)
 
     # -- messages ----------------------------------------------------------
 

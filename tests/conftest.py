@@ -113,7 +113,7 @@ def kafka_admin(settings: Settings, kafka_broker: Broker) -> AdminClient:
 @pytest.fixture
 def topic_factory(kafka_admin: AdminClient, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
     """``topic_factory(partitions=1, **topic_config) -> name``: a new topic, deleted after the test."""
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
     created: list[str] = []
     counter = itertools.count()

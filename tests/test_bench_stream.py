@@ -12,6 +12,7 @@ import itertools
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -68,10 +69,10 @@ def test_the_python_trie_factory_routes_like_the_native_one(monkeypatch: pytest.
 
     pairs = [("a.*", "s1"), ("a.#", "s2"), ("#", "s3")] + [(f"a.{n}", f"wide{n}") for n in range(3)]
     keys = pa.array(["a.b", None, "x", "a.1", ""])
-    limits = {"max_fanout": 3, "max_batch_rows": 100, "max_output_bytes": 1 << 20}
+    limits: dict[str, Any] = {"max_fanout": 3, "max_batch_rows": 100, "max_output_bytes": 1 << 20}
     snapshot = _native.FrozenMatcher.build(pairs).to_bytes()
     try:
-        trie = stream.python_trie_router(types.SimpleNamespace(value=pairs))(7, bytes, table="t", **limits)
+        trie = stream.python_trie_router(cast("Any", types.SimpleNamespace(value=pairs)))(7, bytes, table="t", **limits)
         native = make_router(7, lambda: snapshot, table="bench-factory-test", **limits)
         routed = [pa.concat_arrays(list(body(iter([keys])))) for body in (trie, native)]
     finally:

@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import given, settings
@@ -367,7 +368,7 @@ def test_match_refuses_an_import_file_the_refresh_job_refuses(
     columns = header.split(",")
     path.write_text("\n".join([header, *(",".join(rows[c][i] for c in columns) for i in range(2))]) + "\n")
 
-    def no_spark(*args: object, **kwargs: object) -> None:
+    def no_spark(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("Spark must not start")
 
     code, out, err = run("match", "--subscriptions", str(path), "a")

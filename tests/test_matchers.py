@@ -49,7 +49,8 @@ matchers_and_oracle = pytest.mark.parametrize("factory", list(WITH_ORACLE.values
 def assert_same(got: Iterable[object], want: Iterable[object], context: str) -> None:
     got, want = set(got), set(want)
     missing, unexpected = want - got, got - want
-    assert not missing and not unexpected, f"{context}: missing {sorted(missing)}, unexpected {sorted(unexpected)}"
+    shown = {name: sorted(values, key=repr) for name, values in (("missing", missing), ("unexpected", unexpected))}
+    assert not missing and not unexpected, f"{context}: missing {shown['missing']}, unexpected {shown['unexpected']}"
 
 
 # --- the example ---------------------------------------------------------------------------------------
@@ -342,7 +343,7 @@ def test_trie_prunes_empty_nodes_on_unsubscribe() -> None:
         m.unsubscribe(pattern, "s")
     assert m.subscriptions() == frozenset({("a.b.c", "t")})
     m.unsubscribe("a.b.c", "t")
-    assert m._root.is_empty()  # type: ignore[attr-defined]
+    assert m._root.is_empty()
 
 
 def test_optimized_bitmap_drops_emptied_rows() -> None:
@@ -351,7 +352,7 @@ def test_optimized_bitmap_drops_emptied_rows() -> None:
     m.subscribe("a.c", "s")
     m.unsubscribe("a.b.#", "s")
     m.unsubscribe("a.c", "s")
-    positions = m._positions  # type: ignore[attr-defined]
+    positions = m._positions
     assert all(not p.rows and not p.star and not p.null and not p.any for p in positions)
     assert m.lookup("a.b.c") == frozenset()
 
@@ -361,6 +362,6 @@ def test_naive_drops_patterns_left_without_subscribers() -> None:
     m.subscribe("a.*", "s")
     m.subscribe("a.*", "t")
     m.unsubscribe("a.*", "s")
-    assert list(m._entries) == ["a.*"]  # type: ignore[attr-defined]
+    assert list(m._entries) == ["a.*"]
     m.unsubscribe("a.*", "t")
-    assert not m._entries  # type: ignore[attr-defined]
+    assert not m._entries

@@ -180,7 +180,7 @@ def test_column_errors_fail_the_whole_call() -> None:
     with pytest.raises(TypeError, match="subscribers must be a pyarrow string"):
         trie.subscribe_many(pa.array(["a"]), pa.array([1]))
     with pytest.raises(TypeError):
-        trie.subscribe_many(["a"], pa.array(["s"]))  # type: ignore[arg-type]
+        trie.subscribe_many(["a"], pa.array(["s"]))
     # Invalid UTF-8 in the buffers: caught by full validation before any value is read.
     offsets = pa.py_buffer(pa.array([0, 2], type=pa.int32()).buffers()[1])
     broken = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(b"\xff\xfe")])

@@ -64,14 +64,14 @@ def test_cstrie_agrees_with_oracle_and_classic_matchers(script: list[tuple[str, 
     frozen = native.freeze()
     thawed = FrozenMatcher.from_bytes(frozen.to_bytes())
     snapshot = native.snapshot()
-    for matcher in (frozen, thawed):
-        assert matcher.subscriptions() == frozenset(model)
-        assert len(matcher) == len(model)
+    for frozen_matcher in (frozen, thawed):
+        assert frozen_matcher.subscriptions() == frozenset(model)
+        assert len(frozen_matcher) == len(model)
     assert snapshot.subscriptions() == frozenset(model)
     for key in {text for _, text, _ in script} | {"", "a", "a.b", "é.#b"}:
         want = oracle.lookup(key)
-        for matcher in (frozen, thawed, snapshot):
-            assert matcher.lookup(key) == want, f"{type(matcher).__name__}.lookup({key!r})"
+        for reader in (frozen, thawed, snapshot):
+            assert reader.lookup(key) == want, f"{type(reader).__name__}.lookup({key!r})"
 
 
 @settings(max_examples=150, deadline=None)

@@ -11,6 +11,7 @@ import dataclasses
 import textwrap
 import tomllib
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +239,7 @@ def test_sasl_password_from_file(tmp_path: Path) -> None:
 
 def test_sasl_password_is_refused_from_the_file_variables_and_flags(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, f"[kafka]\nsasl_password = '''{PASSWORD}'''\n")
-    attempts = [
+    attempts: list[Callable[[], object]] = [
         lambda: load_settings(conf, env={}),
         lambda: load_settings(env={"ROUTER__KAFKA__SASL_PASSWORD": PASSWORD}),
         lambda: load_settings(env={}, overrides=parse_overrides([f"kafka.sasl_password={PASSWORD}"])),

@@ -12,6 +12,7 @@ import csv
 import json
 import random
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 from hypothesis import given, settings
@@ -237,9 +238,10 @@ def test_csv_import(tmp_path: Path) -> None:
     )
     digest, outcomes = read_import_file(path, VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
     assert digest == file_sha256(path.read_bytes())
-    lines = [outcome.received.import_line for outcome in outcomes]
-    assert lines == [2, 3, 4, 6, 7, 8]
-    verdicts = [outcome.rejection.reason if outcome.rejection else outcome.event.pattern for outcome in outcomes]
+    lines = [2, 3, 4, 6, 7, 8]
+    assert [outcome.received.import_line for outcome in outcomes] == lines
+    verdicts = [outcome.rejection.reason if outcome.rejection else outcome.event and outcome.event.pattern
+                for outcome in outcomes]
     assert verdicts == ["a.*", EMPTY_EVENT, "multi\nline", MALFORMED_CSV, MISSING_FIELD, "a.*"]
     assert outcomes[2].received.raw == b'2000,subscribe,s1,"multi\nline",ok'
     assert outcomes[3].received.raw == b"3000,subscribe,s1"
@@ -449,7 +451,7 @@ def test_model_never_exceeds_the_limit(ops: list[tuple[str, str, str, int]]) -> 
 def test_job_rejects_bad_flags_before_starting_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from jobs.refresh_subscriptions import main
 
-    def no_spark(*args: object, **kwargs: object) -> None:
+    def no_spark(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("Spark must not start")
 
     assert main(["--import", str(tmp_path / "missing.csv")], spark_factory=no_spark) == 2
@@ -499,7 +501,7 @@ def test_a_multi_file_import_reads_every_file_before_committing_any(
     digests = [file_sha256(path.read_bytes()) for path in (first, second)]
     applied = fake_import_run(monkeypatch)
 
-    def spark_that_sees_the_second_file_change(*args: object, **kwargs: object) -> object:
+    def spark_that_sees_the_second_file_change(*args: object, **kwargs: object) -> Any:  # stands in for a session
         second.write_bytes(bytes(range(256)))  # now unreadable: too late, the job read it already
         return object()
 
@@ -509,7 +511,7 @@ def test_a_multi_file_import_reads_every_file_before_committing_any(
                        (f"refresh_subscriptions:import:{digests[1]}", 2)]
     assert json.loads(capsys.readouterr().out)["applied"][SUBSCRIBED] == 3
 
-    def no_spark(*args: object, **kwargs: object) -> object:
+    def no_spark(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("Spark must not start")
 
     applied.clear()

@@ -17,9 +17,11 @@ epoch milliseconds. Unknown extra fields are ignored (forward compatibility).
 
 Checks run in a fixed order, so each bad event gets one deterministic reason:
 size, emptiness, UTF-8 + JSON, object, ``op``, ``subscriber``, ``pattern``,
-``ts``. Reason codes are the :class:`~routing.errors.TopicError` ``reason``
-where the foundation's :class:`~routing.validation.Validator` rejected a field,
-plus the event-level codes below.
+``ts``, then, for a subscribe, the ``[acl]`` rules the validator carries
+(``forbidden_pattern``; an unsubscribe is always allowed). Reason codes are
+the :class:`~routing.errors.TopicError` ``reason`` where the foundation's
+:class:`~routing.validation.Validator` rejected a field, plus the event-level
+codes below.
 
 Change ids are deterministic, so a re-run produces the same ids and re-applying
 a change is recognisably a no-op:
@@ -248,6 +250,11 @@ def event_from_fields(
     if fields.get("ts") is None:
         raise EventRejected(MISSING_FIELD, "field 'ts' is missing or null")
     ts_millis = parse_ts(fields["ts"], digits_are_millis=digits_are_millis)
+    if op is Op.SUBSCRIBE:
+        try:
+            validator.check_allowed(subscriber, pattern)
+        except TopicError as error:
+            raise EventRejected.from_topic_error(error) from None
     return ChangeEvent(
         change_id=change_id, op=op, subscriber=subscriber, pattern=pattern, ts_millis=ts_millis,
         pattern_word_count=len(words), has_wildcard=has_wildcard(words),

@@ -22,6 +22,11 @@ Semantics of one batch (the unit the refresh job commits atomically):
    Subscribes to rows already active only refresh ``ts``/``change_id`` and
    never count against either limit; a table already over its limit (the
    limit was lowered) keeps its rows but accepts no new ones.
+
+A subscribe the validator's ``[acl]`` rules forbid is rejected in step 1
+(``forbidden_pattern``). Rules tightened later are applied to the rows already
+held by :meth:`SubscriptionModel.deactivate_forbidden`, which the refresh job
+runs before each run's first batch (:mod:`routing.subscriptions.acl_sweep`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from routing.errors import TooManySubscriptionsError
+from routing.subscriptions.acl_sweep import FORBIDDEN_PATTERN, deactivation_change_id, forbidden_rows
 from routing.subscriptions.events import (
     REFRESHED,
     STALE,
@@ -63,6 +69,25 @@ class SubscriptionModel:
     max_event_bytes: int
     rows: dict[tuple[str, str], ModelRow] = dataclasses.field(default_factory=dict)
     rejects: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Change id a deactivation gave its row -> its detail (the rejects table's ``forbidden_pattern`` rows).
+    deactivations: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def deactivate_forbidden(self) -> list[tuple[str, str]]:
+        """Deactivate every active row the validator's ``[acl]`` rules forbid; returns their (subscriber, pattern).
+
+        A row keeps its ``ts`` and gets its change id plus the sweep's suffix
+        (see :mod:`~routing.subscriptions.acl_sweep`).
+        """
+        held = sorted(key for key, row in self.rows.items() if row.active)
+        done = []
+        for subscriber, pattern, detail in forbidden_rows(held, self.validator.acl):
+            row = self.rows[(subscriber, pattern)]
+            change_id = deactivation_change_id(row.change_id)
+            self.rows[(subscriber, pattern)] = ModelRow(False, row.ts_millis, change_id)
+            self.rejects[change_id] = FORBIDDEN_PATTERN
+            self.deactivations[change_id] = detail
+            done.append((subscriber, pattern))
+        return done
 
     def apply_batch(self, batch: Iterable[Received | Outcome]) -> collections.Counter[str]:
         """Apply one batch; returns how many events had each outcome (kinds and reject reasons).

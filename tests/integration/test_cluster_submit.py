@@ -9,7 +9,7 @@ from ``--archives``: nothing can import the dev checkout. A second, tiny applica
 cluster reports, from inside executor tasks, which interpreter and which ``routing._native`` ran.
 
 The router's output must equal, record by record, both the regex oracle
-(:func:`tests.router_support.expected_outcomes`) and the same router run in local mode on the
+(:func:`router_support.expected_outcomes`) and the same router run in local mode on the
 same topic and subscription table: so the broadcast snapshot, the native module on executors
 and the per-worker matcher cache behave across processes as they do in one.
 
@@ -34,9 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from routing.settings import REPO_ROOT
-from tests.router_support import (
+from router_support import (
     active_subscriptions,
     apply_subscriptions,
     assert_ids_exact,
@@ -48,6 +46,8 @@ from tests.router_support import (
     run_available_now,
     with_router,
 )
+
+from routing.settings import REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,6 +13,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 import pytest
+import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the session starts)
 
 from routing.errors import DEAD_LETTER_REASONS
 from routing.limits import Limits
@@ -20,7 +21,6 @@ from routing.router.classify import classify
 from routing.router.pipeline import CLASSIFIED_COLUMNS, SOURCE_DDL, judged_frame
 from routing.settings import RouterSettings
 from routing.validation import Policy, Validator
-from tests import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the session starts)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession

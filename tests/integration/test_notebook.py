@@ -72,7 +72,7 @@ def test_explore_notebook_runs_top_to_bottom(
         "EXPLORE_WORK_DIR": str(tmp_path / "notebook"),
     }.items():
         monkeypatch.setenv(name, value)
-    notebook = nbformat.read(EXPLORE, as_version=4)
+    notebook = nbformat.read(EXPLORE, as_version=4)  # type: ignore[no-untyped-call]  # nbformat has no hints here
     client = NotebookClient(
         notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(REPO_ROOT)}}
     )

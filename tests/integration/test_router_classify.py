@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
+import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the session starts)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,6 @@ from routing.router.classify import classify
 from routing.router.pipeline import SOURCE_DDL
 from routing.settings import RouterSettings
 from routing.validation import Policy, Validator
-from tests import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the session starts)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -36,7 +36,7 @@ KEYS: list[bytes | None] = [
 def records(seed: int, count: int, topic: str = "metrics") -> list[tuple[Any, ...]]:
     rng = random.Random(seed)
     moment = dt.datetime(2026, 1, 5, 12, tzinfo=dt.UTC)
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for offset in range(count):
         payload = b"x" * (5000 if rng.random() < 0.05 else 16)
         rows.append((rng.choice(KEYS), payload, topic, seed, offset, moment, []))
@@ -87,10 +87,10 @@ def test_metrics_rows_match_an_independent_count_once_per_batch(
         router.close(progress_wait_s=0)
 
     table = spark.read.format("delta").load(local.router.metrics_path)
-    rows = {row["batch_id"]: row.asDict() for row in table.collect()}
-    assert table.count() == 2 and sorted(rows) == [0, 1], "one row per batch id, the replay wrote nothing"
+    written = {row["batch_id"]: row.asDict() for row in table.collect()}
+    assert table.count() == 2 and sorted(written) == [0, 1], "one row per batch id, the replay wrote nothing"
     for batch_id, batch_rows in batches.items():
-        row = rows[batch_id]
+        row = written[batch_id]
         expected = expected_counts(batch_rows, local, pairs)
         assert row["app_id"] == local.router.app_id
         assert row["snapshot_version"] == version and row["replayed_version"] is False
@@ -106,7 +106,7 @@ def test_metrics_rows_match_an_independent_count_once_per_batch(
     # The same numbers as the in-memory report of the first execution and the deliveries table.
     deliveries = spark.read.format("delta").load(local.router.deliveries_path)
     for batch_id in batches:
-        assert rows[batch_id]["deliveries"] == deliveries.where(f"batch_id = {batch_id}").count()
+        assert written[batch_id]["deliveries"] == deliveries.where(f"batch_id = {batch_id}").count()
     assert router.reports[0].replayed is True  # the in-memory report is the re-execution's
 
 

@@ -16,10 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from routing.reference import ReferenceMatcher
-from routing.router.pipeline import Router
-from tests.router_support import (
+from router_support import (
     WAIT_TIMEOUT_S,
     Record,
     active_subscriptions,
@@ -31,6 +28,9 @@ from tests.router_support import (
     read_routed,
     router_settings,
 )
+
+from routing.reference import ReferenceMatcher
+from routing.router.pipeline import Router
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

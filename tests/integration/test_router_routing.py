@@ -3,7 +3,7 @@
 Each test produces hostile and ordinary records, runs the router once
 (available-now, in-process on the shared session) and checks, record by
 record, that the router's output tables say exactly what
-:func:`tests.router_support.expected_outcomes` (Python validator + regex
+:func:`router_support.expected_outcomes` (Python validator + regex
 oracle over the subscriptions read back from Delta) says: the subscribers of
 every delivery, the reason of every dead letter, every unrouted record.
 Conservation, id formulas and the batch reports are checked on top.
@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from tests.router_support import (
+from router_support import (
     DELIVERED,
     UNROUTED,
     Record,

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from router_support import apply_subscriptions, router_settings
 
+from integration.test_router_metrics import SUBSCRIPTIONS, batch_frame, records
 from routing.router.pipeline import Router
 from routing.settings import Settings
-from tests.integration.test_router_metrics import SUBSCRIPTIONS, batch_frame, records
 
 
 def delivery_count(spark: Any, settings: Settings) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from jobs import local_kafka
 from jobs.cluster import free_ports
@@ -135,7 +135,9 @@ def produce(settings: Settings, topic: str, messages: list[tuple[bytes, bytes]])
     assert producer.flush(30) == 0
 
 
-def consume(settings: Settings, topic: str, count: int, *, timeout_s: float = 60) -> list[tuple[bytes, bytes]]:
+def consume(
+    settings: Settings, topic: str, count: int, *, timeout_s: float = 60
+) -> list[tuple[bytes | None, bytes | None]]:
     """The first ``count`` messages of ``topic`` (one partition: in order), read by a new group."""
     consumer = Consumer(
         {
@@ -146,7 +148,7 @@ def consume(settings: Settings, topic: str, count: int, *, timeout_s: float = 60
         }
     )
     consumer.subscribe([topic])
-    received: list[tuple[bytes, bytes]] = []
+    received: list[tuple[bytes | None, bytes | None]] = []
     deadline = time.monotonic() + timeout_s
     try:
         while len(received) < count and time.monotonic() < deadline:
