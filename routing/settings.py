@@ -366,7 +366,7 @@ class RouterSettings:
     #: Seconds between checks of the subscription table's latest version.
     refresh_interval_s: float = 30.0
     #: Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it
-    #: is the Delta ``txnAppId`` of every idempotent write (``routing.router.ledger.txn_app_id``).
+    #: is the Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``).
     app_id: str = "spark-topic-router"
     deliveries_path: str = "var/delta/deliveries"
     dead_letters_path: str = "var/delta/dead_letters"
