@@ -232,8 +232,9 @@ def import_files(spark: SparkSession, settings: Settings, paths: Sequence[str]) 
 def apply_import_files(spark: SparkSession, settings: Settings, files: Sequence[ImportFile]) -> RunSummary:
     """Apply files read by :func:`read_import_files`, each one batch, in order.
 
-    Each file's MERGE commits on its own (its Delta ``txnAppId`` is the file's hash), so if one fails the log names
-    the files already committed; re-running the same command applies the rest (committed ones are no-ops).
+    Each file's MERGE commits on its own (its rejects' Delta ``txnAppId`` is ``refresh_subscriptions:import:<file
+    hash>``), so if one fails the log names the files already committed; re-running the same command applies the
+    rest (committed ones are no-ops).
     """
     from routing.subscriptions.table import apply_validated, latest_version, validated_frame
 

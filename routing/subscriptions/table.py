@@ -23,8 +23,9 @@ Crash safety. Each batch writes at most two Delta commits: the MERGE (only
 when something changes) and the rejects append. Re-running a batch after a
 crash is harmless: the MERGE only applies events newer than the row, so
 changes already merged are stale no-ops (and with nothing to change no commit
-is made); the rejects append carries ``txnAppId``/``txnVersion`` (query id,
-batch id), so Delta skips it if it already committed; and the subscription
+is made); the rejects append carries ``txnAppId``/``txnVersion``
+(``refresh_subscriptions:<query id>``, batch id; :func:`routing.streaming.idempotent_append`),
+so Delta skips it if it already committed; and the subscription
 limits re-evaluated against the merged table reject exactly the same events.
 (One nuance: when a crash falls between the MERGE and the rejects append of a
 batch where both limits rejected events, a re-run may record an event the
