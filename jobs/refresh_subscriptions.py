@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from routing.config import ConfigError
+from routing.errors import ForbiddenPatternError
 from routing.settings import MAX_SECONDS, Settings, add_settings_arguments, ascii_number, settings_from_args
 from routing.streaming import (
     AfterWrites,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from routing.subscriptions.table import BatchSummary
 
 LOG = logging.getLogger("jobs.refresh_subscriptions")
+FORBIDDEN_PATTERN = ForbiddenPatternError.reason
 APP_NAME = "refresh-subscriptions"
 #: Prefix of the Delta ``txnAppId`` of reject appends (followed by the query id or the file hash).
 TXN_APP_PREFIX = "refresh_subscriptions"
@@ -77,10 +79,14 @@ TXN_APP_PREFIX = "refresh_subscriptions"
 
 @dataclasses.dataclass
 class RunSummary:
-    """One run: per-batch summaries, their totals and the table version afterwards."""
+    """One run: per-batch summaries, their totals and the table version afterwards.
+
+    ``deactivated``: held subscriptions the run's ``[acl]`` sweep deactivated before its first batch.
+    """
 
     batches: list[BatchSummary]
     table_version: int
+    deactivated: int = 0
 
     @property
     def counts(self) -> collections.Counter[str]:
@@ -104,6 +110,7 @@ class RunSummary:
             "applied": {kind: counts[kind] for kind in APPLIED_KINDS},
             "noop": {kind: counts[kind] for kind in (STALE, SUPERSEDED)},
             "rejected": self.rejected,
+            "deactivated": self.deactivated,
             "table_version": self.table_version,
         }
 
@@ -117,20 +124,22 @@ class RunSummary:
             f"refreshed={counts[REFRESHED]} tombstoned={counts[TOMBSTONED]}; "
             f"no-op stale={counts[STALE]} superseded={counts[SUPERSEDED]}; "
             f"rejected={sum(rejected.values())}" + (f" ({reasons})" if reasons else "")
+            + (f"; deactivated by [acl] ({FORBIDDEN_PATTERN})={self.deactivated}" if self.deactivated else "")
             + f"; table version {self.table_version}"
         )
 
 
-def prepare_tables(spark: SparkSession, settings: Settings) -> None:
+def prepare_tables(spark: SparkSession, settings: Settings) -> int:
     """Create the tables if absent; turn the change data feed on for a table created without it; apply the
     ``[acl]`` rules to the subscriptions already held.
 
     The router reads only the changed rows from the feed; a table created before the feed existed
     gets it here (one metadata commit, once), and the router loads the versions before it whole.
     Rows the current ``[acl]`` rules forbid (rules tightened since they were accepted) are deactivated,
-    each recorded in the rejects table as ``forbidden_pattern`` (:mod:`routing.subscriptions.acl_sweep`).
+    each recorded in the rejects table as ``forbidden_pattern`` (:mod:`routing.subscriptions.acl_sweep`);
+    returns how many.
     """
-    from routing.subscriptions.acl_sweep import FORBIDDEN_PATTERN, deactivate_forbidden
+    from routing.subscriptions.acl_sweep import deactivate_forbidden
     from routing.subscriptions.table import (
         create_rejects_table_if_absent,
         create_table_if_absent,
@@ -150,6 +159,7 @@ def prepare_tables(spark: SparkSession, settings: Settings) -> None:
             "deactivated %d subscription(s) the [acl] rules no longer allow (reason %s, one row each in %s)",
             deactivated, FORBIDDEN_PATTERN, subscriptions.rejects_path,
         )
+    return deactivated
 
 
 def refresh_from_kafka(
@@ -163,7 +173,7 @@ def refresh_from_kafka(
 
     subscriptions = settings.subscriptions
     validator = settings.validator()
-    prepare_tables(spark, settings)
+    deactivated = prepare_tables(spark, settings)
     summaries: list[BatchSummary] = []
     # The reject appends' txnAppId is refresh_subscriptions:<query id> (stable across runs sharing a checkpoint,
     # new for a new checkpoint whose batch ids restart at 0); batches wait until start() has bound it.
@@ -198,7 +208,7 @@ def refresh_from_kafka(
     LOG.info("reading %s from checkpoint %s (query %s)", subscriptions.events_topic, subscriptions.checkpoint_path,
              query.id)
     query.awaitTermination()
-    return RunSummary(summaries, latest_version(spark, subscriptions.table_path))
+    return RunSummary(summaries, latest_version(spark, subscriptions.table_path), deactivated)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,7 +250,7 @@ def apply_import_files(spark: SparkSession, settings: Settings, files: Sequence[
 
     subscriptions = settings.subscriptions
     validator = settings.validator()
-    prepare_tables(spark, settings)
+    deactivated = prepare_tables(spark, settings)
     summaries: list[BatchSummary] = []
     for index, imported in enumerate(files):
         try:
@@ -258,7 +268,7 @@ def apply_import_files(spark: SparkSession, settings: Settings, files: Sequence[
             raise
         summaries.append(summary)
         LOG.info("imported %s: %d event(s), rejected %s", imported.path, summary.events, summary.rejected)
-    return RunSummary(summaries, latest_version(spark, subscriptions.table_path))
+    return RunSummary(summaries, latest_version(spark, subscriptions.table_path), deactivated)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -540,6 +540,10 @@ def test_job_summary() -> None:
     assert summary.as_dict() == {
         "batches": 2, "events": 8, "table_version": 4, "rejected": {"malformed_json": 3, "unknown_op": 1},
         "applied": {SUBSCRIBED: 2, UNSUBSCRIBED: 1, REFRESHED: 0, TOMBSTONED: 0},
-        "noop": {STALE: 1, SUPERSEDED: 0},
+        "noop": {STALE: 1, SUPERSEDED: 0}, "deactivated": 0,
     }
     assert "rejected=4 (malformed_json=3, unknown_op=1); table version 4" in summary.describe()
+    # Held subscriptions the [acl] sweep deactivated at the start of the run (0: not mentioned).
+    swept = RunSummary(summary.batches, table_version=5, deactivated=2)
+    assert swept.as_dict()["deactivated"] == 2
+    assert "; deactivated by [acl] (forbidden_pattern)=2; table version 5" in swept.describe()
