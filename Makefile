@@ -102,6 +102,7 @@ fuzz-smoke:
 # Rust: formatting as rustfmt.toml says, and clippy with every warning an error (tests included).
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	cd native && cargo fmt --check
 	cd native && cargo clippy --all-targets --quiet -- -D warnings

@@ -159,7 +159,9 @@ FLUSH_S = 60.0
 #: This bench's own broker (ports and data directory), unless --set says otherwise: another benchmark
 #: stopping the broker it started must not end this run.
 BENCH_KAFKA = {
-    "client_port": "19292", "controller_port": "19293", "data_dir": str(REPO_ROOT / "var/bench/latency-kafka")
+    "client_port": "19292",
+    "controller_port": "19293",
+    "data_dir": str(REPO_ROOT / "var/bench/latency-kafka"),
 }
 
 VARIANT_LETTERS = {"a": PASSTHROUGH, "b": NATIVE}
@@ -423,8 +425,12 @@ def start_passthrough(spark: SparkSession, settings: Settings) -> StreamingQuery
         idempotent_append(frame, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
 
     return start_query(
-        kafka_stream(spark, settings), copy, checkpoint=router.checkpoint_path, bind=lambda _: None,
-        trigger_interval=router.trigger_interval, query_name=router.app_id,
+        kafka_stream(spark, settings),
+        copy,
+        checkpoint=router.checkpoint_path,
+        bind=lambda _: None,
+        trigger_interval=router.trigger_interval,
+        query_name=router.app_id,
     )
 
 

@@ -400,26 +400,41 @@ def targets(results: Results, largest: int) -> None:
     hot = results.latency.get("hot hits")
     if hot is not None:
         rows.append(
-            ["frozen lookup, seed hot workload", f"≤ {LOOKUP_TARGET_NS:.0f} ns", ns(hot.cpu_s),
-             judge(hot.cpu_s, LOOKUP_TARGET_NS, False)]
+            [
+                "frozen lookup, seed hot workload",
+                f"≤ {LOOKUP_TARGET_NS:.0f} ns",
+                ns(hot.cpu_s),
+                judge(hot.cpu_s, LOOKUP_TARGET_NS, False),
+            ]
         )
     for name in ("realistic, mostly distinct keys", "realistic, 1,000 distinct keys", "seed hot set, half hits"):
         rate = results.batch.get(name)
         if rate is not None:
             rows.append(
-                [f"match_batch, {name}, one core", f"≥ {BATCH_TARGET_KEYS_PER_S / 1e6:.0f} M keys/s",
-                 f"{rate / 1e6:.2f} M keys/s", judge(rate, BATCH_TARGET_KEYS_PER_S, True)]
+                [
+                    f"match_batch, {name}, one core",
+                    f"≥ {BATCH_TARGET_KEYS_PER_S / 1e6:.0f} M keys/s",
+                    f"{rate / 1e6:.2f} M keys/s",
+                    judge(rate, BATCH_TARGET_KEYS_PER_S, True),
+                ]
             )
     if results.scale:
         last = results.scale[-1]
         rows.append(
-            [f"serialized size at {largest:,} subscriptions", f"≤ {BYTES_TARGET_PER_SUBSCRIPTION:.0f} B/subscription",
-             f"{last['bytes_per_subscription']:.1f} B", judge(last["bytes_per_subscription"],
-                                                              BYTES_TARGET_PER_SUBSCRIPTION, False)]
+            [
+                f"serialized size at {largest:,} subscriptions",
+                f"≤ {BYTES_TARGET_PER_SUBSCRIPTION:.0f} B/subscription",
+                f"{last['bytes_per_subscription']:.1f} B",
+                judge(last["bytes_per_subscription"], BYTES_TARGET_PER_SUBSCRIPTION, False),
+            ]
         )
     results.targets = [(r[0], r[1], r[2], r[3]) for r in rows]
-    results.add("Targets", ["target", "goal", "measured", "verdict"], rows,
-                "Single-thread figures are thread CPU time (see the header about the shared machine).")
+    results.add(
+        "Targets",
+        ["target", "goal", "measured", "verdict"],
+        rows,
+        "Single-thread figures are thread CPU time (see the header about the shared machine).",
+    )
 
 
 # --- output ---------------------------------------------------------------------------------------------------

@@ -432,7 +432,10 @@ def run_passthrough(spark: SparkSession, settings: Settings, messages: int) -> R
 
     def start() -> Any:
         return start_query(
-            kafka_stream(spark, settings), copy, checkpoint=router.checkpoint_path, bind=lambda _: None,
+            kafka_stream(spark, settings),
+            copy,
+            checkpoint=router.checkpoint_path,
+            bind=lambda _: None,
             query_name=router.app_id,
         )
 
@@ -627,7 +630,10 @@ def run_sql_rlike(
 
     def start() -> Any:
         return start_query(
-            kafka_stream(spark, settings), route, checkpoint=router.checkpoint_path, bind=lambda _: None,
+            kafka_stream(spark, settings),
+            route,
+            checkpoint=router.checkpoint_path,
+            bind=lambda _: None,
             query_name=router.app_id,
         )
 

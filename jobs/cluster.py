@@ -116,22 +116,38 @@ class StandaloneCluster:
         env = {key: value for key, value in os.environ.items() if not key.startswith(("PYSPARK_", "SPARK_"))}
         # Executors must find Python code only where spark-submit put it, never the caller's path.
         env.pop("PYTHONPATH", None)
-        env.update({
-            "SPARK_HOME": str(spark_home()),
-            "SPARK_CONF_DIR": str(self.root / "conf"),
-            "SPARK_LOCAL_IP": HOST,
-            "SPARK_DAEMON_MEMORY": self.daemon_memory,
-        })
+        env.update(
+            {
+                "SPARK_HOME": str(spark_home()),
+                "SPARK_CONF_DIR": str(self.root / "conf"),
+                "SPARK_LOCAL_IP": HOST,
+                "SPARK_DAEMON_MEMORY": self.daemon_memory,
+            }
+        )
         return env
 
     def _spawn(self, name: str, arguments: list[str]) -> Daemon:
         port, webui_port = free_ports(2)
         log = self.root / "logs" / f"{name}.log"
-        command = [str(spark_home() / "bin" / "spark-class"), *arguments,
-                   "--host", HOST, "--port", str(port), "--webui-port", str(webui_port)]
+        command = [
+            str(spark_home() / "bin" / "spark-class"),
+            *arguments,
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--webui-port",
+            str(webui_port),
+        ]
         with log.open("ab") as output:
-            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=self.environment(), start_new_session=True)
+            process = subprocess.Popen(
+                command,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                start_new_session=True,
+            )
         daemon = Daemon(name=name, pid=process.pid, port=port, webui_port=webui_port, log=str(log))
         self.daemons.append(daemon)
         self._save()
@@ -148,8 +164,19 @@ class StandaloneCluster:
             self._wait(lambda: _listening(self.master.port), "the master to listen")
             for index in range(1, self.workers + 1):
                 name = f"worker-{index}"
-                self._spawn(name, [WORKER_CLASS, "--cores", str(self.cores_per_worker), "--memory",
-                                   self.memory_per_worker, "--work-dir", str(self.work_dir / name), self.master_url])
+                self._spawn(
+                    name,
+                    [
+                        WORKER_CLASS,
+                        "--cores",
+                        str(self.cores_per_worker),
+                        "--memory",
+                        self.memory_per_worker,
+                        "--work-dir",
+                        str(self.work_dir / name),
+                        self.master_url,
+                    ],
+                )
             self._wait(lambda: len(self.alive_workers()) == self.workers, f"{self.workers} workers to register")
         except BaseException:
             self.stop()

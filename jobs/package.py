@@ -76,8 +76,10 @@ def build_wheel(dist: Path) -> Path:
     dist.mkdir(parents=True, exist_ok=True)
     for stale in dist.glob(f"{DIST_NAME}-*.whl"):
         stale.unlink()
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", ".", "-w", dist],
-        "building the wheel")
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", ".", "-w", dist],
+        "building the wheel",
+    )
     wheels = sorted(dist.glob(f"{DIST_NAME}-*.whl"))
     if len(wheels) != 1:
         raise PackageError(f"expected one {DIST_NAME} wheel in {dist}, found {[wheel.name for wheel in wheels]}")
@@ -104,13 +106,17 @@ def _key(*parts: bytes) -> str:
 
 def env_keys(wheel: Path, python: str) -> tuple[str, str]:
     """(dependencies key, archive key) of the environment built from ``wheel`` (see module docstring)."""
-    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
-                             check=True).stdout.encode()
-    requirements = b"\n".join(line for line in _wheel_member(wheel, ".dist-info/METADATA").splitlines()
-                               if line.startswith(b"Requires-Dist:"))
+    version = subprocess.run(
+        [python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True, check=True
+    ).stdout.encode()
+    requirements = b"\n".join(
+        line for line in _wheel_member(wheel, ".dist-info/METADATA").splitlines() if line.startswith(b"Requires-Dist:")
+    )
     excludes = "\0".join(ENV_EXCLUDES).encode()
-    return (_key(version, requirements),
-            _key(version, requirements, excludes, _wheel_member(wheel, ".dist-info/RECORD")))
+    return (
+        _key(version, requirements),
+        _key(version, requirements, excludes, _wheel_member(wheel, ".dist-info/RECORD")),
+    )
 
 
 def build_env_archive(wheel: Path, dist: Path, build: Path, python: str) -> tuple[Path, str, bool]:
@@ -127,7 +133,13 @@ def build_env_archive(wheel: Path, dist: Path, build: Path, python: str) -> tupl
     if rebuilt:
         venv = cache / f"venv-{deps_key}"
         pip: list[str | os.PathLike[str]] = [
-            venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            venv / "bin" / "python",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ]
         if not (venv / ".complete").is_file():
             shutil.rmtree(venv, ignore_errors=True)
             run([python, "-m", "venv", venv], "creating the environment's virtualenv")
@@ -140,8 +152,10 @@ def build_env_archive(wheel: Path, dist: Path, build: Path, python: str) -> tupl
         venv_pack = Path(sys.executable).parent / "venv-pack"
         if not venv_pack.exists():
             raise PackageError(f"{venv_pack} not found: pip install -e '.[package]'")
-        run([venv_pack, "--quiet", "--force", "--prefix", venv, "--format", "tar.gz", "--output", partial,
-             *excludes], "packing the environment with venv-pack")
+        run(
+            [venv_pack, "--quiet", "--force", "--prefix", venv, "--format", "tar.gz", "--output", partial, *excludes],
+            "packing the environment with venv-pack",
+        )
         # Only a complete archive carries the cache's name; older archives and dependency sets are dead weight.
         partial.rename(cached_archive)
         for other in cache.iterdir():
@@ -188,18 +202,21 @@ def describe(package: Package) -> str:
 
     cache_note = "packed now" if package.env_rebuilt else "from the cache"
     jars_bytes = sum(jar.stat().st_size for jar in package.jars)
-    return "\n".join([
-        f"wheel        {package.wheel}  ({size(package.wheel)})",
-        f"environment  {package.env_archive}  ({size(package.env_archive)}, key {package.env_key}, {cache_note})",
-        f"jars         {package.jars[0].parent}/  ({len(package.jars)} jars, {jars_bytes / 2**20:,.1f} MiB)",
-    ])
+    return "\n".join(
+        [
+            f"wheel        {package.wheel}  ({size(package.wheel)})",
+            f"environment  {package.env_archive}  ({size(package.env_archive)}, key {package.env_key}, {cache_note})",
+            f"jars         {package.jars[0].parent}/  ({len(package.jars)} jars, {jars_bytes / 2**20:,.1f} MiB)",
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.package", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dist", type=Path, default=REPO_ROOT / "dist", help="output directory (default dist/)")
-    parser.add_argument("--build", type=Path, default=REPO_ROOT / "build",
-                        help="cache of packed environments (default build/)")
+    parser.add_argument(
+        "--build", type=Path, default=REPO_ROOT / "build", help="cache of packed environments (default build/)"
+    )
     parser.add_argument("--python", default=DEFAULT_PYTHON, help="interpreter of the packed environment")
     args = parser.parse_args(argv)
     try:

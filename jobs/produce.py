@@ -32,12 +32,28 @@ from routing.settings import Settings, add_settings_arguments, settings_from_arg
 DISTRIBUTIONS = ("seed", "vocab", "sample")
 
 SAMPLE_KEYS = [
-    "stock.nasdaq.msft", "stock.nasdaq.aapl", "stock.nyse.ibm", "stock.nyse.ge", "stock.lse.msft",
-    "forex.usd", "forex.eur", "forex.gbp.spot", "crypto.btc.usd", "crypto.eth.usd", "crypto.btc.eur.spot",
-    "weather.paris", "news.tech.ai",
+    "stock.nasdaq.msft",
+    "stock.nasdaq.aapl",
+    "stock.nyse.ibm",
+    "stock.nyse.ge",
+    "stock.lse.msft",
+    "forex.usd",
+    "forex.eur",
+    "forex.gbp.spot",
+    "crypto.btc.usd",
+    "crypto.eth.usd",
+    "crypto.btc.eur.spot",
+    "weather.paris",
+    "news.tech.ai",
 ]
 HOSTILE_KEYS: list[bytes | None] = [
-    None, b"", b".", b"stock..msft", "stock.caf\u00e9.msft".encode(), b"\xff\xfe.bad", b"k" * 300,
+    None,
+    b"",
+    b".",
+    b"stock..msft",
+    "stock.caf\u00e9.msft".encode(),
+    b"\xff\xfe.bad",
+    b"k" * 300,
     b".".join([b"w"] * 40),
 ]
 
@@ -133,8 +149,11 @@ def produce(
     remaining = producer.flush(60)
     elapsed = time.monotonic() - started
     summary = {
-        "topic": topic, "produced": count - len(failures) - remaining, "failed": len(failures) + remaining,
-        "seconds": round(elapsed, 3), "msg_per_s": round(count / elapsed, 1) if elapsed else None,
+        "topic": topic,
+        "produced": count - len(failures) - remaining,
+        "failed": len(failures) + remaining,
+        "seconds": round(elapsed, 3),
+        "msg_per_s": round(count / elapsed, 1) if elapsed else None,
         "distribution": distribution,
     }
     if failures:
@@ -171,9 +190,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     topic = args.topic or settings.router.topics[0]
     summary = produce(
-        settings, topic=topic, count=args.count, distribution=args.distribution, seed=args.seed,
-        payload_bytes=args.payload_bytes, rate=args.rate, vocabulary=args.vocabulary,
-        hostile_share=args.hostile_share, progress_s=args.progress,
+        settings,
+        topic=topic,
+        count=args.count,
+        distribution=args.distribution,
+        seed=args.seed,
+        payload_bytes=args.payload_bytes,
+        rate=args.rate,
+        vocabulary=args.vocabulary,
+        hostile_share=args.hostile_share,
+        progress_s=args.progress,
     )
     print(json.dumps(summary, sort_keys=True), flush=True)
     return 0 if summary["failed"] == 0 else 1

@@ -123,7 +123,8 @@ class RunSummary:
             f"subscribed={counts[SUBSCRIBED]} unsubscribed={counts[UNSUBSCRIBED]} "
             f"refreshed={counts[REFRESHED]} tombstoned={counts[TOMBSTONED]}; "
             f"no-op stale={counts[STALE]} superseded={counts[SUPERSEDED]}; "
-            f"rejected={sum(rejected.values())}" + (f" ({reasons})" if reasons else "")
+            f"rejected={sum(rejected.values())}"
+            + (f" ({reasons})" if reasons else "")
             + (f"; deactivated by [acl] ({FORBIDDEN_PATTERN})={self.deactivated}" if self.deactivated else "")
             + f"; table version {self.table_version}"
         )
@@ -157,7 +158,9 @@ def prepare_tables(spark: SparkSession, settings: Settings) -> int:
     if deactivated:
         LOG.warning(
             "deactivated %d subscription(s) the [acl] rules no longer allow (reason %s, one row each in %s)",
-            deactivated, FORBIDDEN_PATTERN, subscriptions.rejects_path,
+            deactivated,
+            FORBIDDEN_PATTERN,
+            subscriptions.rejects_path,
         )
     return deactivated
 
@@ -183,17 +186,25 @@ def refresh_from_kafka(
         writes_as = identity.wait()
         validated = validate_kafka_batch(batch, validator, max_event_bytes=subscriptions.max_event_bytes)
         summary = apply_validated(
-            spark, validated,
-            table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, validator=validator,
-            txn_app_id=writes_as, txn_version=batch_id, batch_id=batch_id,
+            spark,
+            validated,
+            table_path=subscriptions.table_path,
+            rejects_path=subscriptions.rejects_path,
+            validator=validator,
+            txn_app_id=writes_as,
+            txn_version=batch_id,
+            batch_id=batch_id,
         )
         if after_writes is not None:
             after_writes(batch_id)
         summaries.append(summary)
         LOG.info(
             "batch %d: %d event(s) %s, rejected %s, table version %d",
-            batch_id, summary.events, {kind: summary.counts[kind] for kind in APPLIED_KINDS},
-            summary.rejected, summary.table_version,
+            batch_id,
+            summary.events,
+            {kind: summary.counts[kind] for kind in APPLIED_KINDS},
+            summary.rejected,
+            summary.table_version,
         )
 
     events = kafka_source(
@@ -205,8 +216,9 @@ def refresh_from_kafka(
         fail_on_data_loss=True,
     )
     query = start_query(events, apply_batch, checkpoint=subscriptions.checkpoint_path, bind=identity.bind)
-    LOG.info("reading %s from checkpoint %s (query %s)", subscriptions.events_topic, subscriptions.checkpoint_path,
-             query.id)
+    LOG.info(
+        "reading %s from checkpoint %s (query %s)", subscriptions.events_topic, subscriptions.checkpoint_path, query.id
+    )
     query.awaitTermination()
     return RunSummary(summaries, latest_version(spark, subscriptions.table_path), deactivated)
 
@@ -255,14 +267,21 @@ def apply_import_files(spark: SparkSession, settings: Settings, files: Sequence[
     for index, imported in enumerate(files):
         try:
             summary = apply_validated(
-                spark, validated_frame(spark, imported.outcomes),
-                table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, validator=validator,
-                txn_app_id=txn_app_id(TXN_APP_PREFIX, f"import:{imported.digest}"), txn_version=0, batch_id=None,
+                spark,
+                validated_frame(spark, imported.outcomes),
+                table_path=subscriptions.table_path,
+                rejects_path=subscriptions.rejects_path,
+                validator=validator,
+                txn_app_id=txn_app_id(TXN_APP_PREFIX, f"import:{imported.digest}"),
+                txn_version=0,
+                batch_id=None,
             )
         except Exception:
             LOG.error(
                 "importing %s failed; committed before it: %s; not imported: %s (re-run the same command: "
-                "committed files are no-ops)", imported.path, [done.path for done in files[:index]] or "none",
+                "committed files are no-ops)",
+                imported.path,
+                [done.path for done in files[:index]] or "none",
                 [rest.path for rest in files[index:]],
             )
             raise
@@ -280,12 +299,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_arguments(parser)
     parser.add_argument(
-        "--import", dest="import_files", metavar="FILE", action="append", default=[],
+        "--import",
+        dest="import_files",
+        metavar="FILE",
+        action="append",
+        default=[],
         help="load a CSV (header op,subscriber,pattern,ts) or JSON-lines file instead of reading Kafka "
         "(repeatable; re-importing the same file is a no-op)",
     )
     parser.add_argument(
-        "--every", metavar="SECONDS", type=ascii_number,
+        "--every",
+        metavar="SECONDS",
+        type=ascii_number,
         help="keep refreshing, one run every SECONDS (local loop; use cron in production)",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
@@ -319,7 +344,8 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
     while True:
         try:
             summary = (
-                apply_import_files(spark, settings, imports) if imports
+                apply_import_files(spark, settings, imports)
+                if imports
                 else refresh_from_kafka(spark, settings, after_writes=crash_after_writes_from_env())
             )
         except Exception:
@@ -327,8 +353,12 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
             if args.every is None:
                 return 1
         else:
-            print(json.dumps(summary.as_dict(), sort_keys=True) if args.json else
-                  f"refresh_subscriptions: {summary.describe()}", flush=True)
+            print(
+                json.dumps(summary.as_dict(), sort_keys=True)
+                if args.json
+                else f"refresh_subscriptions: {summary.describe()}",
+                flush=True,
+            )
         if args.every is None:
             return 0
         try:

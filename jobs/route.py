@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_arguments(parser)
     parser.add_argument(
-        "--available-now", action="store_true",
+        "--available-now",
+        action="store_true",
         help="drain the messages already in Kafka, print a summary and exit (backfills; same as "
         "--set router.trigger=available_now)",
     )
@@ -57,8 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def summarize(reports: dict[int, Any]) -> dict[str, Any]:
     """Totals over the batches this run processed."""
-    totals: dict[str, Any] = {"batches": len(reports), "input_rows": 0, "deliveries": 0, "unmatched": 0,
-                              "dead_letters": 0, "dead_letters_by_reason": {}, "snapshot_versions": []}
+    totals: dict[str, Any] = {
+        "batches": len(reports),
+        "input_rows": 0,
+        "deliveries": 0,
+        "unmatched": 0,
+        "dead_letters": 0,
+        "dead_letters_by_reason": {},
+        "snapshot_versions": [],
+    }
     for report in reports.values():
         row = report.as_dict()
         for name in ("input_rows", "deliveries", "unmatched", "dead_letters"):
@@ -100,9 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     query = router.start()
-    LOG.info("routing %s -> %s (checkpoint %s)",
-             settings.router.subscribe_pattern or ",".join(settings.router.topics),
-             settings.router.deliveries_path, settings.router.checkpoint_path)
+    LOG.info(
+        "routing %s -> %s (checkpoint %s)",
+        settings.router.subscribe_pattern or ",".join(settings.router.topics),
+        settings.router.deliveries_path,
+        settings.router.checkpoint_path,
+    )
     try:
         while query.isActive:
             if stop_requested.is_set() and not query.status["isTriggerActive"]:
@@ -117,8 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         LOG.error("the router query failed: %s", failure)
         print(f"route: failed after {summary['batches']} batch(es): {failure}", file=sys.stderr)
         return 1
-    print(json.dumps(summary, sort_keys=True) if args.json else f"route: {json.dumps(summary, sort_keys=True)}",
-          flush=True)
+    print(
+        json.dumps(summary, sort_keys=True) if args.json else f"route: {json.dumps(summary, sort_keys=True)}",
+        flush=True,
+    )
     return 0
 
 

@@ -293,7 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status 0, or 2 for bad arguments or an unreadable source.",
     )
     match.add_argument(
-        "--subscriptions", metavar="FILE|TABLE", action="append", required=True,
+        "--subscriptions",
+        metavar="FILE|TABLE",
+        action="append",
+        required=True,
         help="a refresh-job import file (CSV op,subscriber,pattern,ts or JSON lines), a pattern,subscriber CSV, "
         "or a Delta subscription table directory; files repeat and apply in order",
     )

@@ -161,8 +161,10 @@ def explain(pattern: str, key: str) -> Explanation:
 def _consumed(step: Step) -> str:
     if not step.key_slice:
         return "nothing (zero words)"
-    span = f"key word {step.key_start + 1}" if len(step.key_slice) == 1 else (
-        f"key words {step.key_start + 1}-{step.key_end}"
+    span = (
+        f"key word {step.key_start + 1}"
+        if len(step.key_slice) == 1
+        else (f"key words {step.key_start + 1}-{step.key_end}")
     )
     return f"{span} {'.'.join(step.key_slice)!r}"
 

@@ -182,7 +182,8 @@ class KafkaSettings:
     SECTION: ClassVar[str] = "kafka"
     PATHS: ClassVar[tuple[str, ...]] = ("data_dir", "jars_dir", "sasl_password_file")
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
-        "client_port": (1, 65535, " a TCP port"), "controller_port": (1, 65535, " a TCP port"),
+        "client_port": (1, 65535, " a TCP port"),
+        "controller_port": (1, 65535, " a TCP port"),
     }
 
     #: Clients connect here; empty means the local broker, ``<host>:<client_port>``. Filled in on
@@ -340,7 +341,12 @@ class RouterSettings:
 
     SECTION: ClassVar[str] = "router"
     PATHS: ClassVar[tuple[str, ...]] = (
-        "checkpoint_path", "deliveries_path", "dead_letters_path", "unrouted_path", "ledger_path", "metrics_path"
+        "checkpoint_path",
+        "deliveries_path",
+        "dead_letters_path",
+        "unrouted_path",
+        "ledger_path",
+        "metrics_path",
     )
     #: Empty means the default place (``ledger_path``) or off (``metrics_path``), and stays empty.
     OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path")
@@ -510,16 +516,16 @@ def _read_password(kafka: KafkaSettings, env: Mapping[str, str]) -> Secret | Non
         return None
     # Bounded: any kind of file (a pipe, /dev/zero) is read at most MAX_PASSWORD_FILE_BYTES + 1 bytes.
     content = read_bounded(
-        Path(kafka.sasl_password_file), MAX_PASSWORD_FILE_BYTES,
-        what=f"setting kafka.sasl_password_file: {kafka.sasl_password_file}", limit_text="64 KiB",
+        Path(kafka.sasl_password_file),
+        MAX_PASSWORD_FILE_BYTES,
+        what=f"setting kafka.sasl_password_file: {kafka.sasl_password_file}",
+        limit_text="64 KiB",
     )
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
         # Never say which byte or where: both are the password's.
-        raise ConfigError(
-            f"setting kafka.sasl_password_file: {kafka.sasl_password_file} is not UTF-8 text"
-        ) from None
+        raise ConfigError(f"setting kafka.sasl_password_file: {kafka.sasl_password_file} is not UTF-8 text") from None
     password = text.rstrip("\r\n")
     if not password:
         raise ConfigError(f"setting kafka.sasl_password_file: {kafka.sasl_password_file} is empty")

@@ -88,8 +88,11 @@ class Validator:
             raise NullKeyError(None, "message has no routing key")
         if len(raw) > self.limits.max_key_bytes:
             raise KeyTooLongError(
-                raw, "routing key is too long", limit_name="max_key_bytes",
-                limit_value=self.limits.max_key_bytes, actual=len(raw),
+                raw,
+                "routing key is too long",
+                limit_name="max_key_bytes",
+                limit_value=self.limits.max_key_bytes,
+                actual=len(raw),
             )
         try:
             key = raw.decode("utf-8")
@@ -105,13 +108,19 @@ class Validator:
         size = len(key.encode("utf-8"))
         if size > self.limits.max_key_bytes:
             raise KeyTooLongError(
-                key, "routing key is too long", limit_name="max_key_bytes",
-                limit_value=self.limits.max_key_bytes, actual=size,
+                key,
+                "routing key is too long",
+                limit_name="max_key_bytes",
+                limit_value=self.limits.max_key_bytes,
+                actual=size,
             )
         if len(words) > self.limits.max_key_words:
             raise TooManyWordsError(
-                key, "routing key has too many words", limit_name="max_key_words",
-                limit_value=self.limits.max_key_words, actual=len(words),
+                key,
+                "routing key has too many words",
+                limit_name="max_key_words",
+                limit_value=self.limits.max_key_words,
+                actual=len(words),
             )
         if self.policy is Policy.STRICT:
             for word in words:
@@ -126,19 +135,28 @@ class Validator:
         size = len(pattern.encode("utf-8"))
         if size > self.limits.max_pattern_bytes:
             raise PatternTooLongError(
-                pattern, "pattern is too long", limit_name="max_pattern_bytes",
-                limit_value=self.limits.max_pattern_bytes, actual=size,
+                pattern,
+                "pattern is too long",
+                limit_name="max_pattern_bytes",
+                limit_value=self.limits.max_pattern_bytes,
+                actual=size,
             )
         if len(words) > self.limits.max_pattern_words:
             raise PatternTooManyWordsError(
-                pattern, "pattern has too many words", limit_name="max_pattern_words",
-                limit_value=self.limits.max_pattern_words, actual=len(words),
+                pattern,
+                "pattern has too many words",
+                limit_name="max_pattern_words",
+                limit_value=self.limits.max_pattern_words,
+                actual=len(words),
             )
         hashes = words.count(HASH)
         if hashes > self.limits.max_hash_words:
             raise TooManyHashWordsError(
-                pattern, "pattern has too many '#' words", limit_name="max_hash_words",
-                limit_value=self.limits.max_hash_words, actual=hashes,
+                pattern,
+                "pattern has too many '#' words",
+                limit_name="max_hash_words",
+                limit_value=self.limits.max_hash_words,
+                actual=hashes,
             )
         if self.policy is Policy.STRICT:
             for word in words:
@@ -151,8 +169,11 @@ class Validator:
         size = len(subscriber.encode("utf-8"))
         if size > self.limits.max_subscriber_bytes:
             raise InvalidSubscriberError(
-                subscriber, "subscriber id is too long", limit_name="max_subscriber_bytes",
-                limit_value=self.limits.max_subscriber_bytes, actual=size,
+                subscriber,
+                "subscriber id is too long",
+                limit_name="max_subscriber_bytes",
+                limit_value=self.limits.max_subscriber_bytes,
+                actual=size,
             )
         return subscriber
 
@@ -160,9 +181,11 @@ class Validator:
         """Raise when ``subscriber`` would hold ``count`` patterns, past the limit."""
         if count > self.limits.max_subscriptions_per_subscriber:
             raise TooManySubscriptionsError(
-                subscriber, "subscriber holds too many subscriptions",
+                subscriber,
+                "subscriber holds too many subscriptions",
                 limit_name="max_subscriptions_per_subscriber",
-                limit_value=self.limits.max_subscriptions_per_subscriber, actual=count,
+                limit_value=self.limits.max_subscriptions_per_subscriber,
+                actual=count,
             )
 
     def check_allowed(self, subscriber: str, pattern: str) -> None:
@@ -175,15 +198,21 @@ class Validator:
         size = 0 if payload is None else len(payload)
         if size > self.limits.max_payload_bytes:
             raise PayloadTooLargeError(
-                f"<{size} bytes>", "payload is too large", limit_name="max_payload_bytes",
-                limit_value=self.limits.max_payload_bytes, actual=size,
+                f"<{size} bytes>",
+                "payload is too large",
+                limit_name="max_payload_bytes",
+                limit_value=self.limits.max_payload_bytes,
+                actual=size,
             )
 
     def check_fanout(self, key: str, subscribers: int) -> None:
         if subscribers > self.limits.max_fanout:
             raise FanoutLimitError(
-                key, "message matches too many subscribers", limit_name="max_fanout",
-                limit_value=self.limits.max_fanout, actual=subscribers,
+                key,
+                "message matches too many subscribers",
+                limit_name="max_fanout",
+                limit_value=self.limits.max_fanout,
+                actual=subscribers,
             )
 
     # -- helpers -----------------------------------------------------------

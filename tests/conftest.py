@@ -142,4 +142,3 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
-

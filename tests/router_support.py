@@ -154,8 +154,12 @@ def produce(
         while True:
             try:
                 producer.produce(
-                    topic, key=key, value=value, headers=list(frozen_headers) or None,
-                    partition=index % partitions, on_delivery=on_delivery(index, key, value, frozen_headers),
+                    topic,
+                    key=key,
+                    value=value,
+                    headers=list(frozen_headers) or None,
+                    partition=index % partitions,
+                    on_delivery=on_delivery(index, key, value, frozen_headers),
                 )
                 break
             except BufferError:
@@ -272,8 +276,9 @@ def assert_ids_exact(routed: Routed) -> None:
     dead_ids = [row["dead_letter_id"] for row in routed.dead_letters]
     assert len(dead_ids) == len(set(dead_ids)), "duplicate dead-letter ids"
     for row in routed.dead_letters:
-        assert row["dead_letter_id"] == dead_letter_id(row["source_topic"], row["source_partition"],
-                                                       row["source_offset"])
+        assert row["dead_letter_id"] == dead_letter_id(
+            row["source_topic"], row["source_partition"], row["source_offset"]
+        )
 
 
 def ledger_versions(spark: SparkSession, settings: Settings) -> list[tuple[int, int]]:
@@ -311,12 +316,17 @@ def route_flags(settings: Settings) -> list[str]:
         "spark.ivy_dir": settings.spark.ivy_dir,
         "spark.warehouse_dir": settings.spark.warehouse_dir,
         "spark.local_dir": settings.spark.local_dir,
-        **{f"limits.{field.name}": getattr(settings.limits, field.name)
-           for field in dataclasses.fields(settings.limits)},
+        **{
+            f"limits.{field.name}": getattr(settings.limits, field.name)
+            for field in dataclasses.fields(settings.limits)
+        },
         "validation.policy": settings.validation.policy,
         "subscriptions.table_path": settings.subscriptions.table_path,
-        **{f"router.{field.name}": getattr(router, field.name)
-           for field in dataclasses.fields(router) if field.name not in ("topics", "subscribe_pattern")},
+        **{
+            f"router.{field.name}": getattr(router, field.name)
+            for field in dataclasses.fields(router)
+            if field.name not in ("topics", "subscribe_pattern")
+        },
     }
     flags = [flag for name, value in values.items() for flag in ("--set", f"{name}={value}")]
     return [*flags, "--topics", ",".join(router.topics)]

@@ -230,12 +230,14 @@ def expected_lines(pairs: set[tuple[str, str]], keys: list[str]) -> list[str]:
 # Patterns the CSV writer can quote plainly (no '"' in the alphabet) and that every policy accepts.
 event_patterns = st.lists(st.sampled_from(["a", "b", "stock", STAR, HASH]), min_size=1, max_size=4).map(".".join)
 events = st.lists(
-    st.tuples(st.sampled_from(["subscribe", "subscribe", "unsubscribe"]), st.sampled_from(["s1", "s2", "s3"]),
-              event_patterns),
+    st.tuples(
+        st.sampled_from(["subscribe", "subscribe", "unsubscribe"]), st.sampled_from(["s1", "s2", "s3"]), event_patterns
+    ),
     max_size=25,
 )
-lookup_keys = st.lists(st.lists(st.sampled_from(["a", "b", "stock", "x"]), min_size=1, max_size=4).map(".".join),
-                       min_size=1, max_size=8)
+lookup_keys = st.lists(
+    st.lists(st.sampled_from(["a", "b", "stock", "x"]), min_size=1, max_size=4).map(".".join), min_size=1, max_size=8
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -406,7 +408,10 @@ def test_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
 def test_entry_point_runs_as_a_module() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "routing", "explain", "stock.#", "stock.nasdaq.msft"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     assert "'#'          (zero or more words) -> key words 2-3 'nasdaq.msft'" in completed.stdout

@@ -18,9 +18,23 @@ TESTS = Path(__file__).resolve().parent
 def test_fast_selection_leaves_out_integration_tests_and_benchmark_runs() -> None:
     files = ["integration", "test_matchers_bench.py", "test_subscriptions_bench.py"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-m", "not slow and not integration", *files],
-        cwd=TESTS, capture_output=True, text=True, check=False, timeout=110,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow and not integration",
+            *files,
+        ],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=110,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     selected = [line for line in done.stdout.splitlines() if "::" in line]

@@ -62,8 +62,11 @@ def test_relative_paths_in_a_file_are_relative_to_its_directory(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    loaded = load_settings(conf, env={"ROUTER__ROUTER__DELIVERIES_PATH": "out/deliveries"},
-                           overrides={"router": {"dead_letters_path": "out/dead"}})
+    loaded = load_settings(
+        conf,
+        env={"ROUTER__ROUTER__DELIVERIES_PATH": "out/deliveries"},
+        overrides={"router": {"dead_letters_path": "out/dead"}},
+    )
     assert loaded.subscriptions.table_path == str(folder / "tables" / "subs")
     assert loaded.subscriptions.rejects_path == "/abs/rejects"
     assert Path(loaded.router.checkpoint_path).resolve() == tmp_path / "deploy" / "checkpoints"
@@ -347,8 +350,6 @@ BAD_SETTINGS_FLAGS = [
     (["--set", "kafka.heap=0m"], "kafka.heap"),
     (["--set", "router.refresh_interval_s=inf"], "router.refresh_interval_s"),
     (["--set", "spark.shuffle_partitions=١٢"], "spark.shuffle_partitions"),
-
-
     # Files that are no settings file: a directory, a binary file, an endless device. {tmp} is a fresh directory.
     (["--conf", "{tmp}"], "cannot be read: Is a directory"),
     (["--conf", "{tmp}/binary.toml"], "is not UTF-8 text"),
@@ -361,7 +362,11 @@ BAD_SETTINGS_FLAGS = [
 @pytest.mark.parametrize("command", CLI_COMMANDS)
 @pytest.mark.parametrize(("flags", "named"), BAD_SETTINGS_FLAGS)
 def test_every_command_line_refuses_bad_settings_with_exit_2(
-    command: str, flags: list[str], named: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    command: str,
+    flags: list[str],
+    named: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(SASL_PASSWORD_ENV, raising=False)
@@ -413,8 +418,10 @@ def test_numbers_are_ascii_digits_only(digits: str) -> None:
 
 
 def test_ascii_numbers_still_parse() -> None:
-    loaded = load_settings(env={"ROUTER__SPARK__SHUFFLE_PARTITIONS": "1_2", "ROUTER__KAFKA__START_TIMEOUT_S": "2.5e1"},
-                           overrides=parse_overrides(["router.refresh_interval_s=7", "kafka.stop_timeout_s=+.5"]))
+    loaded = load_settings(
+        env={"ROUTER__SPARK__SHUFFLE_PARTITIONS": "1_2", "ROUTER__KAFKA__START_TIMEOUT_S": "2.5e1"},
+        overrides=parse_overrides(["router.refresh_interval_s=7", "kafka.stop_timeout_s=+.5"]),
+    )
     assert (loaded.spark.shuffle_partitions, loaded.kafka.start_timeout_s) == (12, 25.0)
     assert (loaded.router.refresh_interval_s, loaded.kafka.stop_timeout_s) == (7.0, 0.5)
 

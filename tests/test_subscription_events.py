@@ -54,8 +54,15 @@ from routing.subscriptions.model import ModelRow, apply_events_model
 from routing.validation import Policy, Validator
 
 MAX_EVENT_BYTES = 512
-VALIDATOR = Validator(limits=Limits(max_pattern_bytes=40, max_pattern_words=5, max_hash_words=2,
-                                    max_subscriber_bytes=12, max_subscriptions_per_subscriber=3))
+VALIDATOR = Validator(
+    limits=Limits(
+        max_pattern_bytes=40,
+        max_pattern_words=5,
+        max_hash_words=2,
+        max_subscriber_bytes=12,
+        max_subscriptions_per_subscriber=3,
+    )
+)
 SAMPLES = Path(__file__).resolve().parent.parent / "conf" / "samples"
 
 
@@ -150,8 +157,12 @@ def test_rejection_detail_names_the_problem() -> None:
 
 
 def test_valid_event_fields() -> None:
-    parsed = parse_event(event(op="unsubscribe", subscriber="s2", pattern="a.*.#", ts="1970-01-01T00:00:01.5+00:00"),
-                         "cid", VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+    parsed = parse_event(
+        event(op="unsubscribe", subscriber="s2", pattern="a.*.#", ts="1970-01-01T00:00:01.5+00:00"),
+        "cid",
+        VALIDATOR,
+        max_event_bytes=MAX_EVENT_BYTES,
+    )
     assert (parsed.op, parsed.subscriber, parsed.pattern, parsed.ts_millis) == (Op.UNSUBSCRIBE, "s2", "a.*.#", 1500)
     assert (parsed.pattern_word_count, parsed.has_wildcard, parsed.change_id) == (3, True, "cid")
     literal = parse_event(event(pattern="a*.#b"), "cid", VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
@@ -185,8 +196,19 @@ def test_timestamps(value: object, millis: int) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [-1, MAX_TS_MILLIS + 1, 1.0, False, None, "", "2026-01-05", "2026-01-05T09:00:00",
-     "2026-01-05T09:00:00.000001Z", "1969-12-31T23:59:59.999Z", "1000"],
+    [
+        -1,
+        MAX_TS_MILLIS + 1,
+        1.0,
+        False,
+        None,
+        "",
+        "2026-01-05",
+        "2026-01-05T09:00:00",
+        "2026-01-05T09:00:00.000001Z",
+        "1969-12-31T23:59:59.999Z",
+        "1000",
+    ],
 )
 def test_invalid_timestamps(value: object) -> None:
     with pytest.raises(EventRejected) as caught:
@@ -230,7 +252,7 @@ def test_csv_import(tmp_path: Path) -> None:
         "ts,op,subscriber,pattern,comment\n"  # any column order, extra columns ignored
         "1000,subscribe,s1,a.*,ok\n"
         "\n"
-        "2000,subscribe,s1,\"multi\nline\",ok\n"
+        '2000,subscribe,s1,"multi\nline",ok\n'
         "3000,subscribe,s1\n"
         ",subscribe,s1,b,no ts\n"
         "2026-01-05T09:00:00Z,unsubscribe,s1,a.*,iso\n",
@@ -240,13 +262,17 @@ def test_csv_import(tmp_path: Path) -> None:
     assert digest == file_sha256(path.read_bytes())
     lines = [2, 3, 4, 6, 7, 8]
     assert [outcome.received.import_line for outcome in outcomes] == lines
-    verdicts = [outcome.rejection.reason if outcome.rejection else outcome.event and outcome.event.pattern
-                for outcome in outcomes]
+    verdicts = [
+        outcome.rejection.reason if outcome.rejection else outcome.event and outcome.event.pattern
+        for outcome in outcomes
+    ]
     assert verdicts == ["a.*", EMPTY_EVENT, "multi\nline", MALFORMED_CSV, MISSING_FIELD, "a.*"]
     assert outcomes[2].received.raw == b'2000,subscribe,s1,"multi\nline",ok'
     assert outcomes[3].received.raw == b"3000,subscribe,s1"
-    assert all(outcome.received.change_id == import_change_id(digest, line)
-               for outcome, line in zip(outcomes, lines, strict=True))
+    assert all(
+        outcome.received.change_id == import_change_id(digest, line)
+        for outcome, line in zip(outcomes, lines, strict=True)
+    )
     assert {outcome.received.source for outcome in outcomes} == {SOURCE_IMPORT}
 
 
@@ -283,8 +309,11 @@ def test_csv_records_split_only_where_csv_says(tmp_path: Path) -> None:
         writer.writerows(rows)
     _, outcomes = read_import_file(path, Validator(), max_event_bytes=MAX_EVENT_BYTES)
     assert [outcome.rejection for outcome in outcomes] == [None] * len(rows)
-    assert [(str(o.event.ts_millis), o.event.op.value, o.event.subscriber, o.event.pattern)
-            for o in outcomes if o.event is not None] == [tuple(row) for row in rows]
+    assert [
+        (str(o.event.ts_millis), o.event.op.value, o.event.subscriber, o.event.pattern)
+        for o in outcomes
+        if o.event is not None
+    ] == [tuple(row) for row in rows]
     # Line numbers: one physical line per record, except the one whose field holds \r\n (two lines).
     assert [outcome.received.import_line for outcome in outcomes] == [2, 3, 4, 5, 7, 8, 9, 10, 11, 12]
     with path.open(encoding="utf-8", newline="") as handle:
@@ -319,8 +348,14 @@ def test_sample_files_are_valid() -> None:
 
 
 def kafka(offset: int, raw: bytes | None, partition: int = 0) -> Received:
-    return Received(kafka_change_id("t", partition, offset), "kafka", raw,
-                    kafka_topic="t", kafka_partition=partition, kafka_offset=offset)
+    return Received(
+        kafka_change_id("t", partition, offset),
+        "kafka",
+        raw,
+        kafka_topic="t",
+        kafka_partition=partition,
+        kafka_offset=offset,
+    )
 
 
 def run_model(*batches: list[Received], validator: Validator = VALIDATOR) -> tuple[dict, dict, list]:  # type: ignore[type-arg]
@@ -351,7 +386,11 @@ def test_model_transitions() -> None:
         [kafka(4, event(ts=11))],
     )
     assert [dict(batch) for batch in counts] == [
-        {SUBSCRIBED: 1}, {REFRESHED: 1}, {UNSUBSCRIBED: 1}, {TOMBSTONED: 1}, {STALE: 1},
+        {SUBSCRIBED: 1},
+        {REFRESHED: 1},
+        {UNSUBSCRIBED: 1},
+        {TOMBSTONED: 1},
+        {STALE: 1},
     ]
     assert rows[("s1", "a.*")] == ModelRow(False, 13, kafka_change_id("t", 0, 3))
 
@@ -364,8 +403,10 @@ def test_model_ts_tie_goes_to_greater_change_id() -> None:
 
 
 def test_model_reapplying_a_batch_changes_nothing() -> None:
-    batch = [kafka(i, event(op=random.Random(i).choice(["subscribe", "unsubscribe"]), pattern=f"p{i % 4}", ts=i))
-             for i in range(12)]
+    batch = [
+        kafka(i, event(op=random.Random(i).choice(["subscribe", "unsubscribe"]), pattern=f"p{i % 4}", ts=i))
+        for i in range(12)
+    ]
     model = apply_events_model([batch], VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
     before = (dict(model.rows), dict(model.rejects))
     again = model.apply_batch(batch)
@@ -388,8 +429,10 @@ def test_model_subscription_limit() -> None:
     rows, rejects, counts = run_model(first, second)
     active = sorted(key[1] for key, row in rows.items() if row.active and key[0] == "s1")
     assert active == ["p1", "p2", "p3"]
-    assert rejects == {kafka_change_id("t", 0, 5): "too_many_subscriptions",
-                       kafka_change_id("t", 0, 2): "too_many_subscriptions"}
+    assert rejects == {
+        kafka_change_id("t", 0, 5): "too_many_subscriptions",
+        kafka_change_id("t", 0, 2): "too_many_subscriptions",
+    }
     assert counts[1] == {SUBSCRIBED: 3, UNSUBSCRIBED: 1, REFRESHED: 1, "too_many_subscriptions": 2}
     assert ("s1", "p5") not in rows  # a rejected subscribe leaves no row behind
     # The limit is the validator's: same error type as everywhere else.
@@ -409,8 +452,9 @@ OPS = st.tuples(
 @given(st.lists(OPS, max_size=25), st.randoms(use_true_random=False))
 def test_model_without_limit_is_newest_event_per_row(ops: list[tuple[str, str, str, int]], rng: random.Random) -> None:
     """Independent of batching and arrival order: each row is its newest (ts, change id) event."""
-    received = [kafka(offset, event(op, subscriber, pattern, ts)) for offset, (op, subscriber, pattern, ts)
-                in enumerate(ops)]
+    received = [
+        kafka(offset, event(op, subscriber, pattern, ts)) for offset, (op, subscriber, pattern, ts) in enumerate(ops)
+    ]
     unlimited = Validator()
     shuffled = received[:]
     rng.shuffle(shuffled)
@@ -437,8 +481,9 @@ def test_model_never_exceeds_the_limit(ops: list[tuple[str, str, str, int]]) -> 
     limit = 2
     validator = Validator(limits=Limits(max_subscriptions_per_subscriber=limit))
     model = apply_events_model(
-        [[kafka(offset, event(*op)) for offset, op in enumerate(ops)][i:i + 5] for i in range(0, len(ops), 5)],
-        validator, max_event_bytes=MAX_EVENT_BYTES,
+        [[kafka(offset, event(*op)) for offset, op in enumerate(ops)][i : i + 5] for i in range(0, len(ops), 5)],
+        validator,
+        max_event_bytes=MAX_EVENT_BYTES,
     )
     for subscriber in ("s1", "s2"):
         assert sum(row.active for key, row in model.rows.items() if key[0] == subscriber) <= limit
@@ -460,8 +505,14 @@ def test_job_rejects_bad_flags_before_starting_spark(tmp_path: Path, capsys: pyt
     assert "unknown format" in capsys.readouterr().err
     assert main(["--set", "subscriptions.max_event_bytes=0"], spark_factory=no_spark) == 2
     assert "max_event_bytes" in capsys.readouterr().err
-    for argv in (["--every", "0"], ["--every", "5", "--import", "x.csv"], ["--every", "nan"], ["--every", "inf"],
-                 ["--every", "1e300"], ["--every", "٥"]):
+    for argv in (
+        ["--every", "0"],
+        ["--every", "5", "--import", "x.csv"],
+        ["--every", "nan"],
+        ["--every", "inf"],
+        ["--every", "1e300"],
+        ["--every", "٥"],
+    ):
         with pytest.raises(SystemExit) as exited:
             main(argv, spark_factory=no_spark)
         assert exited.value.code == 2
@@ -507,8 +558,10 @@ def test_a_multi_file_import_reads_every_file_before_committing_any(
 
     argv = ["--import", str(first), "--import", str(second), "--json"]
     assert main(argv, spark_factory=spark_that_sees_the_second_file_change) == 0
-    assert applied == [(f"refresh_subscriptions:import:{digests[0]}", 1),
-                       (f"refresh_subscriptions:import:{digests[1]}", 2)]
+    assert applied == [
+        (f"refresh_subscriptions:import:{digests[0]}", 1),
+        (f"refresh_subscriptions:import:{digests[1]}", 2),
+    ]
     assert json.loads(capsys.readouterr().out)["applied"][SUBSCRIBED] == 3
 
     def no_spark(*args: object, **kwargs: object) -> NoReturn:
@@ -538,9 +591,13 @@ def test_job_summary() -> None:
     )
     assert summary.rejected == {"malformed_json": 3, "unknown_op": 1}
     assert summary.as_dict() == {
-        "batches": 2, "events": 8, "table_version": 4, "rejected": {"malformed_json": 3, "unknown_op": 1},
+        "batches": 2,
+        "events": 8,
+        "table_version": 4,
+        "rejected": {"malformed_json": 3, "unknown_op": 1},
         "applied": {SUBSCRIBED: 2, UNSUBSCRIBED: 1, REFRESHED: 0, TOMBSTONED: 0},
-        "noop": {STALE: 1, SUPERSEDED: 0}, "deactivated": 0,
+        "noop": {STALE: 1, SUPERSEDED: 0},
+        "deactivated": 0,
     }
     assert "rejected=4 (malformed_json=3, unknown_op=1); table version 4" in summary.describe()
     # Held subscriptions the [acl] sweep deactivated at the start of the run (0: not mentioned).

@@ -60,26 +60,59 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 #: Text with the characters that break parsers: quotes, separators, line breaks of every kind, NUL, controls,
 #: a lone surrogate (JSON can carry one as an escape), non-ASCII digits and wildcards.
-NASTY = ['"', ",", ".", "*", "#", "\r", "\n", "\r\n", "\x00", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\ufeff",
-         "\ud800", "\\", "٣", "a", "b", " "]
+NASTY = [
+    '"',
+    ",",
+    ".",
+    "*",
+    "#",
+    "\r",
+    "\n",
+    "\r\n",
+    "\x00",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x85",
+    "\u2028",
+    "\ufeff",
+    "\ud800",
+    "\\",
+    "٣",
+    "a",
+    "b",
+    " ",
+]
 nasty_text = st.lists(st.sampled_from(NASTY), max_size=12).map("".join) | st.text(max_size=24)
-json_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
-                | st.floats(allow_nan=True, allow_infinity=True) | nasty_text)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | nasty_text
+)
 json_values = st.recursive(
     json_scalars,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(nasty_text, children, max_size=3),
     max_leaves=6,
 )
 offsets = st.builds(
-    dt.timezone, st.timedeltas(min_value=-dt.timedelta(hours=23, minutes=59), max_value=dt.timedelta(hours=23,
-                                                                                                         minutes=59))
+    dt.timezone,
+    st.timedeltas(min_value=-dt.timedelta(hours=23, minutes=59), max_value=dt.timedelta(hours=23, minutes=59)),
 )
 iso_timestamps = st.builds(
     lambda moment, zone, spec: moment.replace(tzinfo=zone).isoformat(timespec=spec),
-    st.datetimes(), offsets | st.none(), st.sampled_from(["seconds", "milliseconds", "microseconds"]),
+    st.datetimes(),
+    offsets | st.none(),
+    st.sampled_from(["seconds", "milliseconds", "microseconds"]),
 )
-timestamps = (st.integers(min_value=-1, max_value=MAX_TS_MILLIS + 1) | st.integers() | iso_timestamps
-              | st.integers(min_value=1, max_value=6000).map(lambda digits: "9" * digits) | json_values)
+timestamps = (
+    st.integers(min_value=-1, max_value=MAX_TS_MILLIS + 1)
+    | st.integers()
+    | iso_timestamps
+    | st.integers(min_value=1, max_value=6000).map(lambda digits: "9" * digits)
+    | json_values
+)
 pattern_words = st.sampled_from(["a", "b", "*", "#", "", "a*", "é", "x y", "\x00"])
 patterns = st.lists(pattern_words, max_size=8).map(".".join) | nasty_text | json_values
 fields = st.fixed_dictionaries(
@@ -112,7 +145,7 @@ def mutated(draw: st.DrawFn, events: st.SearchStrategy[bytes]) -> bytes:
         return raw[:at]
     if how == "insert":
         return raw[:at] + junk + raw[at:]
-    return raw[:at] + junk + raw[at + len(junk):]
+    return raw[:at] + junk + raw[at + len(junk) :]
 
 
 raw_events = st.none() | st.binary(max_size=200) | json_events | mutated(json_events)
@@ -152,8 +185,9 @@ def test_the_documented_reasons() -> None:
 @example(b'{"op": "subscribe", "subscriber": "s1", "pattern": "a", "ts": ' + b"1" * 5000 + b"}", VALIDATORS[0], 0)
 @example(b"[" * 3000 + b"]" * 3000, VALIDATORS[0], 0)
 @example(b'{"op": "subscribe", "subscriber": "s1", "pattern": "a", "ts": 1e999}', VALIDATORS[0], 0)
-@example(b'{"op": "subscribe", "subscriber": "s1", "pattern": "a", "ts": "0001-01-01T00:00:00+23:59"}',
-         VALIDATORS[0], 0)
+@example(
+    b'{"op": "subscribe", "subscriber": "s1", "pattern": "a", "ts": "0001-01-01T00:00:00+23:59"}', VALIDATORS[0], 0
+)
 @example(b'{"op": "subscribe", "subscriber": "\\ud800", "pattern": "\\udfff", "ts": 1}', VALIDATORS[1], 0)
 def test_no_event_crashes_the_parser(raw: bytes | None, validator: Validator, offset: int) -> None:
     try:
@@ -166,8 +200,9 @@ def test_no_event_crashes_the_parser(raw: bytes | None, validator: Validator, of
 
 # -- the import-file reader ------------------------------------------------------------------------
 
-cells = nasty_text | st.sampled_from(["subscribe", "unsubscribe", "s1", "a.*", "1000", "2026-01-05T09:00:00Z",
-                                      "9" * 5000, ""])
+cells = nasty_text | st.sampled_from(
+    ["subscribe", "unsubscribe", "s1", "a.*", "1000", "2026-01-05T09:00:00Z", "9" * 5000, ""]
+)
 headers = st.permutations(FIELDS).map(list) | st.lists(st.sampled_from([*FIELDS, "extra", ""]), max_size=6)
 
 
@@ -249,8 +284,15 @@ any_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     header=st.permutations(FIELDS),
-    rows=st.lists(st.tuples(st.sampled_from(["subscribe", "unsubscribe"]), any_text.filter(bool), any_text,
-                            st.integers(min_value=0, max_value=MAX_TS_MILLIS)), max_size=8),
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["subscribe", "unsubscribe"]),
+            any_text.filter(bool),
+            any_text,
+            st.integers(min_value=0, max_value=MAX_TS_MILLIS),
+        ),
+        max_size=8,
+    ),
 )
 def test_csv_writer_output_reads_back_field_for_field(
     header: tuple[str, ...], rows: list[tuple[str, str, str, int]], scratch: Path
@@ -267,8 +309,10 @@ def test_csv_writer_output_reads_back_field_for_field(
             writer.writerow([row[column] for column in header])
     outcomes = check_import(path, validator)
     assert outcomes is not None
-    assert [(o.event.op.value, o.event.subscriber, o.event.pattern, o.event.ts_millis) if o.event else
-            o.rejection for o in outcomes] == rows
+    assert [
+        (o.event.op.value, o.event.subscriber, o.event.pattern, o.event.ts_millis) if o.event else o.rejection
+        for o in outcomes
+    ] == rows
 
 
 def test_overlong_numbers_are_rejects_not_crashes() -> None:

@@ -68,8 +68,17 @@ TOO_MANY_SUBSCRIPTIONS = "too_many_subscriptions"
 SUBSCRIPTION_TABLE_FULL = "subscription_table_full"
 
 EVENT_REASONS = frozenset(
-    {EMPTY_EVENT, EVENT_TOO_LARGE, MALFORMED_JSON, MALFORMED_CSV, NOT_AN_OBJECT, MISSING_FIELD,
-     INVALID_FIELD_TYPE, UNKNOWN_OP, INVALID_TS}
+    {
+        EMPTY_EVENT,
+        EVENT_TOO_LARGE,
+        MALFORMED_JSON,
+        MALFORMED_CSV,
+        NOT_AN_OBJECT,
+        MISSING_FIELD,
+        INVALID_FIELD_TYPE,
+        UNKNOWN_OP,
+        INVALID_TS,
+    }
 )
 #: Every reason one event can be rejected for on its own (:func:`judge`, :func:`read_import_file`): the event-level
 #: codes and the validator's (:data:`routing.errors.SUBSCRIPTION_REJECT_ERRORS`).
@@ -174,8 +183,12 @@ def import_change_id(content_sha256: str, line: int) -> str:
 
 def kafka_received(topic: str, partition: int, offset: int, raw: bytes | None) -> Received:
     return Received(
-        change_id=kafka_change_id(topic, partition, offset), source=SOURCE_KAFKA, raw=raw,
-        kafka_topic=topic, kafka_partition=partition, kafka_offset=offset,
+        change_id=kafka_change_id(topic, partition, offset),
+        source=SOURCE_KAFKA,
+        raw=raw,
+        kafka_topic=topic,
+        kafka_partition=partition,
+        kafka_offset=offset,
     )
 
 
@@ -256,8 +269,13 @@ def event_from_fields(
         except TopicError as error:
             raise EventRejected.from_topic_error(error) from None
     return ChangeEvent(
-        change_id=change_id, op=op, subscriber=subscriber, pattern=pattern, ts_millis=ts_millis,
-        pattern_word_count=len(words), has_wildcard=has_wildcard(words),
+        change_id=change_id,
+        op=op,
+        subscriber=subscriber,
+        pattern=pattern,
+        ts_millis=ts_millis,
+        pattern_word_count=len(words),
+        has_wildcard=has_wildcard(words),
     )
 
 
@@ -345,9 +363,15 @@ def read_import_file(
     if kind == "jsonl":
         outcomes = [
             judge(
-                Received(import_change_id(digest, number), SOURCE_IMPORT, line.rstrip(b"\r\n"),
-                         import_file=name, import_line=number),
-                validator, max_event_bytes=max_event_bytes,
+                Received(
+                    import_change_id(digest, number),
+                    SOURCE_IMPORT,
+                    line.rstrip(b"\r\n"),
+                    import_file=name,
+                    import_line=number,
+                ),
+                validator,
+                max_event_bytes=max_event_bytes,
             )
             for number, line in enumerate(content.splitlines(keepends=True), start=1)
         ]

@@ -144,8 +144,7 @@ _CANDIDATE = "candidate"  # a subscribe that would activate a row, before the li
 def _arrow_schema() -> pa.Schema:
     import pyarrow as pa
 
-    types = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_(),
-             "binary": pa.binary()}
+    types = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_(), "binary": pa.binary()}
     return pa.schema([(name, types[kind]) for name, kind in VALIDATED_FIELDS])
 
 
@@ -325,8 +324,12 @@ def validated_record(outcome: Outcome) -> dict[str, Any]:
     event = outcome.event
     if event is not None:
         record.update(
-            op=event.op.value, subscriber_id=event.subscriber, pattern=event.pattern, ts_millis=event.ts_millis,
-            pattern_word_count=event.pattern_word_count, has_wildcard=event.has_wildcard,
+            op=event.op.value,
+            subscriber_id=event.subscriber,
+            pattern=event.pattern,
+            ts_millis=event.ts_millis,
+            pattern_word_count=event.pattern_word_count,
+            has_wildcard=event.has_wildcard,
         )
     else:
         assert outcome.rejection is not None
@@ -576,7 +579,14 @@ def _append_rejects(
         "change_id",
         F.col("reject_reason").alias("reason"),
         F.col("reject_detail").alias("detail"),
-        "source", "kafka_topic", "kafka_partition", "kafka_offset", "import_file", "import_line", "raw", "raw_text",
+        "source",
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
+        "import_file",
+        "import_line",
+        "raw",
+        "raw_text",
         F.lit(None).cast("string").alias("op"),
         F.lit(None).cast("string").alias("subscriber_id"),
         F.lit(None).cast("string").alias("pattern"),
@@ -591,17 +601,32 @@ def _append_rejects(
             F.format_string(
                 "the subscription table would hold %d active subscriptions (limit max_subscriptions_per_table=%d)"
                 " [reason=%s]",
-                F.col("_table_holds"), F.lit(table_limit), F.lit(SUBSCRIPTION_TABLE_FULL),
+                F.col("_table_holds"),
+                F.lit(table_limit),
+                F.lit(SUBSCRIPTION_TABLE_FULL),
             ),
-        ).otherwise(
+        )
+        .otherwise(
             F.format_string(
                 "subscriber '%s' would hold %d patterns (limit max_subscriptions_per_subscriber=%d) [reason=%s]",
-                F.col("subscriber_id"), F.col("_holds"), F.lit(limit), F.lit(TOO_MANY_SUBSCRIPTIONS),
+                F.col("subscriber_id"),
+                F.col("_holds"),
+                F.lit(limit),
+                F.lit(TOO_MANY_SUBSCRIPTIONS),
             )
-        ).alias("detail"),
-        "source", "kafka_topic", "kafka_partition", "kafka_offset", "import_file", "import_line", "raw",
+        )
+        .alias("detail"),
+        "source",
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
+        "import_file",
+        "import_line",
+        "raw",
         F.col("raw").cast("string").alias("raw_text"),
-        "op", "subscriber_id", "pattern",
+        "op",
+        "subscriber_id",
+        "pattern",
         F.timestamp_millis("ts_millis").alias("ts"),
     )
     rejects = invalid.unionByName(over_limit).select(

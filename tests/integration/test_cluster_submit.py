@@ -57,8 +57,12 @@ if TYPE_CHECKING:
 #: Seconds one spark-submit may take before the test kills it (generous: the test machine is shared).
 SUBMIT_TIMEOUT_S = 480.0
 EXECUTOR_PYTHON = "./environment/bin/python"
-REQUIRED_JAR_NAMES = ("delta-spark_2.13-4.4.0.jar", "delta-storage-4.4.0.jar",
-                      "spark-sql-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar")
+REQUIRED_JAR_NAMES = (
+    "delta-spark_2.13-4.4.0.jar",
+    "delta-storage-4.4.0.jar",
+    "spark-sql-kafka-0-10_2.13-4.2.0.jar",
+    "kafka-clients-3.9.2.jar",
+)
 
 SUBSCRIPTIONS = [
     ("stock.*.msft", "msft-desk"),
@@ -110,15 +114,20 @@ def test_spark_submit_jars_must_include_delta_and_the_kafka_source(settings: Set
     with pytest.raises(SparkJarsMissingError, match=r"spark-submit --jars \(kafka-clients\)"):
         spark_conf(settings, submitted={"spark.jars": ",".join(f"/jars/{name}" for name in without_kafka)})
     with pytest.raises(ValueError, match=r"spark\.jars\.packages"):
-        spark_conf(settings, submitted={"spark.jars": ",".join(REQUIRED_JAR_NAMES),
-                                        "spark.jars.packages": "io.delta:delta-spark_2.13:4.4.0"})
+        spark_conf(
+            settings,
+            submitted={
+                "spark.jars": ",".join(REQUIRED_JAR_NAMES),
+                "spark.jars.packages": "io.delta:delta-spark_2.13:4.4.0",
+            },
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # The cluster
 
 #: Run by the probe application on the cluster: where executor tasks found Python and the native module.
-PROBE_APP = '''
+PROBE_APP = """
 import json, sys
 from routing.settings import load_settings
 from routing.spark import get_spark
@@ -133,13 +142,16 @@ def where(_rows):
 rows = spark.sparkContext.parallelize(range(8), 8).mapPartitions(where).collect()
 print("PROBE " + json.dumps(sorted(set(json.dumps(row) for row in rows))), flush=True)
 spark.stop()
-'''
+"""
 
 
 def submit_environment(tmp_path: Path, spark_home: Path) -> dict[str, str]:
     """The submitting shell: no PYTHONPATH, no inherited Spark or PySpark variables."""
-    env = {key: value for key, value in os.environ.items()
-           if key != "PYTHONPATH" and not key.startswith(("PYSPARK_", "SPARK_", "ROUTER"))}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key != "PYTHONPATH" and not key.startswith(("PYSPARK_", "SPARK_", "ROUTER"))
+    }
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir(exist_ok=True)
     env.update({"SPARK_HOME": str(spark_home), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": "127.0.0.1"})
@@ -153,8 +165,9 @@ class Submission:
         self.log = log
         # Output goes to a file, not a pipe nobody reads while the test does other work.
         with log.open("w") as output:
-            self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT,
-                                            text=True, start_new_session=True)
+            self.process = subprocess.Popen(
+                command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            )
         self.started = time.monotonic()
 
     def wait(self) -> str:
@@ -166,7 +179,8 @@ class Submission:
             pytest.fail(f"spark-submit did not finish in {SUBMIT_TIMEOUT_S:.0f} s; output in {self.log}")
         output = self.log.read_text()
         assert self.process.returncode == 0, (
-            f"spark-submit exited {self.process.returncode}; output in {self.log}:\n{output[-4000:]}")
+            f"spark-submit exited {self.process.returncode}; output in {self.log}:\n{output[-4000:]}"
+        )
         return output
 
     def kill(self) -> None:
@@ -241,28 +255,54 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_like_local_mode(
         cluster_started.result()
         common = [
             str(home / "bin" / "spark-submit"),
-            "--master", cluster.master_url,
-            "--deploy-mode", "client",
-            "--executor-cores", "1",
-            "--executor-memory", "1g",
-            "--archives", f"{package.env_archive}#environment",
-            "--jars", ",".join(str(jar) for jar in package.jars),
-            "--conf", f"spark.pyspark.driver.python={driver_env / 'bin' / 'python'}",
-            "--conf", f"spark.pyspark.python={EXECUTOR_PYTHON}",
-            "--conf", "spark.python.worker.reuse=true",
+            "--master",
+            cluster.master_url,
+            "--deploy-mode",
+            "client",
+            "--executor-cores",
+            "1",
+            "--executor-memory",
+            "1g",
+            "--archives",
+            f"{package.env_archive}#environment",
+            "--jars",
+            ",".join(str(jar) for jar in package.jars),
+            "--conf",
+            f"spark.pyspark.driver.python={driver_env / 'bin' / 'python'}",
+            "--conf",
+            f"spark.pyspark.python={EXECUTOR_PYTHON}",
+            "--conf",
+            "spark.python.worker.reuse=true",
         ]
-        submissions.append(Submission(
-            [*common, "--name", "router-cluster-test", str(job), "--conf", str(conf_file), "--available-now", "--json",
-             *route_flags(on_cluster)],
-            cwd=submit_dir, env=env, log=tmp_path / "route-submit.log",
-        ))
+        submissions.append(
+            Submission(
+                [
+                    *common,
+                    "--name",
+                    "router-cluster-test",
+                    str(job),
+                    "--conf",
+                    str(conf_file),
+                    "--available-now",
+                    "--json",
+                    *route_flags(on_cluster),
+                ],
+                cwd=submit_dir,
+                env=env,
+                log=tmp_path / "route-submit.log",
+            )
+        )
         # The same router in local mode, on this process's session, while the cluster works.
         run_available_now(spark, local)
         route_output = submissions[0].wait()
-        submissions.append(Submission(
-            [*common, "--name", "probe", str(probe), str(tmp_path / "probe-local"), str(tmp_path / "probe-ivy")],
-            cwd=submit_dir, env=env, log=tmp_path / "probe-submit.log",
-        ))
+        submissions.append(
+            Submission(
+                [*common, "--name", "probe", str(probe), str(tmp_path / "probe-local"), str(tmp_path / "probe-ivy")],
+                cwd=submit_dir,
+                env=env,
+                log=tmp_path / "probe-submit.log",
+            )
+        )
         probe_output = submissions[1].wait()
         applications = cluster.status()["completedapps"]
     finally:
@@ -298,9 +338,11 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_like_local_mode(
     assert routed.outcomes() == expected
     assert_ids_exact(routed)
     assert sorted(row["delivery_id"] for row in routed.deliveries) == sorted(
-        row["delivery_id"] for row in local_routed.deliveries)
+        row["delivery_id"] for row in local_routed.deliveries
+    )
     assert sorted(row["dead_letter_id"] for row in routed.dead_letters) == sorted(
-        row["dead_letter_id"] for row in local_routed.dead_letters)
+        row["dead_letter_id"] for row in local_routed.dead_letters
+    )
     summary = json.loads(next(line for line in reversed(route_output.splitlines()) if line.startswith("{")))
     assert summary["input_rows"] == len(records)
     assert summary["deliveries"] == len(routed.deliveries)

@@ -30,7 +30,10 @@ CELL_TIMEOUT_S = 600
 def committed_notebooks() -> list[Path]:
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "*.ipynb"],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     return [REPO_ROOT / name for name in listed]
 

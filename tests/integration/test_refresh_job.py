@@ -142,19 +142,22 @@ def test_runs_match_the_model(spark: SparkSession, job_settings: Settings, topic
     validator = settings.validator()
     model = apply_events_model([], validator, max_event_bytes=MAX_EVENT_BYTES)
 
-    first = produce(settings, [
-        sub("s1", "stock.*.msft", 1000),
-        sub("s1", "forex.#", "1970-01-01T00:00:01Z"),
-        sub("s1", "stock.*.msft", 1000),  # same ts, later change id: supersedes the first
-        sub("s2", "#", 1000),
-        unsub("s2", "#", 2000),  # same run: the row is recorded inactive
-        sub("s3", "a.b", 5000),
-        unsub("s3", "a.b", 4000),  # arrives later but is older: the subscribe wins
-        sub("s5", "x", 100),
-        unsub("s5", "x", 200),
-        *(sub("s4", f"p{i}", 10 + i) for i in range(1, 6)),  # limit 3: p4 and p5 rejected
-        *(value for value, _ in REJECTED_EVENTS),
-    ])
+    first = produce(
+        settings,
+        [
+            sub("s1", "stock.*.msft", 1000),
+            sub("s1", "forex.#", "1970-01-01T00:00:01Z"),
+            sub("s1", "stock.*.msft", 1000),  # same ts, later change id: supersedes the first
+            sub("s2", "#", 1000),
+            unsub("s2", "#", 2000),  # same run: the row is recorded inactive
+            sub("s3", "a.b", 5000),
+            unsub("s3", "a.b", 4000),  # arrives later but is older: the subscribe wins
+            sub("s5", "x", 100),
+            unsub("s5", "x", 200),
+            *(sub("s4", f"p{i}", 10 + i) for i in range(1, 6)),  # limit 3: p4 and p5 rejected
+            *(value for value, _ in REJECTED_EVENTS),
+        ],
+    )
     counts = model.apply_batch(first)
     summary = refresh_from_kafka(spark, settings)
     assert len(summary.batches) == 1
@@ -167,11 +170,17 @@ def test_runs_match_the_model(spark: SparkSession, job_settings: Settings, topic
     by_change = dict(rejects_in_table(spark, settings))
     offset = len(first) - len(REJECTED_EVENTS)
     assert [by_change[item.change_id] for item in first[offset:]] == [reason for _, reason in REJECTED_EVENTS]
-    reject = spark.read.format("delta").load(settings.subscriptions.rejects_path).where(
-        f"change_id = '{first[offset + 2].change_id}'"
-    ).collect()[0]
+    reject = (
+        spark.read.format("delta")
+        .load(settings.subscriptions.rejects_path)
+        .where(f"change_id = '{first[offset + 2].change_id}'")
+        .collect()[0]
+    )
     assert (reject["kafka_topic"], reject["kafka_partition"], reject["kafka_offset"], bytes(reject["raw"])) == (
-        first[offset + 2].kafka_topic, first[offset + 2].kafka_partition, first[offset + 2].kafka_offset, b"{not json"
+        first[offset + 2].kafka_topic,
+        first[offset + 2].kafka_partition,
+        first[offset + 2].kafka_offset,
+        b"{not json",
     )
     version = latest_version(spark, settings.subscriptions.table_path)
     assert summary.table_version == version
@@ -181,21 +190,30 @@ def test_runs_match_the_model(spark: SparkSession, job_settings: Settings, topic
     assert idle.batches == [] and idle.table_version == version
     assert_matches_model(spark, settings, model)
 
-    second = produce(settings, [
-        unsub("s1", "forex.#", 3000),
-        sub("s5", "x", 150),  # older than the unsubscribe at 200: must not resurrect
-        sub("s2", "#", 2500),  # re-subscribe after the unsubscribe at 2000
-        unsub("s4", "p1", 9000),
-        sub("s4", "p4", 9000),  # p1 released in the same batch: p4 fits now
-        sub("s4", "p5", 9001),  # but p5 still does not
-        sub("s3", "a.b", 5001),  # newer subscribe of an active row: a refresh
-        b"garbage",
-    ])
+    second = produce(
+        settings,
+        [
+            unsub("s1", "forex.#", 3000),
+            sub("s5", "x", 150),  # older than the unsubscribe at 200: must not resurrect
+            sub("s2", "#", 2500),  # re-subscribe after the unsubscribe at 2000
+            unsub("s4", "p1", 9000),
+            sub("s4", "p4", 9000),  # p1 released in the same batch: p4 fits now
+            sub("s4", "p5", 9001),  # but p5 still does not
+            sub("s3", "a.b", 5001),  # newer subscribe of an active row: a refresh
+            b"garbage",
+        ],
+    )
     counts = model.apply_batch(second)
     summary = refresh_from_kafka(spark, settings)
     assert nonzero(summary.counts) == nonzero(counts)
-    assert nonzero(counts) == {"unsubscribed": 2, "stale": 1, "subscribed": 2, "refreshed": 1,
-                               "too_many_subscriptions": 1, "malformed_json": 1}
+    assert nonzero(counts) == {
+        "unsubscribed": 2,
+        "stale": 1,
+        "subscribed": 2,
+        "refreshed": 1,
+        "too_many_subscriptions": 1,
+        "malformed_json": 1,
+    }
     assert_matches_model(spark, settings, model)
     assert summary.table_version == version + 1
 
@@ -209,8 +227,10 @@ def set_flags(settings: Settings) -> list[str]:
         "spark.warehouse_dir": settings.spark.warehouse_dir,
         "spark.local_dir": settings.spark.local_dir,
         "limits.max_subscriptions_per_subscriber": settings.limits.max_subscriptions_per_subscriber,
-        **{f"subscriptions.{field.name}": getattr(settings.subscriptions, field.name)
-           for field in dataclasses.fields(settings.subscriptions)},
+        **{
+            f"subscriptions.{field.name}": getattr(settings.subscriptions, field.name)
+            for field in dataclasses.fields(settings.subscriptions)
+        },
     }
     return [flag for name, value in values.items() for flag in ("--set", f"{name}={value}")]
 
@@ -219,10 +239,20 @@ def set_flags(settings: Settings) -> list[str]:
 def test_killed_run_is_safe_to_rerun(spark: SparkSession, job_settings: Settings, topic_factory: Any) -> None:
     # One partition and 5 events per batch, so the batches are known: offsets [0-4] and [5-8].
     settings = with_topic(job_settings, topic_factory(partitions=1), max_offsets_per_trigger=5)
-    received = produce(settings, [
-        sub("s1", "p1", 10), sub("s1", "p2", 11), sub("s1", "p3", 12), sub("s1", "p4", 13), b"garbage",
-        unsub("s1", "p1", 30), sub("s1", "p4", 31), sub("s1", "p2", 5), ev("x", "s1", "p", 1),
-    ])
+    received = produce(
+        settings,
+        [
+            sub("s1", "p1", 10),
+            sub("s1", "p2", 11),
+            sub("s1", "p3", 12),
+            sub("s1", "p4", 13),
+            b"garbage",
+            unsub("s1", "p1", 30),
+            sub("s1", "p4", 31),
+            sub("s1", "p2", 5),
+            ev("x", "s1", "p", 1),
+        ],
+    )
     batches = [received[0:5], received[5:9]]
     model = apply_events_model(batches[:1], settings.validator(), max_event_bytes=MAX_EVENT_BYTES)
     # Batch 0 holds a limit reject: its replay re-decides the limit against the already merged table.
@@ -231,8 +261,11 @@ def test_killed_run_is_safe_to_rerun(spark: SparkSession, job_settings: Settings
     # Killed (SIGKILL, by the test-only after-writes hook) after batch 0 wrote to Delta, before its checkpoint commit.
     job = subprocess.Popen(
         [sys.executable, "-m", "jobs.refresh_subscriptions", *set_flags(settings)],
-        cwd=REPO_ROOT, env={**os.environ, CRASH_AFTER_WRITES_ENV: "0"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, CRASH_AFTER_WRITES_ENV: "0"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         output, _ = job.communicate(timeout=SUBPROCESS_TIMEOUT_S)
@@ -263,7 +296,8 @@ def test_import_files_through_main(
     validator = job_settings.validator()
     model = apply_events_model(
         [read_import_file(path, validator, max_event_bytes=MAX_EVENT_BYTES)[1] for path in files],
-        validator, max_event_bytes=MAX_EVENT_BYTES,
+        validator,
+        max_event_bytes=MAX_EVENT_BYTES,
     )
     argv = [*set_flags(job_settings), "--json", *(flag for path in files for flag in ("--import", str(path)))]
 
@@ -298,11 +332,18 @@ def test_set_based_decisions_match_the_model(spark: SparkSession) -> None:
         outcomes: list[Outcome] = []
         for scenario, model in enumerate(models):
             batch = [
-                kafka_received("t", rng.randrange(2), next(offsets), ev(
-                    rng.choice(["subscribe", "subscribe", "unsubscribe"]), f"s{scenario}.{rng.randrange(2)}",
-                    # Overlapping ts windows per round: late (stale) events and real unsubscribes both occur.
-                    rng.choice(["a", "b", "c", "d.*"]), 3 * round_number + rng.randrange(6),
-                ))
+                kafka_received(
+                    "t",
+                    rng.randrange(2),
+                    next(offsets),
+                    ev(
+                        rng.choice(["subscribe", "subscribe", "unsubscribe"]),
+                        f"s{scenario}.{rng.randrange(2)}",
+                        # Overlapping ts windows per round: late (stale) events and real unsubscribes both occur.
+                        rng.choice(["a", "b", "c", "d.*"]),
+                        3 * round_number + rng.randrange(6),
+                    ),
+                )
                 for _ in range(rng.randrange(9))
             ]
             model.apply_batch(batch)
@@ -314,8 +355,11 @@ def test_set_based_decisions_match_the_model(spark: SparkSession) -> None:
         decided = decide(current, validated_frame(spark, outcomes), validator.limits.max_subscriptions_per_subscriber)
         for row in decided.select("subscriber_id", "pattern", "op", "ts_millis", "change_id", "_kind").collect():
             if row["_kind"] in APPLIED_KINDS:
-                table[(row["subscriber_id"], row["pattern"])] = (row["op"] == "subscribe", row["ts_millis"],
-                                                                 row["change_id"])
+                table[(row["subscriber_id"], row["pattern"])] = (
+                    row["op"] == "subscribe",
+                    row["ts_millis"],
+                    row["change_id"],
+                )
         expected = {
             key: (row.active, row.ts_millis, row.change_id) for model in models for key, row in model.rows.items()
         }

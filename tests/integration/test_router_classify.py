@@ -34,12 +34,52 @@ if TYPE_CHECKING:
 LIMITS = Limits(max_key_bytes=24, max_key_words=5, max_payload_bytes=16)
 
 EDGE_KEYS: list[bytes | None] = [
-    None, b"", b".", b"....", b".....", b"a.b.c.d.e", b"a.b.c.d.e.f", b"a" * 24, b"a" * 25,
-    "é".encode() * 12, "é".encode() * 12 + b"a", "日本語".encode() * 2 + b"abcdef", "€".encode() * 8 + b"a",
-    b"\xed\xa0\x80", b"\xed\xbf\xbf", b"a.\xed\xb0\x80.b", b"\xc0\xaf", b"\xc1\xbf", b"\xe0\x80\xaf",
-    b"\xf0\x80\x80\xaf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xff", b"\xfe\xff", b"\xe2\x82", b"a.\xe2",
-    b"\x80", b"\xef\xbb\xbfa", b"\xf0\x9f\x98\x80", b"\x00", b"a.\x00.b", b"a\x1fb", b"a\x7fb", "a\u0085b".encode(),
-    b"A-z_0.9", b"a b", b"a\tb", b"a..b", b"a.", b".a", b"*", b"#", b"a.*.b", b"a/b", b"a\nb", "ü".encode(),
+    None,
+    b"",
+    b".",
+    b"....",
+    b".....",
+    b"a.b.c.d.e",
+    b"a.b.c.d.e.f",
+    b"a" * 24,
+    b"a" * 25,
+    "é".encode() * 12,
+    "é".encode() * 12 + b"a",
+    "日本語".encode() * 2 + b"abcdef",
+    "€".encode() * 8 + b"a",
+    b"\xed\xa0\x80",
+    b"\xed\xbf\xbf",
+    b"a.\xed\xb0\x80.b",
+    b"\xc0\xaf",
+    b"\xc1\xbf",
+    b"\xe0\x80\xaf",
+    b"\xf0\x80\x80\xaf",
+    b"\xf4\x90\x80\x80",
+    b"\xf5\x80\x80\x80",
+    b"\xff",
+    b"\xfe\xff",
+    b"\xe2\x82",
+    b"a.\xe2",
+    b"\x80",
+    b"\xef\xbb\xbfa",
+    b"\xf0\x9f\x98\x80",
+    b"\x00",
+    b"a.\x00.b",
+    b"a\x1fb",
+    b"a\x7fb",
+    "a\u0085b".encode(),
+    b"A-z_0.9",
+    b"a b",
+    b"a\tb",
+    b"a..b",
+    b"a.",
+    b".a",
+    b"*",
+    b"#",
+    b"a.*.b",
+    b"a/b",
+    b"a\nb",
+    "ü".encode(),
     b"\xed\xa0\x80" * 9,  # too long and not UTF-8: the length rule comes first
     b"a." * 12,  # 24 bytes, 13 words
 ]
@@ -47,15 +87,32 @@ EDGE_KEYS: list[bytes | None] = [
 hostile_bytes = st.one_of(
     st.binary(max_size=30),
     st.lists(
-        st.sampled_from([b".", b"a", b"Z9", b"_-", b"\xc3\xa9", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xe2\x82",
-                         b"\xc0\xaf", b"\x00", b" ", b"*", b"#", b"\xff"]),
+        st.sampled_from(
+            [
+                b".",
+                b"a",
+                b"Z9",
+                b"_-",
+                b"\xc3\xa9",
+                b"\xed\xa0\x80",
+                b"\xf0\x9f\x98\x80",
+                b"\xe2\x82",
+                b"\xc0\xaf",
+                b"\x00",
+                b" ",
+                b"*",
+                b"#",
+                b"\xff",
+            ]
+        ),
         max_size=14,
     ).map(b"".join),
     st.text(max_size=12).map(lambda text: text.encode("utf-8", "surrogatepass")),
 )
 records = st.lists(
     st.tuples(st.one_of(st.none(), hostile_bytes), st.one_of(st.none(), st.binary(min_size=14, max_size=18))),
-    min_size=1, max_size=150,
+    min_size=1,
+    max_size=150,
 )
 
 
@@ -98,10 +155,20 @@ def check_agreement(spark: SparkSession, rows: list[tuple[bytes | None, bytes | 
 
 def test_edge_cases_classify_like_the_validator(spark: SparkSession) -> None:
     rows: list[tuple[bytes | None, bytes | None]] = [(key, b"ok") for key in EDGE_KEYS]
-    rows += [(b"a.b", b"p" * 16), (b"a.b", b"p" * 17), (b"a.b", None), (b"a.b", b""), (None, b"p" * 17),
-             (b"\xff", b"p" * 17), (b"a" * 25, b"p" * 17)]
-    reasons = {python_reason(Validator(limits=LIMITS, policy=policy), key, payload)[0]
-               for policy in Policy for key, payload in rows}
+    rows += [
+        (b"a.b", b"p" * 16),
+        (b"a.b", b"p" * 17),
+        (b"a.b", None),
+        (b"a.b", b""),
+        (None, b"p" * 17),
+        (b"\xff", b"p" * 17),
+        (b"a" * 25, b"p" * 17),
+    ]
+    reasons = {
+        python_reason(Validator(limits=LIMITS, policy=policy), key, payload)[0]
+        for policy in Policy
+        for key, payload in rows
+    }
     # The table exercises every rule the classifier has.
     assert reasons == {None, "null_key", "key_too_long", "invalid_key", "too_many_words", "payload_too_large"}
     check_agreement(spark, rows)

@@ -28,8 +28,15 @@ from routing.subscriptions import read_active
 
 SUBSCRIPTIONS = [("stock.*.msft", "msft"), ("stock.#", "all-stock"), ("forex.usd", "fx"), ("#.eur", "eur")]
 KEYS: list[bytes | None] = [
-    b"stock.nasdaq.msft", b"stock.nyse.ibm", b"forex.usd", b"forex.eur", b"weather.paris", None, b"\xff.bad",
-    b"k" * 300, b"a..b",
+    b"stock.nasdaq.msft",
+    b"stock.nyse.ibm",
+    b"forex.usd",
+    b"forex.eur",
+    b"weather.paris",
+    None,
+    b"\xff.bad",
+    b"k" * 300,
+    b"a..b",
 ]
 
 
@@ -68,9 +75,7 @@ def expected_counts(rows: list[tuple[Any, ...]], settings: Settings, pairs: list
 
 
 @pytest.mark.slow
-def test_metrics_rows_match_an_independent_count_once_per_batch(
-    spark: Any, settings: Settings, tmp_path: Path
-) -> None:
+def test_metrics_rows_match_an_independent_count_once_per_batch(spark: Any, settings: Settings, tmp_path: Path) -> None:
     local = router_settings(settings, tmp_path, ["metrics"], metrics_path=str(tmp_path / "router_metrics"))
     local = local.replace(limits=dataclasses.replace(local.limits, max_payload_bytes=4096))
     version = apply_subscriptions(spark, local, tmp_path / "subs.json", subscribe=SUBSCRIPTIONS)

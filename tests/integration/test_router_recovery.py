@@ -71,7 +71,10 @@ def start_router(settings: Settings, log: IO[bytes], *args: str, env: dict[str, 
     """``python -m jobs.route`` in its own process group (so a kill reaches its JVM and Python workers)."""
     return subprocess.Popen(
         [sys.executable, "-m", "jobs.route", *route_flags(settings), *args],
-        cwd=REPO_ROOT, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
 
@@ -119,7 +122,11 @@ def test_sigkilled_router_loses_and_duplicates_nothing(
     rng = random.Random(20261122)
     topic = topic_factory(partitions=2)
     job = router_settings(
-        settings, tmp_path, [topic], trigger="processing_time", trigger_interval="1 second",
+        settings,
+        tmp_path,
+        [topic],
+        trigger="processing_time",
+        trigger_interval="1 second",
         max_offsets_per_trigger=200,
     )
     version = apply_subscriptions(spark, job, tmp_path / "subscriptions.jsonl", SUBSCRIPTIONS)
@@ -134,7 +141,7 @@ def test_sigkilled_router_loses_and_duplicates_nothing(
             for start in range(0, len(keys), 150):
                 chunk: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]] = [
                     (key, f"payload {start + index}".encode(), [])
-                    for index, key in enumerate(keys[start:start + 150])
+                    for index, key in enumerate(keys[start : start + 150])
                 ]
                 produced.extend(produce(job, topic, chunk, partitions=2))
                 time.sleep(1.0)
@@ -205,7 +212,10 @@ def test_replayed_batch_uses_its_recorded_version(
 
     # The table changes while the router is down: the restart must still replay batch 1 with the old version.
     new_version = apply_subscriptions(
-        spark, job, tmp_path / "v2.jsonl", subscribe=[("bond.#", "bonds"), ("#.ibm", "ibm-2")],
+        spark,
+        job,
+        tmp_path / "v2.jsonl",
+        subscribe=[("bond.#", "bonds"), ("#.ibm", "ibm-2")],
         unsubscribe=[("stock.*.msft", "msft-desk")],
     )
     assert new_version > old_version

@@ -68,9 +68,38 @@ SELECTIVE = [(pattern, subscriber) for pattern, subscriber in SUBSCRIPTIONS if s
 
 #: Keys worth routing: '#' edge cases, empty key and words, wildcards as text, unicode, controls.
 VALID_KEYS = [
-    "", ".", "..", ".x", "x.", "a..b", "a.b", "a.x.b", "a.x.y.b", "a.b.b", "x.b", "q", "a", "#", "*", "a*",
-    "simply#carrots", "a.#.b", "stock.nasdaq.msft", "stock..msft", "stock.nasdaq.msft.x", "données.été",
-    "données", "日本.x", "a\x00b.x", "x.y.z.msft", "STOCK.nasdaq.msft", "a.x.y.z.w.b", "x..y", "z", "a.z", "x.y.z",
+    "",
+    ".",
+    "..",
+    ".x",
+    "x.",
+    "a..b",
+    "a.b",
+    "a.x.b",
+    "a.x.y.b",
+    "a.b.b",
+    "x.b",
+    "q",
+    "a",
+    "#",
+    "*",
+    "a*",
+    "simply#carrots",
+    "a.#.b",
+    "stock.nasdaq.msft",
+    "stock..msft",
+    "stock.nasdaq.msft.x",
+    "données.été",
+    "données",
+    "日本.x",
+    "a\x00b.x",
+    "x.y.z.msft",
+    "STOCK.nasdaq.msft",
+    "a.x.y.z.w.b",
+    "x..y",
+    "z",
+    "a.z",
+    "x.y.z",
 ]
 RANDOM_WORDS = ["a", "b", "x", "z", "", "stock", "msft", "données", "#", "*"]
 
@@ -124,8 +153,15 @@ def test_routing_by_message_key_matches_the_oracle(
     expected = expected_outcomes(records, job.router, job.validator(), subscriptions)
     # The data covers what it claims to: every reason, fan-out at and over the limit, every subscriber.
     kinds = collections.Counter(kind for kind, _ in expected.values())
-    assert set(kinds) == {DELIVERED, "null_key", "key_too_long", "invalid_key", "too_many_words",
-                          "payload_too_large", "fanout_limit"}
+    assert set(kinds) == {
+        DELIVERED,
+        "null_key",
+        "key_too_long",
+        "invalid_key",
+        "too_many_words",
+        "payload_too_large",
+        "fanout_limit",
+    }
     assert any(len(subs) == MAX_FANOUT for _, subs in expected.values())
     assert {sub for _, subs in expected.values() for sub in subs} == {sub for _, sub in SUBSCRIPTIONS}
     assert_routed_as_expected(spark, job, records, expected, version)
@@ -184,8 +220,14 @@ def test_routing_by_header_and_json_field_matches_the_oracle(
     header_records = produce(header_job, header_topic, header_messages, partitions=2)
     run_available_now(spark, header_job)
     expected = expected_outcomes(header_records, header_job.router, header_job.validator(), subscriptions)
-    assert {kind for kind, _ in expected.values()} >= {DELIVERED, UNROUTED, "null_key", "invalid_key",
-                                                       "payload_too_large", "fanout_limit"}
+    assert {kind for kind, _ in expected.values()} >= {
+        DELIVERED,
+        UNROUTED,
+        "null_key",
+        "invalid_key",
+        "payload_too_large",
+        "fanout_limit",
+    }
     assert_routed_as_expected(spark, header_job, header_records, expected, version)
 
     # JSON: the key is the string field 'routing_key' of the value; a value that is not JSON has no key.
@@ -197,14 +239,26 @@ def test_routing_by_header_and_json_field_matches_the_oracle(
         for index, key in enumerate(VALID_KEYS + random_keys(7, 60) + ["k" * 300, ".".join(["w"] * 40)])
     ]
     json_values += [
-        b"not json", b"{\"routing_key\": ", b"[\"a.b\"]", b"{\"other\": \"a.b\"}", b"", None,
+        b"not json",
+        b'{"routing_key": ',
+        b'["a.b"]',
+        b'{"other": "a.b"}',
+        b"",
+        None,
         json.dumps({"routing_key": "a.b", "pad": "x" * MAX_PAYLOAD_BYTES}).encode(),
     ]
     json_records = produce(json_job, json_topic, [(b"ignored", value, []) for value in json_values])
     run_available_now(spark, json_job)
     expected = expected_outcomes(json_records, json_job.router, json_job.validator(), subscriptions)
-    assert {kind for kind, _ in expected.values()} >= {DELIVERED, UNROUTED, "null_key", "key_too_long",
-                                                       "too_many_words", "payload_too_large", "fanout_limit"}
+    assert {kind for kind, _ in expected.values()} >= {
+        DELIVERED,
+        UNROUTED,
+        "null_key",
+        "key_too_long",
+        "too_many_words",
+        "payload_too_large",
+        "fanout_limit",
+    }
     assert_routed_as_expected(spark, json_job, json_records, expected, version)
 
 

@@ -116,8 +116,11 @@ def fresh_settings(tmp_path: Path) -> Iterator[Settings]:
 
 def run_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     kafka = settings.kafka
-    flags = [f"kafka.data_dir={kafka.data_dir}", f"kafka.client_port={kafka.client_port}",
-             f"kafka.controller_port={kafka.controller_port}"]
+    flags = [
+        f"kafka.data_dir={kafka.data_dir}",
+        f"kafka.client_port={kafka.client_port}",
+        f"kafka.controller_port={kafka.controller_port}",
+    ]
     return subprocess.run(
         [sys.executable, "-m", "jobs.local_kafka", *args, *(part for flag in flags for part in ("--set", flag))],
         cwd=REPO_ROOT,
@@ -376,8 +379,13 @@ def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
     # No HOME with Maven/Ivy settings or caches, no Spark install, no extra options: only project files.
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SPARK_", "PYSPARK_", "ROUTER"))}
     env["HOME"] = str(home)
-    args = {"bootstrap": settings.kafka.bootstrap_servers, "topic": topic, "ivy": str(ivy),
-            "scratch": str(scratch), "delta": str(tmp_path / "delta")}
+    args = {
+        "bootstrap": settings.kafka.bootstrap_servers,
+        "topic": topic,
+        "ivy": str(ivy),
+        "scratch": str(scratch),
+        "delta": str(tmp_path / "delta"),
+    }
     result = subprocess.run(
         [sys.executable, "-c", EMPTY_IVY_JOB, json.dumps(args)],
         cwd=tmp_path,
