@@ -87,6 +87,8 @@ def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings
 def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
+    from pyspark.sql import functions as F
+
     local = router_settings(settings, tmp_path, ["wide"], write_unrouted=True)
     subscribers = [f"{index:0>{local.limits.max_subscriber_bytes}}" for index in range(1_000)]
     apply_subscriptions(spark, local, tmp_path / "subs.json", [("#", subscriber) for subscriber in subscribers])
@@ -102,7 +104,10 @@ def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
     per_message = deliveries.groupBy("source_offset").agg({"subscriber_id": "count"}).collect()
     assert len(per_message) == 9_000 and {row[1] for row in per_message} == {1_000}
     assert deliveries.select("subscriber_id").distinct().count() == 1_000
-    assert deliveries.select("delivery_id").distinct().count() == 9_000_000
+    # Distinct delivery ids, counted on an 8-byte hash of each instead of the 64-character id (half the time of
+    # the check): a hash can merge two ids but never split one, and there are 9,000,000 rows, so 9,000,000
+    # distinct hashes means 9,000,000 distinct ids. The ids are deterministic: no collision comes and goes.
+    assert deliveries.select(F.xxhash64("delivery_id")).distinct().count() == 9_000_000
 
 
 def test_twenty_one_megabyte_messages_to_a_hundred_subscribers_route_completely(
