@@ -108,8 +108,12 @@ lint: install
 	cd native && cargo clippy --all-targets --quiet -- -D warnings
 
 # --durations: every run's log names the slowest tests (the suite must stay under 20 minutes).
+# Two pytest-xdist workers, each with its own broker and SparkSession (tests/conftest.py), taking whole
+# files, slow files first: one file's JVM start-ups, broker waits and fixed-length runs overlap with the
+# other worker's work. PYTEST_WORKERS=0 runs everything in this process.
+PYTEST_WORKERS ?= 2
 test: install native lint native-test fuzz-smoke
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"

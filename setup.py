@@ -27,6 +27,8 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            # `make test` runs two workers (--dist loadfile); see the Makefile.
+            "pytest-xdist>=3.6",
             "hypothesis>=6.100",
             "ruff>=0.6",
             "mypy>=1.11",

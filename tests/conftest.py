@@ -40,10 +40,22 @@ INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark by folder: ``tests/integration/*`` is ``integration`` (``make test-fast`` skips it)."""
+    """Mark by folder, then put the files with slow tests first.
+
+    ``tests/integration/*`` is ``integration`` (``make test-fast`` skips it). ``make test`` runs two
+    pytest-xdist workers that take whole files (``--dist loadfile``) in this order, so starting with
+    the files that hold ``slow`` tests, then the other integration files, then the unit tests, keeps one
+    worker from starting a long file when the other is about to run out of work. The order within a
+    file is kept.
+    """
     for item in items:
         if item.path.is_relative_to(INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
+    rank: dict[Path, int] = {}
+    for item in items:
+        weight = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("integration") else 2
+        rank[item.path] = min(rank.get(item.path, weight), weight)
+    items.sort(key=lambda item: rank[item.path])  # stable: files stay together, in their own order
 
 
 def make_test_settings(root: Path, *, client_port: int, controller_port: int) -> Settings:
