@@ -272,6 +272,9 @@ class SparkSettings:
     driver_memory: str = "2g"
     #: Kafka source + Delta jars resolved by ``make jars``; the only jars a session loads.
     jars_dir: str = "var/jars/spark"
+    #: The runtime already has Delta and the Kafka source on its classpath (a managed Spark, an image
+    #: with them in ``$SPARK_HOME/jars``): no jar check, and nothing added to ``spark.jars``.
+    jars_provided: bool = False
     #: Ivy home, kept empty: nothing is resolved at run time.
     ivy_dir: str = "var/ivy"
     warehouse_dir: str = "var/spark-warehouse"

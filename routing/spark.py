@@ -17,6 +17,10 @@ for Delta and the Kafka source like ``spark.jars_dir``), and the Python of the e
 submitter's choice (``spark.pyspark.python``/``PYSPARK_PYTHON``, e.g. ``./environment/bin/python`` of
 a packed environment), never this driver's interpreter path, which does not exist on other nodes.
 The loopback driver address is for local masters only: on a cluster Spark picks the host's own.
+
+Where the runtime itself provides Delta and the Kafka source (a managed Spark, or an image with them in
+``$SPARK_HOME/jars``), ``spark.jars_provided = true`` skips the jar check and adds nothing to
+``spark.jars``: loading the open-source jars beside the runtime's own would shadow them.
 """
 
 from __future__ import annotations
@@ -86,17 +90,19 @@ def spark_conf(
     submitted = submitted or {}
     for directory in (spark.ivy_dir, spark.local_dir):
         Path(directory).mkdir(parents=True, exist_ok=True)
-    if "spark.jars" in submitted:
+    jars: dict[str, str] = {}
+    if spark.jars_provided:
+        pass  # the runtime's classpath has them: check nothing, add nothing
+    elif "spark.jars" in submitted:
         names = [Path(jar).name for jar in submitted["spark.jars"].split(",")]
         _check_required_jars(names, "spark-submit --jars", "pass the jars of `make package` (dist/jars/)")
-        jars = submitted["spark.jars"]
     else:
-        jars = ",".join(str(jar) for jar in spark_jars(settings))
+        # Local jars only; an empty Ivy home proves nothing was fetched.
+        jars["spark.jars"] = ",".join(str(jar) for jar in spark_jars(settings))
     conf = {
         "spark.master": master or spark.master,
         "spark.app.name": app_name,
-        # Local jars only; an empty Ivy home proves nothing was fetched.
-        "spark.jars": jars,
+        **jars,
         "spark.jars.ivy": spark.ivy_dir,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

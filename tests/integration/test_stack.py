@@ -7,6 +7,7 @@ itself produced, what /proc says is running. The settings' unit tests are in tes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -68,6 +69,17 @@ def test_spark_conf_uses_only_local_jars(settings: Settings) -> None:
     for key in FORBIDDEN_CONF:
         with pytest.raises(ValueError, match="make jars"):
             spark_conf(settings, extra_conf={key: "io.delta:delta-spark_4.2_2.13:4.4.1"})
+
+
+def test_jars_provided_by_the_runtime_are_neither_checked_nor_added(settings: Settings, tmp_path: Path) -> None:
+    provided = load_settings(env={}, overrides={"spark": {"jars_dir": str(tmp_path / "absent"), "jars_provided": True}})
+    assert "spark.jars" not in spark_conf(provided)
+    # Under spark-submit too: whatever --jars the submitter chose passes unchecked and unchanged.
+    submitted = {"spark.master": "spark://127.0.0.1:7077", "spark.jars": "/opt/extra/udf-helpers.jar"}
+    assert spark_conf(provided, submitted=submitted)["spark.jars"] == "/opt/extra/udf-helpers.jar"
+    # Without the switch, the same settings stop at the jar check.
+    with pytest.raises(SparkJarsMissingError, match="run `make jars`"):
+        spark_conf(provided.replace(spark=dataclasses.replace(provided.spark, jars_provided=False)))
 
 
 def test_missing_spark_jars_say_run_make_jars(settings: Settings, tmp_path: Path) -> None:
@@ -347,7 +359,7 @@ args = json.loads(sys.argv[1])
 settings = load_settings(env={}, overrides={
     "kafka": {"bootstrap_servers": args["bootstrap"]},
     "spark": {"ivy_dir": args["ivy"], "local_dir": args["scratch"], "warehouse_dir": args["scratch"],
-              "shuffle_partitions": 1},
+              "shuffle_partitions": 1, **args["spark"]},
 })
 spark = get_spark(settings, app_name="empty-ivy")
 conf = spark.sparkContext.getConf()
@@ -359,16 +371,23 @@ frame.selectExpr("key", "value", "partition", "offset").write.format("delta").sa
 rows = sorted(spark.read.format("delta").load(args["delta"]).collect(), key=lambda row: row.offset)
 print(json.dumps({
     "rows": [[row.key.hex(), row.value.hex(), row.partition, row.offset] for row in rows],
-    "jars": conf.get("spark.jars").split(","),
+    "jars": [jar for jar in conf.get("spark.jars", "").split(",") if jar],
 }))
 spark.stop()
 """
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("jars", ["from jars_dir", "provided by the runtime"])
 def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
-    settings: Settings, kafka_broker: local_kafka.Broker, topic_factory: Callable[..., str], tmp_path: Path
+    settings: Settings, kafka_broker: local_kafka.Broker, topic_factory: Callable[..., str], tmp_path: Path, jars: str
 ) -> None:
+    """The session reads Kafka and writes Delta with the jars of ``make jars`` and nothing resolved.
+
+    "provided by the runtime" is a managed Spark's case: the runtime's own classpath holds Delta and the
+    Kafka source (here ``spark.driver.extraClassPath``, as ``$SPARK_HOME/jars`` would), ``jars_dir``
+    does not exist, and ``spark.jars_provided = true`` makes the session check and add no jar.
+    """
     topic = topic_factory(partitions=1)
     messages = [(f"forex.eur.{i}".encode(), bytes([i, 0, 255]) + "é".encode()) for i in range(12)]
     produce(settings, topic, messages)
@@ -385,7 +404,18 @@ def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
         "ivy": str(ivy),
         "scratch": str(scratch),
         "delta": str(tmp_path / "delta"),
+        "spark": {},
     }
+    if jars == "provided by the runtime":
+        runtime_classpath = f"{settings.spark.jars_dir}/*"
+        args["spark"] = {
+            "jars_dir": str(tmp_path / "no-jars-here"),
+            "jars_provided": True,
+            "conf": {
+                "spark.driver.extraClassPath": runtime_classpath,
+                "spark.executor.extraClassPath": runtime_classpath,
+            },
+        }
     result = subprocess.run(
         [sys.executable, "-c", EMPTY_IVY_JOB, json.dumps(args)],
         cwd=tmp_path,
@@ -398,7 +428,10 @@ def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
     assert result.returncode == 0, result.stderr[-4000:]
     output = json.loads(result.stdout.strip().splitlines()[-1])
     assert output["rows"] == [[key.hex(), value.hex(), 0, offset] for offset, (key, value) in enumerate(messages)]
-    assert {Path(jar).parent for jar in output["jars"]} == {Path(settings.spark.jars_dir)}
+    if jars == "provided by the runtime":
+        assert output["jars"] == []  # nothing added: the runtime's classpath served Delta and Kafka
+    else:
+        assert {Path(jar).parent for jar in output["jars"]} == {Path(settings.spark.jars_dir)}
     assert list(ivy.iterdir()) == []  # nothing was resolved
     assert sorted(path.name for path in home.iterdir()) in ([], [".cache"])  # no ~/.ivy2, no ~/.m2
 
