@@ -7,7 +7,9 @@ flags). Every section validates itself in ``__post_init__`` and errors name the 
 
 Design points:
 
-* Paths (each section's ``PATHS``) are stored resolved (absolute strings). A relative path
+* Paths (each section's ``PATHS``) are stored resolved (absolute strings), except URIs such as
+  ``s3a://bucket/deliveries``, kept as written where Spark opens the path (``URI_PATHS``: tables,
+  checkpoints, the warehouse) and refused where this process does. A relative path
   written in a settings file is relative to that file's directory, so a job with a settings
   file behaves the same wherever it is started and wherever the package is installed
   (``conf/router.toml`` spells out every path, as ``../var/...``). A relative path from the
@@ -65,8 +67,21 @@ SASL_LOGIN_MODULES = {
 STARTING_OFFSETS = frozenset({"earliest", "latest"})
 
 
+#: ``scheme:`` then ``/``: a Hadoop FileSystem URI (``s3a://bucket/x``, ``abfss://...``, ``hdfs://...``,
+#: ``file:/tmp/x``), which Spark resolves itself. One-letter schemes are left out (a Windows drive).
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+:/")
+
+
+def is_uri(path: str) -> bool:
+    """Whether ``path`` is a URI with a scheme (kept as written) rather than a local path (made absolute)."""
+    return _URI.match(path) is not None
+
+
 def resolve_path(path: str | os.PathLike[str], base: str | os.PathLike[str] | None = None) -> Path:
-    """``path`` made absolute: a relative one is relative to ``base`` (default: the current directory)."""
+    """``path`` made absolute: a relative one is relative to ``base`` (default: the current directory).
+
+    Local paths only: a URI would lose its ``//`` (see :func:`stored_path`).
+    """
     candidate = Path(path).expanduser()
     if candidate.is_absolute():
         return candidate
@@ -96,6 +111,20 @@ class Secret:
         return hash(self._value)
 
 
+def stored_path(section: type | object, name: str, value: str, base: str | os.PathLike[str] | None = None) -> str:
+    """How path setting ``name`` is stored: a local path made absolute, a URI as written.
+
+    Only the section's ``URI_PATHS`` (tables, checkpoints: what Spark reads and writes through Hadoop's
+    FileSystem) may be URIs such as ``s3a://bucket/deliveries``; the others are opened by this process
+    (the broker's data, jars, a password file) and must be local.
+    """
+    if not is_uri(value):
+        return str(resolve_path(value, base))
+    if name not in getattr(section, "URI_PATHS", ()):
+        raise ConfigError(f"setting {_section_name(section)}.{name} must be a local path, got the URI {value!r}")
+    return value
+
+
 def _resolve_paths(section: object) -> None:
     """Store the section's ``PATHS`` resolved (absolute); ``None`` and empty ``OPTIONAL_PATHS`` stay as they are."""
     optional = getattr(section, "OPTIONAL_PATHS", ())
@@ -105,7 +134,7 @@ def _resolve_paths(section: object) -> None:
             continue
         if not isinstance(value, str) or not value:
             raise ConfigError(f"setting {_section_name(section)}.{name} must be a non-empty path, got {value!r}")
-        object.__setattr__(section, name, str(resolve_path(value)))
+        object.__setattr__(section, name, stored_path(section, name, value))
 
 
 def _section_name(section: object) -> str:
@@ -262,6 +291,7 @@ class SparkSettings:
 
     SECTION: ClassVar[str] = "spark"
     PATHS: ClassVar[tuple[str, ...]] = ("jars_dir", "ivy_dir", "warehouse_dir", "local_dir")
+    URI_PATHS: ClassVar[tuple[str, ...]] = ("warehouse_dir",)
 
     #: ``local[N]`` runs in this process's JVM; N = cores.
     master: str = "local[2]"
@@ -308,6 +338,7 @@ class SubscriptionSettings:
 
     SECTION: ClassVar[str] = "subscriptions"
     PATHS: ClassVar[tuple[str, ...]] = ("table_path", "rejects_path", "checkpoint_path")
+    URI_PATHS: ClassVar[tuple[str, ...]] = PATHS
 
     table_path: str = "var/delta/subscriptions"
     #: Subscription events that failed validation, with their reason codes.
@@ -351,6 +382,7 @@ class RouterSettings:
         "ledger_path",
         "metrics_path",
     )
+    URI_PATHS: ClassVar[tuple[str, ...]] = PATHS
     #: Empty means the default place (``ledger_path``) or off (``metrics_path``), and stays empty.
     OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path")
 
@@ -543,7 +575,7 @@ def _paths_from_file_dir(conf: dict[str, Any], base: Path) -> dict[str, Any]:
         if not isinstance(table, Mapping):
             continue  # load_section names the problem
         paths = {
-            field: str(resolve_path(table[field], base))
+            field: stored_path(cls, field, table[field], base)
             for field in getattr(cls, "PATHS", ())
             if isinstance(table.get(field), str) and table[field]
         }

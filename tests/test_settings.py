@@ -80,6 +80,41 @@ def test_relative_paths_in_a_file_are_relative_to_its_directory(
     assert load_settings(conf, env={}).subscriptions.table_path == loaded.subscriptions.table_path
 
 
+#: (section, key, value, kept): URIs stay as written where Spark opens the path; ``None`` means refused.
+URI_PATH_CASES = [
+    ("router", "deliveries_path", "s3a://bucket/router/deliveries", True),
+    ("router", "checkpoint_path", "abfss://box@account.dfs.core.windows.net/checkpoints/route", True),
+    ("router", "ledger_path", "hdfs://namenode:8020/router/ledger", True),
+    ("router", "metrics_path", "gs://bucket/metrics", True),
+    ("subscriptions", "table_path", "s3a://bucket/subscriptions", True),
+    ("subscriptions", "checkpoint_path", "file:/tmp/checkpoints/refresh", True),
+    ("spark", "warehouse_dir", "s3a://bucket/warehouse", True),
+    # Opened by this process (or the broker it starts): local only.
+    ("kafka", "data_dir", "s3a://bucket/kafka", None),
+    ("spark", "jars_dir", "hdfs://namenode:8020/jars", None),
+    ("spark", "local_dir", "file:/tmp/spark-local", None),
+]
+
+
+@pytest.mark.parametrize(("section", "key", "value", "kept"), URI_PATH_CASES)
+def test_uri_paths_are_kept_where_spark_opens_them_and_refused_elsewhere(
+    tmp_path: Path, section: str, key: str, value: str, kept: bool | None
+) -> None:
+    conf = tmp_path / "router.toml"
+    conf.write_text(f'[{section}]\n{key} = "{value}"\n', encoding="utf-8")
+    sources: list[Callable[[], Settings]] = [
+        lambda: load_settings(conf, env={}),  # from a file (relative paths there resolve against its folder)
+        lambda: load_settings(env={f"ROUTER__{section.upper()}__{key.upper()}": value}),
+        lambda: load_settings(env={}, overrides={section: {key: value}}),
+    ]
+    for load in sources:
+        if kept:
+            assert getattr(getattr(load(), section), key) == value
+        else:
+            with pytest.raises(ConfigError, match=rf"{section}\.{key} must be a local path, got the URI"):
+                load()
+
+
 def test_the_repository_file_puts_state_in_the_repository_var_wherever_a_job_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
