@@ -18,6 +18,16 @@ carries the tail of its logs. ``stop`` sends SIGTERM to the process group (a cle
 then SIGKILL after ``kafka.stop_timeout_s``, and returns only when no process of the group is
 left, so nothing is orphaned. The pid file is trusted only if that pid's command line is a
 broker started with this data directory's configuration (pids get reused).
+
+With ``kafka.sasl_port`` set, the broker also listens there with SASL_PLAINTEXT, offering
+``kafka.sasl_mechanism`` (SCRAM-SHA-256 or -512) for the user ``kafka.sasl_username`` with the
+configured password (``ROUTER_KAFKA_SASL_PASSWORD`` or ``kafka.sasl_password_file``). The PLAINTEXT
+listener on ``client_port`` stays (loopback only): inter-broker traffic and this module's probes use
+it, which is what lets ``start`` create the SCRAM credential once the broker answers, through the
+Admin API (``AlterUserScramCredentials``, an upsert: a changed password applies at the next start)
+instead of ``kafka-storage format --add-scram``. So the password is on no command line (``ps``) and
+in no file this module writes; the broker stores only its salted SCRAM hash. ``start`` returns once
+that user can authenticate on the SASL listener.
 """
 
 from __future__ import annotations
@@ -53,6 +63,8 @@ LOG_TAIL_LINES = 30
 PROBE_TIMEOUT_S = 2.0
 #: Seconds to wait for the process group to vanish after SIGKILL.
 KILL_WAIT_S = 10.0
+#: PBKDF2 iterations of the SCRAM credential (Kafka's minimum and kafka-configs' default).
+SCRAM_ITERATIONS = 4096
 
 # Brokers started by this process: kept referenced so they are reaped and never garbage-collected.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -167,7 +179,10 @@ def port_in_use(host: str, port: int) -> bool:
 
 def _check_ports_free(settings: Settings) -> None:
     kafka = settings.kafka
-    for name, port in (("client_port", kafka.client_port), ("controller_port", kafka.controller_port)):
+    ports = [("client_port", kafka.client_port), ("controller_port", kafka.controller_port)]
+    if kafka.sasl_port is not None:
+        ports.append(("sasl_port", kafka.sasl_port))
+    for name, port in ports:
         if port_in_use(kafka.host, port):
             raise BrokerError(
                 f"port {port} on {kafka.host} (kafka.{name}) is already in use; stop whatever holds it or "
@@ -178,6 +193,57 @@ def _check_ports_free(settings: Settings) -> None:
 def local_address(settings: Settings) -> str:
     """Where the local broker listens for clients (it speaks PLAINTEXT only)."""
     return f"{settings.kafka.host}:{settings.kafka.client_port}"
+
+
+def sasl_address(settings: Settings) -> str:
+    """Where the local broker's SCRAM listener is (``kafka.sasl_port``; :class:`BrokerError` if unset)."""
+    if settings.kafka.sasl_port is None:
+        raise BrokerError("the local broker has no SASL listener: set kafka.sasl_port")
+    return f"{settings.kafka.host}:{settings.kafka.sasl_port}"
+
+
+def sasl_client_config(settings: Settings) -> dict[str, str | int | float | bool]:
+    """librdkafka configuration for the local SCRAM listener as ``kafka.sasl_username`` (holds the password)."""
+    kafka = settings.kafka
+    local = dataclasses.replace(kafka, bootstrap_servers=sasl_address(settings), security_protocol="SASL_PLAINTEXT")
+    return settings.replace(kafka=local).kafka_client_config()
+
+
+def _scram_password(settings: Settings) -> bytes:
+    """The SCRAM user's password, checked before any JVM starts (:class:`ConfigError` without one)."""
+    kafka = settings.kafka
+    if kafka.sasl_password is None:
+        raise ConfigError(
+            "kafka.sasl_port needs the SCRAM user's password: set the environment variable "
+            "ROUTER_KAFKA_SASL_PASSWORD or kafka.sasl_password_file"
+        )
+    return kafka.sasl_password.reveal().encode()
+
+
+def _upsert_scram_user(settings: Settings, timeout_s: float) -> None:
+    """Create or update the SCRAM credential of ``kafka.sasl_username`` over the PLAINTEXT listener."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    kafka = settings.kafka
+    mechanism = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+    upsert = UserScramCredentialUpsertion(
+        str(kafka.sasl_username),
+        ScramCredentialInfo(mechanism[str(kafka.sasl_mechanism)], SCRAM_ITERATIONS),
+        _scram_password(settings),
+    )
+    admin = AdminClient({"bootstrap.servers": local_address(settings), "security.protocol": "PLAINTEXT"})
+    try:
+        for future in admin.alter_user_scram_credentials([upsert], request_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
+    except KafkaException as error:
+        # The error is the broker's (it never holds the password: the request carries only a salted hash).
+        raise BrokerError(f"creating the SCRAM user {kafka.sasl_username!r} failed: {error}") from None
 
 
 def answers(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S, *, local: bool = False) -> bool:
@@ -266,6 +332,19 @@ def _jvm_options(settings: Settings, paths: BrokerPaths) -> list[str]:
 def _render_config(settings: Settings, paths: BrokerPaths) -> None:
     kafka = settings.kafka
     template = string.Template(SERVER_PROPERTIES_TEMPLATE.read_text())
+    sasl = {"sasl_listener": "", "sasl_protocol": "", "sasl_properties": ""}
+    if kafka.sasl_port is not None:
+        mechanism = str(kafka.sasl_mechanism)
+        sasl = {
+            "sasl_listener": f",SASL_PLAINTEXT://{kafka.host}:{kafka.sasl_port}",
+            "sasl_protocol": ",SASL_PLAINTEXT:SASL_PLAINTEXT",
+            # The server side of SCRAM needs a login module but no options: credentials live in the metadata log.
+            "sasl_properties": (
+                f"sasl.enabled.mechanisms={mechanism}\n"
+                f"listener.name.sasl_plaintext.{mechanism.lower()}.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+            ),
+        }
     paths.config.write_text(
         template.substitute(
             host=kafka.host,
@@ -273,6 +352,7 @@ def _render_config(settings: Settings, paths: BrokerPaths) -> None:
             controller_port=kafka.controller_port,
             log_dirs=paths.data,
             num_partitions=kafka.num_partitions,
+            **sasl,
         )
     )
 
@@ -346,6 +426,8 @@ def start(settings: Settings | None = None, *, env: Mapping[str, str] | None = N
         raise BrokerError(f"the broker in {paths.root} is already running (pid {running})")
     java = find_java(environment)
     classpath = broker_classpath(settings)
+    if settings.kafka.sasl_port is not None:
+        _scram_password(settings)
     _check_ports_free(settings)
     for directory in (paths.root, paths.data, paths.logs):
         directory.mkdir(parents=True, exist_ok=True)
@@ -389,8 +471,32 @@ def _wait_until_it_answers(process: subprocess.Popen[bytes], settings: Settings,
                 f"{settings.kafka.start_timeout_s:g} s (kafka.start_timeout_s); it was killed\n{log_tail(paths)}"
             )
         if answers(settings, timeout_s=min(PROBE_TIMEOUT_S, max(remaining, 0.1)), local=True):
-            return
+            break
         time.sleep(min(0.25, max(deadline - time.monotonic(), 0)))
+    if settings.kafka.sasl_port is None:
+        return
+    _upsert_scram_user(settings, timeout_s=max(deadline - time.monotonic(), PROBE_TIMEOUT_S))
+    # The credential reaches the listener through the metadata log: wait until the user can log in.
+    while not _scram_login_works(settings):
+        if process.poll() is not None or time.monotonic() >= deadline:
+            raise BrokerError(
+                f"the SCRAM user {settings.kafka.sasl_username!r} could not authenticate at {sasl_address(settings)} "
+                f"within {settings.kafka.start_timeout_s:g} s (kafka.start_timeout_s); the broker was killed\n"
+                f"{log_tail(paths)}"
+            )
+        time.sleep(0.25)
+
+
+def _scram_login_works(settings: Settings) -> bool:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**sasl_client_config(settings), "log_level": 0, "socket.connection.setup.timeout.ms": 1000})
+    try:
+        admin.list_topics(timeout=PROBE_TIMEOUT_S)
+    except KafkaException:
+        return False
+    return True
 
 
 def stop(settings: Settings | None = None) -> bool:
@@ -534,6 +640,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         current = status(settings)
         print(f"kafka {current.describe()}")
         return 0 if current.state in {"running", "external"} else 3
+    except ConfigError as error:  # e.g. kafka.sasl_port without a password
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except (BrokerError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

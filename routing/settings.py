@@ -64,6 +64,8 @@ SASL_LOGIN_MODULES = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
+#: The mechanisms the local broker's SASL listener offers (credentials it stores itself, no external store).
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 STARTING_OFFSETS = frozenset({"earliest", "latest"})
 
 
@@ -236,7 +238,11 @@ class KafkaSettings:
     start_timeout_s: float = 90.0
     #: Seconds ``stop`` waits after SIGTERM before killing the broker's process group.
     stop_timeout_s: float = 30.0
-    #: One of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the local broker speaks PLAINTEXT).
+    #: Local broker's extra SASL_PLAINTEXT listener (SCRAM, user ``sasl_username`` with the configured
+    #: password); None: none. With ``security_protocol = "SASL_PLAINTEXT"`` and no ``bootstrap_servers``,
+    #: clients connect here.
+    sasl_port: int | None = None
+    #: One of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the local broker's client_port speaks PLAINTEXT).
     security_protocol: str = "PLAINTEXT"
     #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; required with a SASL protocol.
     sasl_mechanism: str | None = None
@@ -276,9 +282,30 @@ class KafkaSettings:
                 )
             if not self.sasl_username:
                 raise ConfigError(f"setting {section}.sasl_username is required with {self.security_protocol}")
+        if self.sasl_port is not None:
+            self._check_sasl_listener()
         if not self.bootstrap_servers:
-            object.__setattr__(self, "bootstrap_servers", f"{self.host}:{self.client_port}")
+            local_port = self.client_port
+            if self.sasl_port is not None and self.security_protocol == "SASL_PLAINTEXT":
+                local_port = self.sasl_port
+            object.__setattr__(self, "bootstrap_servers", f"{self.host}:{local_port}")
         _resolve_paths(self)
+
+    def _check_sasl_listener(self) -> None:
+        """The local broker's SCRAM listener needs a free port of its own, a SCRAM mechanism and a user."""
+        section = self.SECTION
+        port = self.sasl_port
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ConfigError(f"setting {section}.sasl_port must be a TCP port between 1 and 65535, got {port!r}")
+        if port in (self.client_port, self.controller_port):
+            raise ConfigError(f"setting {section}.sasl_port must differ from client_port and controller_port")
+        if self.sasl_mechanism not in SCRAM_MECHANISMS:
+            raise ConfigError(
+                f"setting {section}.sasl_port (the local broker's SCRAM listener) needs {section}.sasl_mechanism "
+                f"{' or '.join(SCRAM_MECHANISMS)}, got {self.sasl_mechanism!r}"
+            )
+        if not self.sasl_username:
+            raise ConfigError(f"setting {section}.sasl_port needs {section}.sasl_username (the SCRAM user)")
 
     @property
     def uses_sasl(self) -> bool:
