@@ -563,3 +563,36 @@ def test_a_password_file_is_read_with_a_bound(tmp_path: Path) -> None:
     assert "ppp" not in str(refused.value)
     with pytest.raises(ConfigError, match=r"kafka\.sasl_password_file: .* cannot be read: Is a directory"):
         load_settings(env={}, overrides={"kafka": {**SASL, "sasl_password_file": str(tmp_path)}})
+
+
+# -- the local broker's SCRAM listener ------------------------------------------------------------
+
+
+def test_sasl_port_is_the_local_scram_listener_and_the_jobs_default_address() -> None:
+    scram = {"sasl_mechanism": "SCRAM-SHA-256", "sasl_username": "router", "sasl_port": 19094}
+    jobs = load_settings(
+        env={SASL_PASSWORD_ENV: PASSWORD}, overrides={"kafka": {**scram, "security_protocol": "SASL_PLAINTEXT"}}
+    )
+    assert jobs.kafka.bootstrap_servers == "127.0.0.1:19094"
+    # The process managing the broker may stay on PLAINTEXT: its clients then use client_port.
+    assert load_settings(env={}, overrides={"kafka": scram}).kafka.bootstrap_servers == "127.0.0.1:19092"
+    assert (
+        load_settings(
+            env={},
+            overrides=parse_overrides(
+                ["kafka.sasl_port=19094", "kafka.sasl_mechanism=SCRAM-SHA-512", "kafka.sasl_username=u"]
+            ),
+        ).kafka.sasl_port
+        == 19094
+    )
+    refused = [
+        ({**scram, "sasl_port": 0}, r"kafka\.sasl_port must be a TCP port"),
+        ({**scram, "sasl_port": 65536}, r"kafka\.sasl_port must be a TCP port"),
+        ({**scram, "sasl_port": 19092}, r"kafka\.sasl_port must differ"),
+        ({**scram, "sasl_mechanism": "PLAIN"}, r"kafka\.sasl_port .* needs kafka\.sasl_mechanism SCRAM-SHA-256 or"),
+        ({**scram, "sasl_mechanism": None}, r"kafka\.sasl_mechanism SCRAM"),
+        ({**scram, "sasl_username": None}, r"kafka\.sasl_port needs kafka\.sasl_username"),
+    ]
+    for kafka, message in refused:
+        with pytest.raises(ConfigError, match=message):
+            load_settings(env={}, overrides={"kafka": kafka})

@@ -272,3 +272,22 @@ def test_misspelled_and_malformed_secret_settings_end_in_exit_2_without_the_pass
         assert "kafak" in output.err or "not UTF-8" in output.err, output.err
         assert PASSWORD not in output.out + output.err
         assert "xff" not in output.err and "position" not in output.err
+
+
+def test_a_scram_listener_without_a_password_is_exit_2_before_any_jvm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(SASL_PASSWORD_ENV, raising=False)
+    client_port, controller_port, sasl_port = free_ports(3)
+    flags = {
+        "kafka.data_dir": tmp_path / "kafka",
+        "kafka.client_port": client_port,
+        "kafka.controller_port": controller_port,
+        "kafka.sasl_port": sasl_port,
+        "kafka.sasl_mechanism": MECHANISM,
+        "kafka.sasl_username": USER,
+    }
+    argv = ["start", *(part for name, value in flags.items() for part in ("--set", f"{name}={value}"))]
+    assert local_kafka.main(argv) == 2
+    assert "kafka.sasl_port needs the SCRAM user's password" in capfd.readouterr().err
+    assert not (tmp_path / "kafka" / "broker.pid").exists()
