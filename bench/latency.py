@@ -121,6 +121,7 @@ from stream import (
     NATIVE,
     PASSTHROUGH,
     progress,
+    start_passthrough,
     subscription_pairs,
     variant_settings,
     write_subscriptions,
@@ -409,31 +410,6 @@ def bench_settings(args: argparse.Namespace, plan: Plan) -> Settings:
     return load_settings(args.conf, overrides=overrides)
 
 
-def start_passthrough(spark: SparkSession, settings: Settings) -> StreamingQuery:
-    """(a): ``bench/stream.py``'s Kafka -> Delta copy, on the processing-time trigger."""
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
-
-    from routing.router.pipeline import kafka_stream
-    from routing.router.tables import PARTITION_COLUMN
-    from routing.streaming import idempotent_append, start_query
-
-    router = settings.router
-
-    def copy(batch: DataFrame, batch_id: int) -> None:
-        frame = batch.withColumn(PARTITION_COLUMN, F.to_date(F.col("timestamp")))
-        idempotent_append(frame, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
-
-    return start_query(
-        kafka_stream(spark, settings),
-        copy,
-        checkpoint=router.checkpoint_path,
-        bind=lambda _: None,
-        trigger_interval=router.trigger_interval,
-        query_name=router.app_id,
-    )
-
-
 def committed_offsets(query: StreamingQuery, topic: str) -> dict[int, int]:
     """End offsets of the query's last completed batch (its data is committed to Delta by then)."""
     last = query.lastProgress
@@ -478,7 +454,7 @@ def run_variant(
             router = Router(spark, settings)
             query = router.start()
         else:
-            query = start_passthrough(spark, settings)
+            query = start_passthrough(spark, settings, trigger_interval=settings.router.trigger_interval)
         for index, rate, seconds in plan.steps():
             why = ""
             if run.steps and not run.steps[-1].caught_up:

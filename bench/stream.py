@@ -124,6 +124,7 @@ if TYPE_CHECKING:
     from pyspark import Broadcast
     from pyspark.accumulators import Accumulator
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from udfs.route import RouteBody, RouterFactory, UdfStats
 
@@ -414,7 +415,19 @@ def _count_rows(spark: SparkSession, path: str) -> int:
 # --- variants -------------------------------------------------------------------------------------------------
 
 
-def run_passthrough(spark: SparkSession, settings: Settings, messages: int) -> Run:
+def start_passthrough(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    trigger_interval: str | None = None,
+    batch_seconds: list[float] | None = None,
+) -> StreamingQuery:
+    """Variant (a), the baseline: the router's Kafka source copied to the deliveries table as it is.
+
+    The same source, partitioning and idempotent append as the router, and nothing else. Available-now
+    unless ``trigger_interval`` is given (``bench/latency.py`` runs it on the processing-time trigger);
+    each ``foreachBatch`` call's seconds go to ``batch_seconds`` when given.
+    """
     from pyspark.sql import functions as F
 
     from routing.router.pipeline import kafka_stream
@@ -422,22 +435,30 @@ def run_passthrough(spark: SparkSession, settings: Settings, messages: int) -> R
     from routing.streaming import idempotent_append, start_query
 
     router = settings.router
-    batch_s: list[float] = []
 
     def copy(batch: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         frame = batch.withColumn(PARTITION_COLUMN, F.to_date(F.col("timestamp")))
         idempotent_append(frame, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
-        batch_s.append(time.perf_counter() - started)
+        if batch_seconds is not None:
+            batch_seconds.append(time.perf_counter() - started)
+
+    return start_query(
+        kafka_stream(spark, settings),
+        copy,
+        checkpoint=router.checkpoint_path,
+        bind=lambda _: None,
+        trigger_interval=trigger_interval,
+        query_name=router.app_id,
+    )
+
+
+def run_passthrough(spark: SparkSession, settings: Settings, messages: int) -> Run:
+    router = settings.router
+    batch_s: list[float] = []
 
     def start() -> Any:
-        return start_query(
-            kafka_stream(spark, settings),
-            copy,
-            checkpoint=router.checkpoint_path,
-            bind=lambda _: None,
-            query_name=router.app_id,
-        )
+        return start_passthrough(spark, settings, batch_seconds=batch_s)
 
     durations: list[dict[str, int]] = []
     wall = _drain(start, durations)
