@@ -191,7 +191,7 @@ def _check_ports_free(settings: Settings) -> None:
 
 
 def local_address(settings: Settings) -> str:
-    """Where the local broker listens for clients (it speaks PLAINTEXT only)."""
+    """Where the local broker's PLAINTEXT listener is (its SCRAM listener, if any: :func:`sasl_address`)."""
     return f"{settings.kafka.host}:{settings.kafka.client_port}"
 
 
