@@ -46,6 +46,8 @@ from routing.settings import REPO_ROOT, SASL_PASSWORD_ENV, Secret, Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+pytestmark = pytest.mark.slow  # a broker of its own and a job process: about a minute; scheduled first
+
 #: The canary: long and odd enough that no log line, id or hash contains it by chance.
 PASSWORD = "Scram-Canary-q7Xv2-Lk9pW"
 WRONG_PASSWORD = "Wrong-Canary-z3Rt8-Hm1aQ"
