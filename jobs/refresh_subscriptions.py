@@ -23,8 +23,10 @@ every file is read and judged before Spark starts, so a file that cannot be
 read imports none (exit 2); each file is then one MERGE, in order.
 
 Exit status: 0 done (rejected events are not failures: they are in the rejects
-table), 1 the refresh failed (nothing after the last committed batch is lost),
-2 bad flags, settings or import file.
+table), 1 the refresh failed (nothing after the last committed batch is lost) or
+no Kafka broker accepted a connection within ``kafka.start_timeout_s`` (checked
+before Spark starts; ``--import`` needs no broker), 2 bad flags, settings or
+import file.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from routing.streaming import (
     AfterWrites,
     QueryIdentity,
     crash_after_writes_from_env,
+    kafka_exit_status,
     kafka_source,
     start_query,
     txn_app_id,
@@ -338,6 +341,11 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
     except ImportFileError as error:
         print(f"refresh_subscriptions: {error}; nothing was imported", file=sys.stderr)
         return 2
+    if not imports:
+        # A cluster that is down: one clear line within kafka.start_timeout_s, not minutes of Spark's retries.
+        status = kafka_exit_status(settings, "refresh_subscriptions")
+        if status is not None:
+            return status
     from routing.spark import get_spark
 
     spark = (spark_factory or get_spark)(settings, app_name=APP_NAME)

@@ -14,8 +14,9 @@ SIGTERM or Ctrl-C stops the query after the batch in flight. With
 ``--available-now`` the job drains what is in Kafka, prints a summary and exits.
 
 Exit status: 0 stopped cleanly or drained; 1 the query failed (restart it: it
-resumes from its checkpoint and re-executed batches write nothing twice);
-2 bad flags or settings.
+resumes from its checkpoint and re-executed batches write nothing twice), or no
+Kafka broker accepted a connection within ``kafka.start_timeout_s`` (checked
+before Spark starts); 2 bad flags or settings.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from routing.config import ConfigError
 from routing.settings import add_settings_arguments, parse_overrides, settings_from_args
-from routing.streaming import crash_after_writes_from_env
+from routing.streaming import crash_after_writes_from_env, kafka_exit_status
 
 LOG = logging.getLogger("jobs.route")
 APP_NAME = "spark-topic-router"
@@ -92,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"route: {error}", file=sys.stderr)
         return 2
+    # A cluster that is down: one clear line within kafka.start_timeout_s, not minutes of Spark's retries.
+    status = kafka_exit_status(settings, "route")
+    if status is not None:
+        return status
 
     from routing.router.pipeline import Router
     from routing.spark import get_spark

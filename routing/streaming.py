@@ -26,6 +26,10 @@ What each piece guarantees:
   there: the router's outputs, the subscription table and its rejects are all made here.
 * :func:`idempotent_append` -- an append carrying ``txnAppId``/``txnVersion``: Delta commits it
   once per (app id, version) and skips it when a re-executed batch writes it again.
+* :func:`wait_for_kafka` -- before Spark starts, each job waits at most ``kafka.start_timeout_s``
+  for a bootstrap server to accept a connection, and otherwise stops with one clear line and exit
+  status 1 (:func:`kafka_exit_status`). Spark's Kafka source itself does not fail fast on a cluster
+  that is down: its offset requests time out and retry for minutes first.
 * :data:`AfterWrites` -- a hook a job calls with the batch id after a batch's writes and before
   ``foreachBatch`` returns (so before Spark commits the batch to the checkpoint). Tests use it to
   kill a job exactly there and prove the replay writes nothing twice; a test that runs a job as a
@@ -41,9 +45,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
+
+from routing.config import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,6 +100,80 @@ def kafka_source(
     if include_headers:
         reader = reader.option("includeHeaders", "true")
     return reader.load()
+
+
+# -- the cluster at start-up -----------------------------------------------------------
+
+#: Seconds one connection attempt may take, and between attempts, while waiting for the cluster.
+KAFKA_PROBE_S = 1.0
+
+
+class KafkaUnavailable(RuntimeError):
+    """No bootstrap server accepted a connection within ``kafka.start_timeout_s``; the message says where."""
+
+
+def bootstrap_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
+    """(host, port) of each ``kafka.bootstrap_servers`` entry: ``host:port`` or ``[v6 address]:port``, with an
+    optional listener prefix (``SASL_SSL://host:port``) as Kafka's clients allow; :class:`ConfigError` if malformed."""
+    addresses = []
+    for entry in bootstrap_servers.split(","):
+        host, separator, port = entry.strip().split("://", 1)[-1].rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not (separator and host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ConfigError(f"setting kafka.bootstrap_servers: {entry.strip()!r} is not host:port")
+        addresses.append((host, int(port)))
+    return addresses
+
+
+def wait_for_kafka(settings: Settings) -> None:
+    """Return once some bootstrap server accepts a TCP connection; :class:`KafkaUnavailable` after
+    ``kafka.start_timeout_s`` (a broker starting meanwhile is waited for).
+
+    A connection is all it proves: security, authentication and topics stay Spark's to report (a wrong
+    password keeps Kafka's own error). It tells "nothing listens there" apart, clearly and in bounded time.
+    """
+    kafka = settings.kafka
+    addresses = bootstrap_addresses(kafka.bootstrap_servers)
+    deadline = time.monotonic() + kafka.start_timeout_s
+    waiting_logged = False
+    while True:
+        errors = []
+        for host, port in addresses:
+            try:
+                with socket.create_connection((host, port), timeout=KAFKA_PROBE_S):
+                    return
+            except OSError as error:
+                errors.append(f"{host}:{port}: {error.strerror or error}")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise KafkaUnavailable(
+                f"no Kafka broker accepted a connection at {kafka.bootstrap_servers} (kafka.bootstrap_servers) within "
+                f"{kafka.start_timeout_s:g} s (kafka.start_timeout_s): {'; '.join(errors)}; start the broker (the "
+                "local one: make kafka-start) or fix kafka.bootstrap_servers, then run the job again"
+            )
+        if not waiting_logged:
+            log.warning(
+                "no Kafka broker accepts connections at %s yet (%s); waiting up to %g s (kafka.start_timeout_s)",
+                kafka.bootstrap_servers,
+                "; ".join(errors),
+                kafka.start_timeout_s,
+            )
+            waiting_logged = True
+        time.sleep(min(KAFKA_PROBE_S, remaining))
+
+
+def kafka_exit_status(settings: Settings, prog: str) -> int | None:
+    """For a job's ``main()`` before Spark starts: None once the cluster accepts connections, else the exit
+    status after one line on stderr (2 for a malformed ``kafka.bootstrap_servers``, 1 when none answered)."""
+    try:
+        wait_for_kafka(settings)
+    except ConfigError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
+    except KafkaUnavailable as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 1
+    return None
 
 
 # -- the query and its identity -------------------------------------------------------
