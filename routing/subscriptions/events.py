@@ -15,10 +15,16 @@ silently lost, so both are rejected. Floats and booleans are rejected. In CSV
 import files every cell is text, so there a ``ts`` of only ASCII digits is
 epoch milliseconds. Unknown extra fields are ignored (forward compatibility).
 
+An event may also carry ``"idempotency_key"``: any non-empty string naming the
+change, so that copies of it (a producer's retry) are recognisably one change
+(see change ids). ``python -m routing subscribe``/``unsubscribe`` set it
+(:mod:`routing.subscriptions.publish`); events without it read as before.
+
 Checks run in a fixed order, so each bad event gets one deterministic reason:
 size, emptiness, UTF-8 + JSON, object, ``op``, ``subscriber``, ``pattern``,
-``ts``, then, for a subscribe, the ``[acl]`` rules the validator carries
-(``forbidden_pattern``; an unsubscribe is always allowed). Reason codes are
+``ts``, ``idempotency_key`` (when present), then, for a subscribe, the
+``[acl]`` rules the validator carries (``forbidden_pattern``; an unsubscribe is
+always allowed). Reason codes are
 the :class:`~routing.errors.TopicError` ``reason`` where the foundation's
 :class:`~routing.validation.Validator` rejected a field, plus the event-level
 codes below.
@@ -27,7 +33,11 @@ Change ids are deterministic, so a re-run produces the same ids and re-applying
 a change is recognisably a no-op:
 
 * Kafka: ``kafka:<topic>:<partition, 6 digits>:<offset, 20 digits>``;
-* import: ``import:<first 20 hex of the file's SHA-256>:<line, 12 digits>``.
+* import: ``import:<first 20 hex of the file's SHA-256>:<line, 12 digits>``;
+* an event with an ``idempotency_key``, wherever it arrived: ``key:<first 40 hex
+  of the key's SHA-256>``. Every copy of the change has this id, whatever its
+  offset or ``ts``, and an event whose change id equals the row's is a no-op
+  (:mod:`routing.subscriptions.model`, step 3): a retried publish changes nothing.
 
 Zero padding makes string order equal numeric order, so when two events carry
 the same ``ts`` the later offset of a partition wins the tie.
@@ -87,6 +97,8 @@ PARSE_REASONS = EVENT_REASONS | {error.reason for error in SUBSCRIPTION_REJECT_E
 REJECT_REASONS = PARSE_REASONS | {TOO_MANY_SUBSCRIPTIONS, SUBSCRIPTION_TABLE_FULL}
 
 FIELDS = ("op", "subscriber", "pattern", "ts")
+#: Optional field naming one change: copies of it get one change id (:func:`keyed_change_id`).
+IDEMPOTENCY_KEY = "idempotency_key"
 
 #: Largest accepted ``ts``: 9999-12-31T23:59:59.999Z, the last instant Spark and Python both represent.
 MAX_TS_MILLIS = 253_402_300_799_999
@@ -181,6 +193,12 @@ def import_change_id(content_sha256: str, line: int) -> str:
     return f"import:{content_sha256[:20]}:{line:012d}"
 
 
+def keyed_change_id(idempotency_key: str) -> str:
+    """The change id of an event carrying ``idempotency_key`` (hashed: bounded, and any text is safe in it)."""
+    digest = hashlib.sha256(idempotency_key.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"key:{digest[:40]}"
+
+
 def kafka_received(topic: str, partition: int, offset: int, raw: bytes | None) -> Received:
     return Received(
         change_id=kafka_change_id(topic, partition, offset),
@@ -263,6 +281,14 @@ def event_from_fields(
     if fields.get("ts") is None:
         raise EventRejected(MISSING_FIELD, "field 'ts' is missing or null")
     ts_millis = parse_ts(fields["ts"], digits_are_millis=digits_are_millis)
+    idempotency_key = fields.get(IDEMPOTENCY_KEY)
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not idempotency_key:
+            raise EventRejected(
+                INVALID_FIELD_TYPE,
+                f"field {IDEMPOTENCY_KEY!r} must be a non-empty string, got {_describe(idempotency_key)}",
+            )
+        change_id = keyed_change_id(idempotency_key)
     if op is Op.SUBSCRIBE:
         try:
             validator.check_allowed(subscriber, pattern)
@@ -468,8 +494,9 @@ def _csv_outcome(
         fields: dict[str, Any] = {column: value for column, value in zip(header, record, strict=True)}
         if pairs:
             fields.update(op=Op.SUBSCRIBE.value, ts=0)
-        if fields["ts"] == "":
-            fields["ts"] = None
+        for optional in ("ts", IDEMPOTENCY_KEY):  # an empty CSV cell is an absent value
+            if fields.get(optional) == "":
+                fields[optional] = None
         event = event_from_fields(fields, received.change_id, validator, digits_are_millis=True)
     except EventRejected as rejection:
         return Outcome(received, rejection=rejection)

@@ -11,8 +11,9 @@ Semantics of one batch (the unit the refresh job commits atomically):
 2. Per (subscriber, pattern) only the valid event with the greatest
    ``(ts, change_id)`` counts; the others are *superseded*.
 3. That event applies only if its ``(ts, change_id)`` is greater than the row's
-   (last writer wins); otherwise it is *stale* (so re-applying a change, or an
-   old subscribe arriving after an unsubscribe, is a no-op).
+   (last writer wins) and its change id is not the row's; otherwise it is
+   *stale* (so re-applying a change, a retried copy of a keyed change with a
+   later ``ts``, or an old subscribe arriving after an unsubscribe, is a no-op).
 4. Unsubscribes apply first (soft delete: the row stays, inactive). Then the
    subscribes that would activate a row are taken in ``(ts, change_id)`` order.
    Each is rejected with ``subscription_table_full`` when the table already
@@ -118,7 +119,7 @@ class SubscriptionModel:
         activations: list[ChangeEvent] = []
         for key, event in latest.items():
             row = self.rows.get(key)
-            if row is not None and event.order <= (row.ts_millis, row.change_id):
+            if row is not None and (event.order <= (row.ts_millis, row.change_id) or event.change_id == row.change_id):
                 counts[STALE] += 1
             elif event.op is Op.UNSUBSCRIBE:
                 counts[UNSUBSCRIBED if row is not None and row.active else TOMBSTONED] += 1

@@ -291,12 +291,15 @@ def read_snapshot(spark: SparkSession, path: str, version: int | None = None) ->
 
 
 def read_rows(
-    spark: SparkSession, path: str, version: int | None = None
+    spark: SparkSession, path: str, version: int | None = None, *, subscriber: str | None = None
 ) -> dict[tuple[str, str], tuple[bool, int, str]]:
-    """Every row as {(subscriber, pattern): (active, ts_millis, change_id)} (for checks and tests)."""
+    """Every row (``subscriber``'s only, if given) as {(subscriber, pattern): (active, ts_millis, change_id)}."""
     from pyspark.sql import functions as F
 
-    frame = _read(spark, path, version).select(
+    frame = _read(spark, path, version)
+    if subscriber is not None:
+        frame = frame.where(F.col("subscriber_id") == subscriber)
+    frame = frame.select(
         "subscriber_id", "pattern", "active", F.unix_millis("updated_at").alias("ts_millis"), "change_id"
     )
     return {
@@ -324,6 +327,7 @@ def validated_record(outcome: Outcome) -> dict[str, Any]:
     event = outcome.event
     if event is not None:
         record.update(
+            change_id=event.change_id,  # the event's own: an idempotency key replaces the coordinates
             op=event.op.value,
             subscriber_id=event.subscriber,
             pattern=event.pattern,
@@ -406,6 +410,12 @@ def _ordered_after(ts: Column, change_id: Column, other_ts: Column, other_change
     return (ts > other_ts) | ((ts == other_ts) & (change_id > other_change_id))
 
 
+def _applies_over(ts: Column, change_id: Column, row_ts: Column, row_change_id: Column) -> Column:
+    """An event overrides the row: newer by :func:`_ordered_after`, and not a copy of the row's own change (a
+    retried keyed event has the row's change id and a later ts)."""
+    return _ordered_after(ts, change_id, row_ts, row_change_id) & (change_id != row_change_id)
+
+
 def decide(current: DataFrame, validated: DataFrame, limit: int, table_limit: int | None = None) -> DataFrame:
     """Each valid event's fate against the table snapshot ``current``, in column ``_kind``.
 
@@ -434,7 +444,7 @@ def decide(current: DataFrame, validated: DataFrame, limit: int, table_limit: in
         F.col("change_id").alias("_row_change_id"),
     )
     joined = winners.join(rows, list(KEY), "left")
-    newer = F.col("_row_ts").isNull() | _ordered_after(
+    newer = F.col("_row_ts").isNull() | _applies_over(
         F.col("ts_millis"), F.col("change_id"), F.col("_row_ts"), F.col("_row_change_id")
     )
     was_active = F.coalesce(F.col("_row_active"), F.lit(False))
@@ -543,7 +553,7 @@ def apply_validated(
                     target.merge(changes.alias("s"), "t.subscriber_id = s.subscriber_id AND t.pattern = s.pattern")
                     # Re-checked here, not only in decide(): a concurrent writer can never be overwritten by older data.
                     .whenMatchedUpdateAll(
-                        condition=_ordered_after(
+                        condition=_applies_over(
                             F.col("s.updated_at"), F.col("s.change_id"), F.col("t.updated_at"), F.col("t.change_id")
                         )
                     )
