@@ -22,18 +22,32 @@ for bad arguments or an unreadable source.
 pattern or key over the configured limits is refused first (exit 2, the router's
 reason code), so the words x words alignment is only built for bounded input;
 what the configured policy would reject is noted under the alignment.
+
+``subscribe SUBSCRIBER PATTERN...`` and ``unsubscribe SUBSCRIBER PATTERN...``
+publish the change events the refresh job consumes
+(:mod:`routing.subscriptions.publish`: judged first with the job's own parser and
+validator, ``[acl]`` included, all or nothing; ``ts`` now; an idempotency key
+derived from the command, so re-running it changes nothing more). ``--apply``
+then runs the refresh job once in this process and reports each change's fate.
+``list [--subscriber S] [--version V]`` prints the active subscriptions of the
+Delta table. Exit status 0, 2 for user mistakes (bad arguments or settings, a
+refused pattern, a change the refresh job rejected), 1 for infrastructure (the
+broker did not acknowledge within ``kafka.start_timeout_s``, the refresh failed).
+``--json`` prints one JSON object on stdout; diagnostics go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import datetime as dt
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from routing import matchers
 from routing.config import ConfigError
@@ -41,8 +55,13 @@ from routing.errors import TopicError
 from routing.reference import ReferenceMatcher
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from routing.settings import Settings
+    from routing.subscriptions.publish import Change
     from routing.validation import Validator
+
+T = TypeVar("T")
 
 DEMO_SUBSCRIPTIONS = [("forex.usd", "1"), ("forex.*", "2"), ("stock.nasdaq.msft", "3")]
 DEMO_MESSAGES = ["forex.gbp", "stock.nyse.ibm", "forex.eur", "forex.usd", "stock.nasdaq.msft"]
@@ -146,8 +165,8 @@ def subscriptions_from_files(
             line = outcome.received.import_line or 0
             if outcome.rejection is not None:
                 rejects.append((line, outcome.rejection.reason, outcome.rejection.detail))
-            elif outcome.received.change_id in model.rejects:  # a subscription limit, decided per batch
-                rejects.append((line, model.rejects[outcome.received.change_id], "rejected when applied"))
+            elif outcome.event is not None and outcome.event.change_id in model.rejects:  # a limit, per batch
+                rejects.append((line, model.rejects[outcome.event.change_id], "rejected when applied"))
         _report_rejects(name, rejects, report)
     return model.active_pairs()
 
@@ -164,27 +183,48 @@ def _report_rejects(name: str, rejects: Sequence[tuple[int, str, str]], report: 
         report(f"  ... and {len(rejects) - SHOWN_REJECTS} more")
 
 
-def subscriptions_from_table(settings: Settings, path: str, version: int | None) -> tuple[int, list[tuple[str, str]]]:
-    """(version, active pairs) of a Delta subscription table; starts Spark (stopped again if it was not running)."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
+@contextlib.contextmanager
+def spark_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
+    """The process's SparkSession, started if needed and then stopped again (one already running stays)."""
     from pyspark.sql import SparkSession
 
     from routing.spark import get_spark
-    from routing.subscriptions import read_snapshot
 
     running = SparkSession.getActiveSession() is not None
-    spark = get_spark(settings, app_name="routing-match")
+    spark = get_spark(settings, app_name=app_name)
     try:
-        snapshot = read_snapshot(spark, path, version)
-    except (PySparkException, Py4JJavaError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        at = "" if version is None else f" at version {version}"
-        raise SourceError(f"Delta table {path!r} cannot be read{at}: {first_line}") from None
+        yield spark
     finally:
         if not running:
             spark.stop()
-    return snapshot.version, list(snapshot.pairs)
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def read_table(settings: Settings, path: str, version: int | None, read: Callable[[SparkSession, int], T]) -> T:
+    """``read(spark, version)`` of a Delta table, ``version`` pinned first (default: the latest); starts Spark
+    (see :func:`spark_session`); a table that cannot be read at that version raises :class:`SourceError`."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    from routing.subscriptions import latest_version
+
+    with spark_session(settings, "routing-cli") as spark:
+        try:
+            return read(spark, latest_version(spark, path) if version is None else version)
+        except (PySparkException, Py4JJavaError) as error:
+            at = "" if version is None else f" at version {version}"
+            raise SourceError(f"Delta table {path!r} cannot be read{at}: {first_line(error)}") from None
+
+
+def subscriptions_from_table(settings: Settings, path: str, version: int | None) -> tuple[int, list[tuple[str, str]]]:
+    """(version, active pairs) of a Delta subscription table; starts Spark (stopped again if it was not running)."""
+    from routing.subscriptions import read_active
+
+    return read_table(settings, path, version, lambda spark, pinned: (pinned, read_active(spark, path, pinned)))
 
 
 def match_keys(
@@ -280,6 +320,184 @@ def run_explain(args: argparse.Namespace, out: Callable[[str], None], err: Calla
     return 0 if explanation.matched else 1
 
 
+# -- subscribe, unsubscribe, list ------------------------------------------------------------------
+
+
+def shown_text(text: str) -> str:
+    """A subscriber or pattern as typed when it is plain, else quoted (spaces, control characters, empty)."""
+    return text if text and text.isprintable() and " " not in text else repr(text)
+
+
+def run_change(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
+    """``subscribe``/``unsubscribe``: judge locally, publish, and with ``--apply`` refresh and report."""
+    from routing.settings import settings_from_args
+    from routing.subscriptions.events import Op
+    from routing.subscriptions.publish import ChangesRefused, PublishFailed, prepare, publish
+
+    command = args.command
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as error:
+        err(f"{command}: {error}")
+        return 2
+    report: dict[str, Any] = {
+        "command": command,
+        "subscriber": args.subscriber,
+        "topic": settings.subscriptions.events_topic,
+        "changes": [],
+        "refused": [],
+        "error": None,
+        "refresh": None,
+    }
+
+    def finish(code: int) -> int:
+        if args.json:
+            out(json.dumps(report, sort_keys=True))
+        return code
+
+    try:
+        changes = prepare(
+            Op(command),
+            args.subscriber,
+            args.patterns,
+            settings.validator(),
+            max_event_bytes=settings.subscriptions.max_event_bytes,
+        )
+    except ChangesRefused as refused:
+        report["refused"] = [refusal.as_dict() for refusal in refused.refusals]
+        for refusal in refused.refusals:
+            what = "the command" if refusal.pattern is None else f"pattern {shown_text(refusal.pattern)}"
+            err(f"{command}: {what} refused: {refusal.detail}")
+        err(f"{command}: nothing was published")
+        return finish(2)
+    report["changes"] = [change.as_dict() for change in changes]
+    try:
+        deliveries = publish(settings, changes)
+    except ConfigError as error:  # a SASL protocol without a password, if the loader let it through
+        err(f"{command}: {error}")
+        return finish(2)
+    except PublishFailed as failed:
+        deliveries = failed.deliveries
+        report["error"] = str(failed)
+        err(f"{command}: {failed}")
+        err(f"{command}: whether the unconfirmed change(s) reached the topic is unknown: re-run the same command")
+    for delivery, entry in zip(deliveries, report["changes"], strict=True):
+        entry.update(partition=delivery.partition, offset=delivery.offset, error=delivery.error)
+        if delivery.error is None and not args.json:
+            out(
+                f"published {command} {shown_text(delivery.change.subscriber)} {shown_text(delivery.change.pattern)} "
+                f"({report['topic']} partition {delivery.partition} offset {delivery.offset})"
+            )
+    if report["error"] is not None:
+        return finish(1)
+    if not args.apply:
+        if not args.json:
+            out(f"{len(changes)} change(s) published; the refresh job applies them on its next run (or pass --apply)")
+        return finish(0)
+    return finish(apply_now(settings, changes, report, out if not args.json else lambda _: None, err))
+
+
+def apply_now(
+    settings: Settings,
+    changes: Sequence[Change],
+    report: dict[str, Any],
+    out: Callable[[str], None],
+    err: Callable[[str], None],
+) -> int:
+    """One available-now run of the refresh job in this process, then what became of each change (into ``report``).
+
+    In-process rather than ``python -m jobs.refresh_subscriptions`` as a child: the same settings object
+    (flags, environment, the password in memory only), one JVM instead of two, and the job's own function
+    (:func:`jobs.refresh_subscriptions.refresh_from_kafka`), checkpoint and tables. Exit status 0, 2 when the
+    job rejected a change (a limit only the table can decide), 1 when the run failed or did not see a change.
+    """
+    from jobs.refresh_subscriptions import refresh_from_kafka
+    from routing.subscriptions import read_rows
+    from routing.subscriptions.publish import NOT_APPLIED, REJECTED, change_results, rejections
+
+    command = report["command"]
+    subscriptions = settings.subscriptions
+    with spark_session(settings, "routing-cli") as spark:
+        try:
+            summary = refresh_from_kafka(spark, settings)
+            rows = read_rows(spark, subscriptions.table_path, summary.table_version, subscriber=changes[0].subscriber)
+            batch_ids = [batch.batch_id for batch in summary.batches if batch.batch_id is not None]
+            rejected = rejections(
+                spark, subscriptions.rejects_path, [change.change_id for change in changes], batch_ids
+            )
+        except Exception as error:  # the job's own failures: Kafka, Delta, Spark
+            report["error"] = f"refresh failed: {first_line(error)}"
+            err(f"{command}: {report['error']}")
+            err(f"{command}: the change(s) are in the topic; the next refresh run applies them")
+            return 1
+    report["refresh"] = summary.as_dict()
+    out(f"refresh_subscriptions: {summary.describe()}")
+    results = change_results(changes, rows, rejected)
+    for result, entry in zip(results, report["changes"], strict=True):
+        entry.update(result.as_dict())
+        state = {None: "no row", True: "active", False: "inactive"}[result.active]
+        why = f": {result.reason}" if result.reason else ""
+        out(f"{command} {shown_text(result.change.pattern)}: {result.result}{why} ({state})")
+    if any(result.result == REJECTED for result in results):
+        return 2
+    return 1 if any(result.result == NOT_APPLIED for result in results) else 0
+
+
+def run_list(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
+    """``list``: the active subscriptions of the table (latest or ``--version``), of one subscriber or all."""
+    from routing.settings import is_uri, settings_from_args
+    from routing.subscriptions import read_rows
+
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as error:
+        err(f"list: {error}")
+        return 2
+    path = settings.subscriptions.table_path
+    if not is_uri(path) and not is_delta_table(path):
+        err(f"list: no subscription table at {path!r} (subscriptions.table_path; the refresh job creates it)")
+        return 2
+    try:
+        version, rows = read_table(
+            settings,
+            path,
+            args.version,
+            lambda spark, pinned: (pinned, read_rows(spark, path, pinned, subscriber=args.subscriber)),
+        )
+    except SourceError as error:
+        err(f"list: {error}")
+        return 2
+    active = sorted(
+        (subscriber, pattern, ts_millis, change_id)
+        for (subscriber, pattern), (is_active, ts_millis, change_id) in rows.items()
+        if is_active
+    )
+    of = "" if args.subscriber is None else f" of {shown_text(args.subscriber)}"
+    err(f"{path}: version {version}, {len(active)} active subscription(s){of}")
+    listed = [
+        {"subscriber": subscriber, "pattern": pattern, "since": iso_millis(ts_millis), "change_id": change_id}
+        for subscriber, pattern, ts_millis, change_id in active
+    ]
+    if args.json:
+        out(
+            json.dumps(
+                {"table": path, "version": version, "subscriber": args.subscriber, "subscriptions": listed},
+                sort_keys=True,
+            )
+        )
+        return 0
+    width = max((len(shown_text(entry["subscriber"])) for entry in listed), default=0)
+    for entry in listed:
+        out(f"{shown_text(entry['subscriber']):<{width}}  {shown_text(entry['pattern'])}  (since {entry['since']})")
+    return 0
+
+
+def iso_millis(ts_millis: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC with milliseconds (``2026-01-05T10:00:00.000Z``)."""
+    moment = dt.datetime.fromtimestamp(ts_millis / 1000, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts_millis % 1000:03d}Z"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from routing.settings import add_settings_arguments
 
@@ -314,6 +532,38 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("pattern", metavar="PATTERN")
     explain.add_argument("key", metavar="KEY")
     add_settings_arguments(explain)
+    for name, what in (("subscribe", "subscribe SUBSCRIBER to"), ("unsubscribe", "unsubscribe SUBSCRIBER from")):
+        change = commands.add_parser(
+            name,
+            help=f"{what} patterns: publish the change events the refresh job applies",
+            description=f"{what[0].upper()}{what[1:]} each PATTERN: publish one change event each to the topic "
+            "subscriptions.events_topic, as the refresh job reads them, with ts now and an idempotency key derived "
+            "from the command, so running the same command again (after a timeout, say) changes nothing more. "
+            "Every pattern is first judged as the refresh job would (limits, policy, [acl] rules): one refused "
+            "and nothing is published. Exit status 0; 2 for a refused pattern or bad arguments (and with --apply "
+            "for a change the job rejected, such as a subscription limit); 1 when the broker did not acknowledge "
+            "every event within kafka.start_timeout_s or the refresh failed.",
+            epilog="A pattern that starts with '-' goes after '--': subscribe s1 -- -odd.pattern",
+        )
+        change.add_argument("subscriber", metavar="SUBSCRIBER")
+        change.add_argument("patterns", metavar="PATTERN", nargs="+")
+        change.add_argument(
+            "--apply",
+            action="store_true",
+            help="then run the refresh job once (available-now, in this process) and report what each change did",
+        )
+        change.add_argument("--json", action="store_true", help="print one JSON object: the changes and their fate")
+        add_settings_arguments(change)
+    listing = commands.add_parser(
+        "list",
+        help="print the active subscriptions of the subscription table",
+        description="Print the active subscriptions of the Delta table subscriptions.table_path (Spark starts), "
+        "at its latest version or --version. Exit status 0, or 2 for bad arguments or a table that cannot be read.",
+    )
+    listing.add_argument("--subscriber", metavar="S", help="only this subscriber's")
+    listing.add_argument("--version", type=int, help="read the table at this version (time travel)")
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
+    add_settings_arguments(listing)
     return parser
 
 
@@ -328,6 +578,10 @@ def main(
         return run_demo(out)
     if args.command == "match":
         return run_match(args, out, err)
+    if args.command in ("subscribe", "unsubscribe"):
+        return run_change(args, out, err)
+    if args.command == "list":
+        return run_list(args, out, err)
     return run_explain(args, out, err)
 
 

@@ -10,6 +10,7 @@ the table path against the file path over the same imports.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import pattern_and_key
 
+from jobs.cluster import free_ports
 from routing.__main__ import main
 from routing.explain import ANY_WORDS, LITERAL, ONE_WORD, explain, word_kind
 from routing.reference import ReferenceMatcher, reference_matches
@@ -396,7 +398,7 @@ def test_match_flag_errors(tmp_path: Path) -> None:
     assert exit_info.value.code == 2
 
 
-@pytest.mark.parametrize("command", ["match", "explain"])
+@pytest.mark.parametrize("command", ["match", "explain", "subscribe", "unsubscribe", "list"])
 def test_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         run(command, "--help")
@@ -415,6 +417,125 @@ def test_entry_point_runs_as_a_module() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert "'#'          (zero or more words) -> key words 2-3 'nasdaq.msft'" in completed.stdout
+
+
+# -- subscribe, unsubscribe, list: argument handling, no broker, no Spark -----------------------------
+
+ACL_RULES = json.dumps([{"subscribers": "tenant-42-*", "patterns": ["tenant.42.#"]}])
+
+
+def unreachable_broker() -> list[str]:
+    """Flags pointing Kafka at a port nothing listens on, giving up after a second: sending anything fails."""
+    (port,) = free_ports(1)
+    return ["--set", f"kafka.bootstrap_servers=127.0.0.1:{port}", "--set", "kafka.start_timeout_s=1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "reasons"),
+    [
+        (["subscribe", "s1", "a.b", "a..b", "--set", "validation.policy=strict"], ["invalid_pattern"]),
+        (
+            ["subscribe", "tenant-42-web", "tenant.42.x", "tenant.*.x", "--set", f"acl.rules={ACL_RULES}"],
+            ["forbidden_pattern"],
+        ),
+        (
+            [
+                "subscribe",
+                "s1",
+                "a.b.c.d",
+                "x" * 20,
+                "--set",
+                "limits.max_pattern_words=3",
+                "--set",
+                "limits.max_hash_words=3",
+                "--set",
+                "limits.max_pattern_bytes=10",
+            ],
+            ["pattern_too_many_words", "pattern_too_long"],
+        ),
+        (
+            ["subscribe", "s1", "a", "b", "c", "--set", "limits.max_subscriptions_per_subscriber=2"],
+            ["too_many_subscriptions"],
+        ),
+        (["unsubscribe", "", "a"], ["invalid_subscriber"]),
+    ],
+)
+def test_a_refused_change_publishes_nothing(argv: list[str], reasons: list[str]) -> None:
+    # The broker is unreachable: had anything been sent, the exit status would be 1.
+    code, out, err = run(*argv, "--json", *unreachable_broker())
+    assert code == 2, err
+    (line,) = out
+    report = json.loads(line)
+    assert [refusal["reason"] for refusal in report["refused"]] == reasons
+    assert report["changes"] == [] and report["error"] is None and report["refresh"] is None
+    # One line per refusal, naming the pattern (or the command) and the reason, then the verdict.
+    assert [line.rpartition("[reason=")[2] for line in err[:-1]] == [f"{reason}]" for reason in reasons]
+    assert err[-1] == f"{argv[0]}: nothing was published"
+
+
+def test_an_unsubscribe_passes_the_acl_and_an_unreachable_broker_is_exit_1() -> None:
+    code, out, err = run(
+        "unsubscribe",
+        "tenant-42-web",
+        "#",
+        "tenant.*",
+        "--json",
+        "--set",
+        f"acl.rules={ACL_RULES}",
+        *unreachable_broker(),
+    )
+    assert code == 1
+    report = json.loads(out[0])
+    assert (
+        report["refused"] == [] and "not acknowledged" in report["error"] and "kafka.start_timeout_s" in report["error"]
+    )
+    assert [(change["pattern"], change["offset"]) for change in report["changes"]] == [("#", None), ("tenant.*", None)]
+    assert all(change["error"] for change in report["changes"])
+    assert (
+        err[-1]
+        == "unsubscribe: whether the unconfirmed change(s) reached the topic is unknown: re-run the same command"
+    )
+
+
+def test_sasl_password_is_never_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = "canary-Pa55word-" + tmp_path.name
+    sasl = [
+        "--set",
+        "kafka.security_protocol=SASL_PLAINTEXT",
+        "--set",
+        "kafka.sasl_mechanism=SCRAM-SHA-256",
+        "--set",
+        "kafka.sasl_username=router",
+    ]
+    completed = subprocess.run(
+        [sys.executable, "-m", "routing", "subscribe", "s1", "a.#", "--json", *sasl, *unreachable_broker()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "ROUTER_KAFKA_SASL_PASSWORD": canary},
+    )
+    assert completed.returncode == 1, completed.stderr
+    assert "not acknowledged" in json.loads(completed.stdout)["error"]
+    assert canary not in completed.stdout + completed.stderr
+    # Without a password, SASL is a user mistake, found before anything is sent.
+    monkeypatch.delenv("ROUTER_KAFKA_SASL_PASSWORD", raising=False)
+    code, out, err = run("subscribe", "s1", "a.#", *sasl)
+    assert code == 2 and out == [] and "ROUTER_KAFKA_SASL_PASSWORD" in err[0]
+
+
+def test_change_and_list_argument_errors(tmp_path: Path) -> None:
+    for argv in (["subscribe"], ["subscribe", "s1"], ["unsubscribe", "s1"], ["list", "--version", "x"]):
+        with pytest.raises(SystemExit) as exit_info:
+            run(*argv)
+        assert exit_info.value.code == 2, argv
+    code, _, err = run("subscribe", "s1", "a", "--set", "kafka.client_port=0")
+    assert code == 2 and err == ["subscribe: setting kafka.client_port must be a TCP port between 1 and 65535, got 0"]
+    code, out, err = run("list", "--set", f"subscriptions.table_path={tmp_path}")
+    assert code == 2 and out == []
+    assert err == [
+        f"list: no subscription table at {str(tmp_path)!r} (subscriptions.table_path; the refresh job creates it)"
+    ]
 
 
 # -- match from a Delta table --------------------------------------------------------------------
