@@ -543,10 +543,12 @@ def build_parser() -> argparse.ArgumentParser:
             "and nothing is published. Exit status 0; 2 for a refused pattern or bad arguments (and with --apply "
             "for a change the job rejected, such as a subscription limit); 1 when the broker did not acknowledge "
             "every event within kafka.start_timeout_s or the refresh failed.",
-            epilog="A pattern that starts with '-' goes after '--': subscribe s1 -- -odd.pattern",
+            epilog="Quote patterns: the shell expands '*', and a word starting with '#' is a comment "
+            "(subscribe fx-desk '#' 'stock.*.msft'). A pattern that starts with '-' goes after '--': "
+            "subscribe s1 -- -odd.pattern",
         )
-        change.add_argument("subscriber", metavar="SUBSCRIBER")
-        change.add_argument("patterns", metavar="PATTERN", nargs="+")
+        change.add_argument("subscriber", metavar="SUBSCRIBER", help="the subscriber id")
+        change.add_argument("patterns", metavar="PATTERN", nargs="+", help="AMQP topic patterns (repeats count once)")
         change.add_argument(
             "--apply",
             action="store_true",
