@@ -31,8 +31,9 @@ derived from the command, so re-running it changes nothing more). ``--apply``
 then runs the refresh job once in this process and reports each change's fate.
 ``list [--subscriber S] [--version V]`` prints the active subscriptions of the
 Delta table. Exit status 0, 2 for user mistakes (bad arguments or settings, a
-refused pattern, a change the refresh job rejected), 1 for infrastructure (the
-broker did not acknowledge within ``kafka.start_timeout_s``, the refresh failed).
+refused pattern, a change the refresh job rejected), 1 for infrastructure (no
+broker accepted a connection, or it did not acknowledge every event, within
+``kafka.start_timeout_s``; the refresh failed).
 ``--json`` prints one JSON object on stdout; diagnostics go to stderr.
 """
 
@@ -331,6 +332,7 @@ def shown_text(text: str) -> str:
 def run_change(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
     """``subscribe``/``unsubscribe``: judge locally, publish, and with ``--apply`` refresh and report."""
     from routing.settings import settings_from_args
+    from routing.streaming import KafkaUnavailable, wait_for_kafka
     from routing.subscriptions.events import Op
     from routing.subscriptions.publish import ChangesRefused, PublishFailed, prepare, publish
 
@@ -372,10 +374,17 @@ def run_change(args: argparse.Namespace, out: Callable[[str], None], err: Callab
         return finish(2)
     report["changes"] = [change.as_dict() for change in changes]
     try:
+        # Nothing listening at the bootstrap address: the jobs' own probe and one-line error, within the timeout.
+        wait_for_kafka(settings)
         deliveries = publish(settings, changes)
-    except ConfigError as error:  # a SASL protocol without a password, if the loader let it through
+    except ConfigError as error:  # a malformed bootstrap address; SASL without a password
         err(f"{command}: {error}")
         return finish(2)
+    except KafkaUnavailable as error:
+        report["error"] = str(error)
+        err(f"{command}: {error}")
+        err(f"{command}: nothing was published")
+        return finish(1)
     except PublishFailed as failed:
         deliveries = failed.deliveries
         report["error"] = str(failed)
@@ -541,8 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
             "from the command, so running the same command again (after a timeout, say) changes nothing more. "
             "Every pattern is first judged as the refresh job would (limits, policy, [acl] rules): one refused "
             "and nothing is published. Exit status 0; 2 for a refused pattern or bad arguments (and with --apply "
-            "for a change the job rejected, such as a subscription limit); 1 when the broker did not acknowledge "
-            "every event within kafka.start_timeout_s or the refresh failed.",
+            "for a change the job rejected, such as a subscription limit); 1 when no broker accepted a connection, "
+            "or it did not acknowledge every event, within kafka.start_timeout_s, or the refresh failed.",
             epilog="Quote patterns: the shell expands '*', and a word starting with '#' is a comment "
             "(subscribe fx-desk '#' 'stock.*.msft'). A pattern that starts with '-' goes after '--': "
             "subscribe s1 -- -odd.pattern",

@@ -27,7 +27,9 @@ subscribe applies again, as it must. Re-running a command that is in effect ther
 
 Publishing waits for the broker's acknowledgement of every event (idempotent producer, ``acks=all``,
 the ``[kafka]`` client settings with SASL exactly as the jobs use them) for at most
-``kafka.start_timeout_s``; past it :class:`PublishFailed` says which changes are unconfirmed.
+``kafka.start_timeout_s``; past it :class:`PublishFailed` says which changes are unconfirmed. (The CLI
+first waits, as long at most, for a bootstrap server to accept a connection:
+:func:`routing.streaming.wait_for_kafka`, the jobs' own probe, so "nothing listens there" reads the same.)
 :func:`change_results` then tells, after a refresh run (``--apply``), what became of each change.
 """
 
