@@ -234,7 +234,8 @@ class KafkaSettings:
     heap: str = "512m"
     #: Partitions of auto-created topics on the local broker.
     num_partitions: int = 2
-    #: Seconds ``start`` waits for the broker to answer a metadata request.
+    #: Seconds the local broker's ``start`` waits for it to answer a metadata request, and the jobs wait at start
+    #: for a bootstrap server to accept a connection before they exit 1 (:func:`routing.streaming.wait_for_kafka`).
     start_timeout_s: float = 90.0
     #: Seconds ``stop`` waits after SIGTERM before killing the broker's process group.
     stop_timeout_s: float = 30.0
