@@ -26,6 +26,16 @@ def process_state(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[2])
 
 
+def process_started(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (None when there is no such process): a pid reused by
+    another process has another start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+
+
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (a zombie counts as dead)."""
     state = process_state(pid)

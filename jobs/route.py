@@ -16,7 +16,13 @@ SIGTERM or Ctrl-C stops the query after the batch in flight. With
 Exit status: 0 stopped cleanly or drained; 1 the query failed (restart it: it
 resumes from its checkpoint and re-executed batches write nothing twice), or no
 Kafka broker accepted a connection within ``kafka.start_timeout_s`` (checked
-before Spark starts); 2 bad flags or settings.
+before Spark starts); 2 bad flags or settings; 3 another router holds the
+checkpoint (nothing was started: the one-line error names the checkpoint and
+that router; see :mod:`routing.checkpoints`).
+
+One router per checkpoint: the job holds a lease on ``router.checkpoint_path``
+while it runs. A router whose lease was taken over (it stalled for longer than
+the lease timeout and another took over) stops before its next batch, exit 1.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy
 from routing.config import ConfigError
 from routing.settings import add_settings_arguments, parse_overrides, settings_from_args
 from routing.streaming import crash_after_writes_from_env, kafka_exit_status
@@ -112,7 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    query = router.start()
+    try:
+        query = router.start()
+    except CheckpointBusy as error:
+        router.close()
+        print(f"route: {error}", file=sys.stderr)
+        return EXIT_CHECKPOINT_BUSY
     LOG.info(
         "routing %s -> %s (checkpoint %s)",
         settings.router.subscribe_pattern or ",".join(settings.router.topics),
@@ -124,11 +136,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             if stop_requested.is_set() and not query.status["isTriggerActive"]:
                 query.stop()
                 break
+            if router.lease is not None and router.lease.lost:
+                query.stop()  # an idle router would otherwise only notice at its next batch
+                break
             query.awaitTermination(1)
         failure = query.exception()
+        lost = router.lease.lost if router.lease is not None else None
     finally:
         router.close()
     summary = summarize(router.reports)
+    if lost is not None:
+        print(
+            f"route: lost the lease on checkpoint {settings.router.checkpoint_path} after {summary['batches']} "
+            f"batch(es): {lost}; this router stopped",
+            file=sys.stderr,
+        )
+        return 1
     if failure is not None:
         LOG.error("the router query failed: %s", failure)
         print(f"route: failed after {summary['batches']} batch(es): {failure}", file=sys.stderr)

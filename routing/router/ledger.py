@@ -3,7 +3,8 @@
 Before a batch writes anything, its snapshot version is written to one small
 write-once file per batch id, ``<ledger dir>/<query id>/<batch id>``, like
 Spark's own offset log: through Hadoop's ``FileSystem`` (Spark's
-``CheckpointFileManager``, via the JVM gateway), so it works on HDFS, S3 and
+``CheckpointFileManager``, via the JVM gateway:
+:class:`routing.checkpoints.CheckpointFiles`), so it works on HDFS, S3 and
 ABFS alike, with no Spark job and no Delta commit. The file is written to a
 temporary name and renamed into place without overwriting, so a batch id is
 recorded exactly once: a second writer (a re-executed batch racing a zombie)
@@ -24,7 +25,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from routing.checkpoints import CheckpointFiles
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,60 +41,9 @@ def ledger_directory(ledger_path: str, checkpoint_path: str) -> str:
     return ledger_path or os.path.join(checkpoint_path, DEFAULT_DIRECTORY)
 
 
-class _Files:
-    """Spark's ``CheckpointFileManager`` for one directory (atomic write-once files on any Hadoop FS)."""
-
-    def __init__(self, spark: SparkSession, directory: str) -> None:
-        jvm: Any = spark.sparkContext._jvm
-        self._jvm = jvm
-        self._directory = jvm.org.apache.hadoop.fs.Path(directory)
-        conf = spark._jsparkSession.sessionState().newHadoopConf()
-        manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-        self._manager = manager.create(self._directory, conf)
-
-    def path(self, *names: str) -> Any:
-        path = self._directory
-        for name in names:
-            path = self._jvm.org.apache.hadoop.fs.Path(path, name)
-        return path
-
-    def read(self, *names: str) -> str | None:
-        path = self.path(*names)
-        if not self._manager.exists(path):
-            return None
-        stream = self._manager.open(path)
-        try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
-
-    def create_once(self, data: bytes, *names: str) -> bool:
-        """Write ``data`` unless the file exists (atomically: temp file, rename without overwrite)."""
-        path = self.path(*names)
-        if self._manager.exists(path):
-            return False
-        self._manager.mkdirs(path.getParent())
-        stream = self._manager.createAtomic(path, False)
-        try:
-            stream.write(bytearray(data))
-            stream.close()
-        except Exception as error:
-            stream.cancel()
-            if "FileAlreadyExistsException" in str(error):
-                return False
-            raise
-        return True
-
-    def list_names(self, *names: str) -> list[str]:
-        path = self.path(*names)
-        if not self._manager.exists(path):
-            return []
-        return sorted(str(status.getPath().getName()) for status in self._manager.list(path))
-
-
 class Ledger:
     def __init__(self, spark: SparkSession, directory: str, app_id: str) -> None:
-        self._files = _Files(spark, directory)
+        self._files = CheckpointFiles(spark, directory)
         self._app_id = app_id
         self._query_id: str | None = None
         self._known: dict[int, int] = {}
@@ -138,7 +90,7 @@ class Ledger:
         return {batch_id: version for _, batch_id, version in read_ledger(self._files, self._bound_query)}
 
 
-def read_ledger(files: _Files, query_id: str | None = None) -> list[tuple[str, int, int]]:
+def read_ledger(files: CheckpointFiles, query_id: str | None = None) -> list[tuple[str, int, int]]:
     """(query id, batch id, version) of every entry, of one query or of all."""
     entries = []
     for query in [query_id] if query_id is not None else files.list_names():
@@ -153,4 +105,4 @@ def read_ledger(files: _Files, query_id: str | None = None) -> list[tuple[str, i
 
 def ledger_entries(spark: SparkSession, directory: str) -> list[tuple[str, int, int]]:
     """(query id, batch id, version) of every entry under a ledger directory (tests and tooling)."""
-    return read_ledger(_Files(spark, directory))
+    return read_ledger(CheckpointFiles(spark, directory))

@@ -30,6 +30,11 @@ rows, each skipped by Delta if that write had committed.
 
 Conservation: every input record becomes exactly one of {one or more
 deliveries, one dead letter, one unrouted record}.
+
+One router per checkpoint: :meth:`Router.start` takes a lease on the checkpoint
+(:mod:`routing.checkpoints`), so a second router there, in any process on any
+machine, fails to start with :class:`routing.checkpoints.CheckpointBusy`; and a
+router whose lease was taken over fails its next batch before writing anything.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.classify import classify
 from routing.router.ledger import Ledger, ledger_directory
@@ -375,6 +381,8 @@ class Router:
         #: batch returns (so before the checkpoint commits); the crash-recovery test kills the process there.
         self.after_writes = after_writes
         self.listener: _ProgressListener | None = None
+        #: This router's hold on its checkpoint (:mod:`routing.checkpoints`), from :meth:`start` to :meth:`close`.
+        self.lease: CheckpointLease | None = None
         self.logged_batches: set[int] = set()
         #: The query progress's ``durationMs`` per batch id (filled by the listener, asynchronously).
         self.durations_ms: dict[int, dict[str, int]] = {}
@@ -395,11 +403,16 @@ class Router:
             self.spark.streams.removeListener(self.listener)
             self.listener = None
         self.snapshots.close()
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
 
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
 
         txn_app_id = self.identity.wait()
+        if self.lease is not None:
+            self.lease.check()  # another router took the checkpoint over: write nothing more
         started = time.perf_counter()
         timer = StageTimer()
         udf_before = self.udf_stats.value
@@ -568,20 +581,30 @@ class Router:
             self.logged_batches.add(batch_id)
 
     def start(self) -> StreamingQuery:
-        """Start the query (and its metrics listener)."""
+        """Start the query (and its metrics listener), holding the checkpoint until :meth:`close`.
+
+        :class:`routing.checkpoints.CheckpointBusy` when a live router (another process, perhaps on
+        another machine) holds the checkpoint: nothing has started then.
+        """
         router = self.settings.router
-        self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(router.arrow_batch_rows))
-        self.snapshots.maybe_refresh(force=True)
-        self.listener = _ProgressListener(self)
-        self.spark.streams.addListener(self.listener)
-        return start_query(
-            kafka_stream(self.spark, self.settings),
-            self.process_batch,
-            checkpoint=router.checkpoint_path,
-            bind=self.bind_query,
-            trigger_interval=None if router.trigger == "available_now" else router.trigger_interval,
-            query_name=f"router:{router.app_id}",
-        )
+        self.lease = CheckpointLease.acquire(self.spark, router.checkpoint_path, job="router", name=router.app_id)
+        try:
+            self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(router.arrow_batch_rows))
+            self.snapshots.maybe_refresh(force=True)
+            self.listener = _ProgressListener(self)
+            self.spark.streams.addListener(self.listener)
+            return start_query(
+                kafka_stream(self.spark, self.settings),
+                self.process_batch,
+                checkpoint=router.checkpoint_path,
+                bind=self.bind_query,
+                trigger_interval=None if router.trigger == "available_now" else router.trigger_interval,
+                query_name=f"router:{router.app_id}",
+            )
+        except BaseException:
+            self.lease.release()
+            self.lease = None
+            raise
 
     def bind_query(self, query_id: str) -> None:
         """Write as the query ``query_id``: its id (kept in the checkpoint) joins the txnAppId.
@@ -592,6 +615,8 @@ class Router:
         first: batches start once the identity is.
         """
         self.ledger.bind(query_id)
+        if self.lease is not None:
+            self.lease.bind(query_id)
         self.identity.bind(query_id)
 
 

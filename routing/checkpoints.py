@@ -1,0 +1,366 @@
+"""Files beside a streaming checkpoint, on any Hadoop FileSystem: write-once records and the checkpoint lease.
+
+Both jobs keep their progress in a checkpoint directory that may be local, HDFS, S3 or ABFS, so the
+files they add there go through Hadoop's ``FileSystem`` too, never Python's ``open``:
+:class:`CheckpointFiles` is Spark's own ``CheckpointFileManager`` (via the JVM gateway) for one
+directory, the API Spark writes its offset and commit logs with. The router's replay ledger
+(:mod:`routing.router.ledger`) and the lease below are built on it.
+
+The lease: one job per checkpoint
+---------------------------------
+
+Spark refuses a second query on a checkpoint only within one SparkSession (its active query ids);
+two ``python -m jobs.route`` processes share nothing but the filesystem, and would race each other
+through the offset log, the ledger and the Delta writes. So a job holds a lease on its checkpoint
+for as long as it runs (:class:`CheckpointLease`), kept in the checkpoint itself::
+
+    <checkpoint>/lease/<generation>      one JSON file per holder, generations 1, 2, 3, ...
+
+* **Acquire.** The newest generation says who holds the checkpoint. If that holder is *live*, the job
+  stops before its query starts with :class:`CheckpointBusy`: one line naming the checkpoint, the
+  holder (job, name, host, pid, query id when known) and its last heartbeat; the jobs exit with
+  :data:`EXIT_CHECKPOINT_BUSY`. Otherwise the job creates the next generation *write-once* (a
+  temporary file renamed into place without overwriting, like Spark's offset log and the ledger):
+  of two jobs starting at once exactly one creates it, and the other finds it live.
+* **Live** means not released and, for a holder on this very machine (same Linux boot id and pid
+  namespace: not another container), its process still running (the same pid with the same start
+  time); for any other holder, a heartbeat younger than ``timeout_s`` by this host's clock. So a job
+  SIGKILLed and restarted on the same machine takes the checkpoint over at once; a holder on another
+  machine that died is taken over once its heartbeat is ``timeout_s`` old (:data:`LEASE_TIMEOUT_S`, a
+  minute): a restart is delayed, never blocked for good.
+* **Heartbeat.** A daemon thread rewrites the holder's file every ``timeout_s / 6``. It also notices
+  when the lease is lost: a newer generation appeared (another job judged this one dead: a pause
+  longer than ``timeout_s``), or the file could not be renewed for ``timeout_s``. The jobs call
+  :meth:`CheckpointLease.check` at the start of every batch, so a job that lost its lease fails its
+  next batch before writing anything (:class:`LeaseLost`, exit status 1).
+* **Release.** A job that stops cleanly marks its generation released, and the next one takes over at
+  once. Generations older than the previous one are deleted as a new one is acquired.
+
+Limits, on purpose:
+
+* Mutual exclusion rests on an atomic create-without-overwrite. HDFS, ABFS (hierarchical namespace)
+  and local disks rename atomically; S3 through S3A does not (its rename is a copy), so two jobs
+  starting within the same instant could both win there, the very hole Spark's own checkpoint has on
+  S3. Keep checkpoints on a filesystem with atomic rename.
+* Liveness across machines trusts the clocks: they must agree to well within ``timeout_s`` (NTP).
+* A holder that stalls longer than ``timeout_s`` (a long GC pause, a frozen VM) is taken over while it
+  still runs; until its next heartbeat notices (at most ``timeout_s / 6`` later) it may finish a batch
+  it had started. Its writes are those of the same query (the checkpoint holds the query id), so
+  Delta's ``txnAppId`` skips a batch written twice and the ledger keeps the first snapshot version;
+  Spark's offset log then fails one of the two (``Concurrent update to the log``).
+
+Spark is imported only inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("routing.checkpoints")
+
+#: Seconds after its last heartbeat a holder on another machine counts as dead.
+LEASE_TIMEOUT_S = 60.0
+#: The lease directory's name inside the checkpoint.
+LEASE_DIRECTORY = "lease"
+#: Exit status of a job that found its checkpoint held by a live job (nothing was done; run it again later).
+EXIT_CHECKPOINT_BUSY = 3
+
+
+class CheckpointFiles:
+    """Spark's ``CheckpointFileManager`` for one directory (atomic write-once files on any Hadoop FS)."""
+
+    def __init__(self, spark: SparkSession, directory: str) -> None:
+        jvm: Any = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._directory = jvm.org.apache.hadoop.fs.Path(directory)
+        conf = spark._jsparkSession.sessionState().newHadoopConf()
+        manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+        self._manager = manager.create(self._directory, conf)
+
+    def path(self, *names: str) -> Any:
+        path = self._directory
+        for name in names:
+            path = self._jvm.org.apache.hadoop.fs.Path(path, name)
+        return path
+
+    def read(self, *names: str) -> str | None:
+        path = self.path(*names)
+        if not self._manager.exists(path):
+            return None
+        try:
+            stream = self._manager.open(path)
+        except Exception as error:
+            if "FileNotFoundException" in str(error):
+                return None  # deleted since the exists() check
+            raise
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def create_once(self, data: bytes, *names: str) -> bool:
+        """Write ``data`` unless the file exists (atomically: temp file, rename without overwrite)."""
+        path = self.path(*names)
+        if self._manager.exists(path):
+            return False
+        self._manager.mkdirs(path.getParent())
+        stream = self._manager.createAtomic(path, False)
+        try:
+            stream.write(bytearray(data))
+            stream.close()
+        except Exception as error:
+            stream.cancel()
+            if "FileAlreadyExistsException" in str(error):
+                return False
+            raise
+        return True
+
+    def replace(self, data: bytes, *names: str) -> None:
+        """Write ``data`` over the file (atomically where the FS can: readers see the old or the new bytes)."""
+        path = self.path(*names)
+        stream = self._manager.createAtomic(path, True)
+        try:
+            stream.write(bytearray(data))
+            stream.close()
+        except Exception:
+            stream.cancel()
+            raise
+
+    def delete(self, *names: str) -> None:
+        self._manager.delete(self.path(*names))
+
+    def list_names(self, *names: str) -> list[str]:
+        path = self.path(*names)
+        if not self._manager.exists(path):
+            return []
+        return sorted(str(status.getPath().getName()) for status in self._manager.list(path))
+
+
+# -- the lease ----------------------------------------------------------------------------
+
+
+class CheckpointBusy(RuntimeError):
+    """A live job holds the checkpoint; the message names it (one line, for the job's stderr)."""
+
+
+class LeaseLost(RuntimeError):
+    """This job's lease was taken over or could not be renewed: it must stop before writing more."""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def pid_space() -> str:
+    """Where this process's pid means something: the Linux boot id and pid namespace ('' if unknown).
+
+    Two processes with the same value see each other's pids (same machine, same boot, same container
+    or none); containers on one machine share the boot id but not the namespace.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as file:
+            boot_id = file.read().strip()
+        return f"{boot_id}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """Who holds (or held) a checkpoint: one generation's file."""
+
+    generation: int
+    owner: str
+    job: str
+    name: str
+    host: str
+    pid_space: str
+    pid: int
+    pid_started: int | None
+    acquired_at: str
+    heartbeat_at: str
+    timeout_s: float
+    query_id: str = ""
+    released: bool = False
+
+    @classmethod
+    def parse(cls, generation: int, text: str) -> Holder:
+        fields = json.loads(text)
+        names = {field.name for field in dataclasses.fields(cls)} - {"generation"}
+        return cls(generation=generation, **{name: fields[name] for name in names if name in fields})
+
+    def to_json(self) -> bytes:
+        entry = dataclasses.asdict(self)
+        del entry["generation"]  # the file's name
+        return json.dumps(entry, sort_keys=True).encode()
+
+    def heartbeat_age_s(self, now: dt.datetime) -> float:
+        return (now - dt.datetime.fromisoformat(self.heartbeat_at)).total_seconds()
+
+    def dead_reason(self, now: dt.datetime) -> str | None:
+        """Why this holder no longer holds the checkpoint, or None while it is live."""
+        from jobs.processes import process_alive, process_started
+
+        if self.released:
+            return "released"
+        if self.pid_space and self.pid_space == pid_space():
+            # Same machine and pid namespace: its process tells, no need to wait for the heartbeat to age.
+            if not process_alive(self.pid) or process_started(self.pid) != self.pid_started:
+                return f"process {self.pid} on this machine is gone"
+            return None
+        if self.heartbeat_age_s(now) > self.timeout_s:
+            return f"no heartbeat for {self.heartbeat_age_s(now):.0f} s (timeout {self.timeout_s:g} s)"
+        return None
+
+    def describe(self, now: dt.datetime) -> str:
+        query = f", query {self.query_id}" if self.query_id else ""
+        return (
+            f"{self.job} {self.name!r} (host {self.host}, pid {self.pid}{query}, since {self.acquired_at}, "
+            f"last heartbeat {self.heartbeat_age_s(now):.0f} s ago)"
+        )
+
+
+def read_holders(files: CheckpointFiles) -> list[Holder]:
+    """Every generation's holder, oldest first (unreadable files are skipped with a warning)."""
+    holders = []
+    for name in files.list_names(LEASE_DIRECTORY):
+        if not name.isdigit():
+            continue  # a temporary file of a write in flight
+        text = files.read(LEASE_DIRECTORY, name)
+        if text is None:
+            continue
+        try:
+            holders.append(Holder.parse(int(name), text))
+        except (ValueError, TypeError, KeyError) as error:
+            log.warning("ignoring the unreadable lease file %s: %s", files.path(LEASE_DIRECTORY, name), error)
+    return sorted(holders, key=lambda holder: holder.generation)
+
+
+class CheckpointLease:
+    """This job's hold on a checkpoint directory; see the module doc. Use :meth:`acquire`."""
+
+    def __init__(self, files: CheckpointFiles, checkpoint: str, holder: Holder) -> None:
+        self._files = files
+        self.checkpoint = checkpoint
+        self.holder = holder
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._lost: str | None = None
+        self._renewed_at = _now()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{holder.generation}", daemon=True)
+
+    @classmethod
+    def acquire(
+        cls, spark: SparkSession, checkpoint: str, *, job: str, name: str, timeout_s: float = LEASE_TIMEOUT_S
+    ) -> CheckpointLease:
+        """Hold ``checkpoint`` (a path or URI) for this process; :class:`CheckpointBusy` if a live job holds it."""
+        files = CheckpointFiles(spark, checkpoint)
+        for _ in range(3):  # a lost race is retried: the winner is then live and named
+            holders = read_holders(files)
+            now = _now()
+            previous = holders[-1] if holders else None
+            if previous is not None:
+                reason = previous.dead_reason(now)
+                if reason is None:
+                    raise CheckpointBusy(
+                        f"checkpoint {checkpoint} is in use by {previous.describe(now)}; a second {job} on it would "
+                        f"race that one. Stop it first, or give this one its own checkpoint (a holder that died "
+                        f"on another machine is taken over {timeout_s:g} s after its last heartbeat)"
+                    )
+                log.info("taking over checkpoint %s from %s: %s", checkpoint, previous.describe(now), reason)
+            stamp = now.isoformat()
+            from jobs.processes import process_started
+
+            holder = Holder(
+                generation=(previous.generation + 1) if previous else 1,
+                owner=uuid.uuid4().hex,
+                job=job,
+                name=name,
+                host=socket.gethostname(),
+                pid_space=pid_space(),
+                pid=os.getpid(),
+                pid_started=process_started(os.getpid()),
+                acquired_at=stamp,
+                heartbeat_at=stamp,
+                timeout_s=timeout_s,
+            )
+            if files.create_once(holder.to_json(), LEASE_DIRECTORY, str(holder.generation)):
+                for old in holders[:-1]:  # keep the previous holder's file, for the record
+                    files.delete(LEASE_DIRECTORY, str(old.generation))
+                lease = cls(files, checkpoint, holder)
+                lease._thread.start()
+                log.info("holding checkpoint %s (lease generation %d)", checkpoint, holder.generation)
+                return lease
+        raise CheckpointBusy(f"checkpoint {checkpoint}: lost the race for its lease three times; try again")
+
+    @property
+    def lost(self) -> str | None:
+        """Why the lease was lost, or None while it is held."""
+        return self._lost
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` if the lease was lost (cheap: no I/O; jobs call it before each batch)."""
+        if self._lost is not None:
+            raise LeaseLost(f"lost the lease on checkpoint {self.checkpoint}: {self._lost}; stopping before writing")
+
+    def bind(self, query_id: str) -> None:
+        """Name the streaming query in the lease (a second job's error then says which query holds it)."""
+        with self._lock:
+            self.holder = dataclasses.replace(self.holder, query_id=query_id)
+        try:
+            self._renew()
+        except Exception:  # only the name is missing then; the next heartbeat writes it
+            log.warning("could not record query %s in the lease on %s", query_id, self.checkpoint, exc_info=True)
+
+    def release(self) -> None:
+        """Stop the heartbeat and, if still held, mark the lease released (the next job takes over at once)."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        if self._lost is None:
+            with self._lock:
+                self.holder = dataclasses.replace(self.holder, released=True)
+            try:
+                self._write()
+            except Exception:  # the lease then ages out like a dead holder's
+                log.warning("could not release the lease on checkpoint %s", self.checkpoint, exc_info=True)
+            log.info("released checkpoint %s (lease generation %d)", self.checkpoint, self.holder.generation)
+
+    def _write(self) -> None:
+        self._files.replace(self.holder.to_json(), LEASE_DIRECTORY, str(self.holder.generation))
+
+    def _renew(self) -> None:
+        """One heartbeat: give up the lease if a newer generation exists, else rewrite ours with the time."""
+        newer = [holder for holder in read_holders(self._files) if holder.generation > self.holder.generation]
+        if newer:
+            self._lost = f"taken over by {newer[-1].describe(_now())}"
+            log.error("lost checkpoint %s: %s", self.checkpoint, self._lost)
+            return
+        now = _now()
+        with self._lock:
+            self.holder = dataclasses.replace(self.holder, heartbeat_at=now.isoformat())
+        self._write()
+        self._renewed_at = now
+
+    def _beat(self) -> None:
+        interval = self.holder.timeout_s / 6
+        while not self._stopped.wait(interval) and self._lost is None:
+            try:
+                self._renew()
+            except Exception as error:  # a storage hiccup: retried on the next beat, until it is too late
+                silent_s = (_now() - self._renewed_at).total_seconds()
+                log.warning("could not renew the lease on checkpoint %s: %s", self.checkpoint, error)
+                if silent_s > self.holder.timeout_s:
+                    self._lost = f"could not renew it for {silent_s:.0f} s"
+                    log.error("lost checkpoint %s: %s", self.checkpoint, self._lost)
