@@ -41,3 +41,15 @@ def realistic_hit(rng: random.Random, vocab: Sequence[str], pattern: str) -> str
         else:
             out.append(word)
     return ".".join(out)
+
+
+def hostile_patterns(count: int, seed: int, *, max_hash_words: int = 16) -> list[str]:
+    """Distinct patterns, each within the per-pattern limits, whose trie a key of ``a`` words meets at
+    nearly every node and position: the probe that made one subscriber stall every key (issue 13)."""
+    rng = random.Random(seed)
+    found: set[str] = set()
+    while len(found) < count:
+        words = [rng.choice(["a", "*", "#", "a"]) for _ in range(rng.randrange(8, 24))]
+        if words.count("#") <= max_hash_words:
+            found.add(".".join(words))
+    return sorted(found)

@@ -113,6 +113,12 @@ class TooManySubscriptionsError(InvalidSubscriberError):
     reason = "too_many_subscriptions"
 
 
+class MatchCostError(InvalidSubscriberError):
+    """A subscribe that would take a subscriber's patterns past ``limits.max_match_cost_per_subscriber``."""
+
+    reason = "match_cost_exceeded"
+
+
 class PayloadTooLargeError(TopicError):
     reason = "payload_too_large"
     kind = "payload"
@@ -140,7 +146,8 @@ DEAD_LETTER_REASONS: tuple[str, ...] = tuple(error.reason for error in DEAD_LETT
 
 #: The errors a subscription event's fields can be rejected for (the validator's subscriber and pattern checks), beside
 #: the event-level codes of :mod:`routing.subscriptions.events` (``PARSE_REASONS`` there is both together). Per-batch,
-#: the refresh job also rejects :class:`TooManySubscriptionsError` and ``subscription_table_full``.
+#: the refresh job also rejects :class:`TooManySubscriptionsError`, :class:`MatchCostError` and
+#: ``subscription_table_full``.
 #: :class:`ForbiddenPatternError` is a subscribe the ``[acl]`` rules forbid (checked last), and also the recorded
 #: reason of a held subscription that tightened rules deactivated.
 SUBSCRIPTION_REJECT_ERRORS: tuple[type[TopicError], ...] = (

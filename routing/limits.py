@@ -36,6 +36,13 @@ class Limits:
     max_subscriber_bytes: int = 255
     #: Distinct patterns one subscriber may hold.
     max_subscriptions_per_subscriber: int = 10_000
+    #: Matching work one subscriber's patterns may add to the lookup of any one routing key, in trie
+    #: states (:func:`routing.topic.match_cost`: a word before a pattern's first ``#`` costs 1, a word
+    #: from it on ``max_key_words + 1``, since the walk may meet it at every key position). One
+    #: subscriber cannot slow every message down; the refresh job rejects a subscribe past it
+    #: (``match_cost_exceeded``). The default lets one subscriber hold 10,000 three-word patterns, or
+    #: about a thousand of the ``tenant.<id>.#`` kind, and keeps the worst key near a millisecond.
+    max_match_cost_per_subscriber: int = 50_000
     #: Active (pattern, subscriber) pairs the subscription table may hold in all: the matcher every
     #: executor receives grows with it. The refresh job rejects subscribes past it
     #: (``subscription_table_full``); rows already active are never dropped.

@@ -60,6 +60,19 @@ def check_subscriber(subscriber: object) -> str:
     return text
 
 
+def match_cost(words: Sequence[str], max_key_words: int) -> int:
+    """The most lookup states this pattern's trie nodes can add to matching one key of up to ``max_key_words`` words.
+
+    The native walk (``native/src/frozen.rs``) visits ``(node, key position)`` states. A node with no
+    ``#`` at or above it is only ever met at one position (its depth); a ``#`` node, and every node
+    below one, at up to every position ``0..=max_key_words``. So the words before the first ``#``
+    cost one state each and the words from it on ``max_key_words + 1`` each. Shared trie nodes only
+    make the sum smaller, so a subscriber's patterns together never add more than their costs' sum.
+    """
+    first_hash = next((index for index, word in enumerate(words) if word == HASH), len(words))
+    return first_hash + (len(words) - first_hash) * (max_key_words + 1)
+
+
 def has_wildcard(words: Sequence[str]) -> bool:
     return any(word in (STAR, HASH) for word in words)
 

@@ -31,6 +31,7 @@ from routing.errors import (
     InvalidPatternError,
     InvalidSubscriberError,
     KeyTooLongError,
+    MatchCostError,
     NullKeyError,
     PatternTooLongError,
     PatternTooManyWordsError,
@@ -40,7 +41,7 @@ from routing.errors import (
     TooManyWordsError,
 )
 from routing.limits import DEFAULT_LIMITS, Limits
-from routing.topic import HASH, STAR, check_subscriber, key_words, pattern_words
+from routing.topic import HASH, STAR, check_subscriber, key_words, match_cost, pattern_words
 
 STRICT_WORD = re.compile(r"[A-Za-z0-9_-]+")
 CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -186,6 +187,21 @@ class Validator:
                 limit_name="max_subscriptions_per_subscriber",
                 limit_value=self.limits.max_subscriptions_per_subscriber,
                 actual=count,
+            )
+
+    def match_cost(self, pattern: str) -> int:
+        """The lookup states ``pattern`` can add to matching one key (:func:`routing.topic.match_cost`)."""
+        return match_cost(pattern_words(pattern), self.limits.max_key_words)
+
+    def check_match_cost(self, subscriber: str, cost: int) -> None:
+        """Raise when ``subscriber``'s patterns would cost ``cost`` lookup states in all, past the limit."""
+        if cost > self.limits.max_match_cost_per_subscriber:
+            raise MatchCostError(
+                subscriber,
+                "subscriber's patterns would cost too much matching work per routing key",
+                limit_name="max_match_cost_per_subscriber",
+                limit_value=self.limits.max_match_cost_per_subscriber,
+                actual=cost,
             )
 
     def check_allowed(self, subscriber: str, pattern: str) -> None:

@@ -290,11 +290,19 @@ pub struct Scratch {
     hash_low: HashLow,
     /// Matching subscriber ids (deduplicated by [`FrozenMatcher::lookup_ids`]).
     found: Vec<u32>,
+    /// `(node, key position)` states the last lookup visited: the work it did, which
+    /// `limits.max_match_cost_per_subscriber` bounds (see `routing/validation.py`).
+    states_visited: usize,
 }
 
 impl Scratch {
     /// Buffers larger than this (after a huge key) are freed rather than kept.
     const KEEP_CAPACITY: usize = 4096;
+
+    /// `(node, key position)` states the last [`FrozenMatcher::lookup_ids`] visited.
+    pub fn states_visited(&self) -> usize {
+        self.states_visited
+    }
 
     /// Release buffers a hostile key grew, so a long-lived thread-local scratch stays small.
     pub fn trim(&mut self) {
@@ -694,7 +702,9 @@ impl FrozenMatcher {
             stack,
             hash_low,
             found,
+            states_visited,
         } = scratch;
+        *states_visited = 0;
         word_spans.clear();
         stack.clear();
         hash_low.clear();
@@ -707,6 +717,7 @@ impl FrozenMatcher {
         let end = word_spans.len();
         stack.push((0, 0));
         while let Some((index, position)) = stack.pop() {
+            *states_visited += 1;
             let node = &self.nodes[index as usize];
             if position == end {
                 let start = node.subs_start as usize;

@@ -231,6 +231,16 @@ impl PyFrozenMatcher {
         })
     }
 
+    /// The `(node, key position)` states a lookup of `key` visits: the matching work the
+    /// subscription limits bound, as a count (tests and benchmarks; no timing involved).
+    fn lookup_states(&self, py: Python<'_>, key: &str) -> usize {
+        py.detach(|| {
+            let mut scratch = Scratch::default();
+            self.inner.lookup_ids(key, &mut scratch);
+            scratch.states_visited()
+        })
+    }
+
     /// Every (pattern, subscriber) pair.
     fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
         py.detach(|| {

@@ -251,6 +251,16 @@ class FrozenMatcher:
         except (TypeError, UnicodeEncodeError) as error:
             _key_error(key, error)
 
+    def lookup_states(self, key: str) -> int:
+        """The ``(node, key position)`` states a lookup of ``key`` visits: its matching work, as a count.
+
+        ``limits.max_match_cost_per_subscriber`` bounds it (:func:`routing.topic.match_cost`).
+        """
+        try:
+            return self._frozen.lookup_states(key)
+        except (TypeError, UnicodeEncodeError) as error:
+            _key_error(key, error)
+
     def match_batch(self, keys: pa.Array, max_rows: int | None = None) -> pa.ListArray:
         """Subscribers of every key of a ``string``/``large_string``/``string_view`` array.
 

@@ -57,7 +57,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from routing.errors import SUBSCRIPTION_REJECT_ERRORS, TopicError
+from routing.errors import SUBSCRIPTION_REJECT_ERRORS, MatchCostError, TopicError
 from routing.topic import has_wildcard
 from routing.validation import Validator
 
@@ -74,6 +74,8 @@ UNKNOWN_OP = "unknown_op"
 INVALID_TS = "invalid_ts"
 #: Same code as :class:`routing.errors.TooManySubscriptionsError`; decided per batch, not per event.
 TOO_MANY_SUBSCRIPTIONS = "too_many_subscriptions"
+#: Same code as :class:`routing.errors.MatchCostError`; per batch too.
+MATCH_COST_EXCEEDED = MatchCostError.reason
 #: The subscription table already holds ``limits.max_subscriptions_per_table`` active pairs; per batch too.
 SUBSCRIPTION_TABLE_FULL = "subscription_table_full"
 
@@ -94,7 +96,7 @@ EVENT_REASONS = frozenset(
 #: codes and the validator's (:data:`routing.errors.SUBSCRIPTION_REJECT_ERRORS`).
 PARSE_REASONS = EVENT_REASONS | {error.reason for error in SUBSCRIPTION_REJECT_ERRORS}
 #: Every reason the rejects table records: those, and the limits decided per batch.
-REJECT_REASONS = PARSE_REASONS | {TOO_MANY_SUBSCRIPTIONS, SUBSCRIPTION_TABLE_FULL}
+REJECT_REASONS = PARSE_REASONS | {TOO_MANY_SUBSCRIPTIONS, MATCH_COST_EXCEEDED, SUBSCRIPTION_TABLE_FULL}
 
 FIELDS = ("op", "subscriber", "pattern", "ts")
 #: Optional field naming one change: copies of it get one change id (:func:`keyed_change_id`).

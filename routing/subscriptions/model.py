@@ -19,7 +19,11 @@ Semantics of one batch (the unit the refresh job commits atomically):
    Each is rejected with ``subscription_table_full`` when the table already
    holds ``max_subscriptions_per_table`` active rows (checked first), else with
    ``too_many_subscriptions`` when its subscriber already holds
-   ``max_subscriptions_per_subscriber`` active patterns, else accepted.
+   ``max_subscriptions_per_subscriber`` active patterns, else with
+   ``match_cost_exceeded`` when its pattern's match cost would take the
+   subscriber's active patterns past ``max_match_cost_per_subscriber``, else
+   accepted. A rejected subscribe holds nothing, so a later, cheaper one of the
+   same subscriber may still fit (batching never changes the outcome).
    Subscribes to rows already active only refresh ``ts``/``change_id`` and
    never count against either limit; a table already over its limit (the
    limit was lowered) keeps its rows but accepts no new ones.
@@ -36,7 +40,7 @@ import collections
 import dataclasses
 from collections.abc import Iterable
 
-from routing.errors import TooManySubscriptionsError
+from routing.errors import MatchCostError, TooManySubscriptionsError
 from routing.subscriptions.acl_sweep import FORBIDDEN_PATTERN, deactivation_change_id, forbidden_rows
 from routing.subscriptions.events import (
     REFRESHED,
@@ -131,19 +135,26 @@ class SubscriptionModel:
                 activations.append(event)
 
         held_now = collections.Counter(subscriber for (subscriber, _), row in self.rows.items() if row.active)
+        cost_now: collections.Counter[str] = collections.Counter()
+        for (subscriber, pattern), row in self.rows.items():
+            if row.active:
+                cost_now[subscriber] += self.validator.match_cost(pattern)
         table_now = sum(held_now.values())
         for event in sorted(activations, key=lambda candidate: candidate.order):
             if table_now >= self.validator.limits.max_subscriptions_per_table:
                 self.rejects[event.change_id] = SUBSCRIPTION_TABLE_FULL
                 counts[SUBSCRIPTION_TABLE_FULL] += 1
                 continue
+            cost = self.validator.match_cost(event.pattern)
             try:
                 self.validator.check_subscription_count(event.subscriber, held_now[event.subscriber] + 1)
-            except TooManySubscriptionsError as error:
+                self.validator.check_match_cost(event.subscriber, cost_now[event.subscriber] + cost)
+            except (TooManySubscriptionsError, MatchCostError) as error:
                 self.rejects[event.change_id] = error.reason
                 counts[error.reason] += 1
                 continue
             held_now[event.subscriber] += 1
+            cost_now[event.subscriber] += cost
             table_now += 1
             counts[SUBSCRIBED] += 1
             self.rows[(event.subscriber, event.pattern)] = ModelRow(True, event.ts_millis, event.change_id)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from routing.streaming import create_delta_table_if_absent, idempotent_append
 from routing.subscriptions.events import (
     APPLIED_KINDS,
+    MATCH_COST_EXCEEDED,
     NOOP_KINDS,
     REFRESHED,
     STALE,
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from routing.limits import Limits
 
 # -- schemas ------------------------------------------------------------------------
 
@@ -416,24 +419,64 @@ def _applies_over(ts: Column, change_id: Column, row_ts: Column, row_change_id: 
     return _ordered_after(ts, change_id, row_ts, row_change_id) & (change_id != row_change_id)
 
 
-def decide(current: DataFrame, validated: DataFrame, limit: int, table_limit: int | None = None) -> DataFrame:
+def match_cost_column(pattern: Column, max_key_words: int) -> Column:
+    """:func:`routing.topic.match_cost` of a pattern column, in Spark SQL (a unit test holds the two equal)."""
+    from pyspark.sql import functions as F
+
+    words = F.split(pattern, "[.]", -1)
+    count = F.when(pattern == "", F.lit(0)).otherwise(F.size(words)).cast("long")
+    first_hash = F.array_position(words, "#")  # 1-based; 0 when there is none
+    return F.when(first_hash == 0, count).otherwise((first_hash - 1) + (count - first_hash + 1) * (max_key_words + 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class SubscriberLimits:
+    """The per-subscriber limits :func:`decide` applies (from :class:`routing.limits.Limits`)."""
+
+    #: ``max_subscriptions_per_subscriber``.
+    count: int
+    #: ``max_match_cost_per_subscriber``, or None to leave match cost unchecked.
+    match_cost: int | None = None
+    #: ``max_key_words``: what a pattern's match cost is counted against.
+    max_key_words: int = 32
+
+    @classmethod
+    def of(cls, limits: Limits) -> SubscriberLimits:
+        return cls(limits.max_subscriptions_per_subscriber, limits.max_match_cost_per_subscriber, limits.max_key_words)
+
+
+def decide(
+    current: DataFrame, validated: DataFrame, limit: int | SubscriberLimits, table_limit: int | None = None
+) -> DataFrame:
     """Each valid event's fate against the table snapshot ``current``, in column ``_kind``.
 
     Returns the batch's valid events, one row per (subscriber, pattern) winner,
     ``_kind`` one of subscribed/unsubscribed/refreshed/tombstoned/stale/too_many_subscriptions/
-    subscription_table_full, plus ``_holds`` (patterns the subscriber would hold, for activations)
-    and ``_table_holds`` (active rows the table would hold, for activations when ``table_limit``).
+    match_cost_exceeded/subscription_table_full, plus ``_holds`` (patterns the subscriber would hold,
+    for activations), ``_cost_holds`` (their match cost) and ``_table_holds`` (active rows the table
+    would hold, for activations when ``table_limit``).
 
-    ``limit`` is ``max_subscriptions_per_subscriber``; ``table_limit`` (None: unchecked) is
-    ``max_subscriptions_per_table``. Set-based, yet equal to the model's sequential rule (table
-    checked first, in ``(ts, change_id)`` order): an activation is table-rejected exactly when the
-    table's active rows, minus this batch's unsubscribes, plus the activations before it that the
-    per-subscriber rule accepts, already reach ``table_limit``. Before the first such rejection both
-    rules accept the same events; from it on the table stays full, so every later one is rejected.
+    ``limit`` is ``max_subscriptions_per_subscriber`` (a bare int leaves match cost unchecked) or
+    :class:`SubscriberLimits`; ``table_limit`` (None: unchecked) is ``max_subscriptions_per_table``.
+
+    Set-based, yet equal to the model's sequential rule (table checked first, then the subscriber's
+    count, then its match cost, in ``(ts, change_id)`` order, a rejected subscribe holding nothing):
+
+    * Per subscriber, running totals over its activations in order decide them all at once. That is
+      exact until a subscriber's first match-cost rejection, since until then every earlier
+      activation was accepted; and a count rejection is final for the rest of the batch. Only the
+      subscribers with a match-cost rejection (a cheaper later pattern may still fit) are re-decided
+      one by one, on the driver: an abuser's few rows, not the batch.
+    * An activation is table-rejected exactly when the table's active rows, minus this batch's
+      unsubscribes, plus the activations before it that the per-subscriber rules accept, already
+      reach ``table_limit``. Before the first such rejection both rules accept the same events; from
+      it on the table stays full, so every later one is rejected.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    limits = limit if isinstance(limit, SubscriberLimits) else SubscriberLimits(limit)
+    cost = match_cost_column(F.col("pattern"), limits.max_key_words)
     valid = validated.where(F.col("reject_reason").isNull())
     newest_first = Window.partitionBy(*KEY).orderBy(F.col("ts_millis").desc(), F.col("change_id").desc())
     winners = valid.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
@@ -456,30 +499,42 @@ def decide(current: DataFrame, validated: DataFrame, limit: int, table_limit: in
         .when(was_active, UNSUBSCRIBED)
         .otherwise(TOMBSTONED)
     )
-    classified = (
-        joined.withColumn("_kind", kind)
-        .withColumn("_holds", F.lit(None).cast("long"))
-        .withColumn("_table_holds", F.lit(None).cast("long"))
-    )
+    classified = joined.withColumn("_kind", kind)
+    for column in ("_holds", "_cost_holds", "_table_holds"):
+        classified = classified.withColumn(column, F.lit(None).cast("long"))
 
-    held = current.where("active").groupBy("subscriber_id").agg(F.count(F.lit(1)).alias("_held"))
+    held = (
+        current.where("active")
+        .groupBy("subscriber_id")
+        .agg(F.count(F.lit(1)).alias("_held"), F.sum(cost).alias("_held_cost"))
+    )
     released = (
         classified.where(F.col("_kind") == UNSUBSCRIBED)
         .groupBy("subscriber_id")
-        .agg(F.count(F.lit(1)).alias("_released"))
+        .agg(F.count(F.lit(1)).alias("_released"), F.sum(cost).alias("_released_cost"))
     )
     oldest_first = Window.partitionBy("subscriber_id").orderBy("ts_millis", "change_id")
+    so_far = oldest_first.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     candidates = (
         classified.where(F.col("_kind") == _CANDIDATE)
         .join(held, "subscriber_id", "left")
         .join(released, "subscriber_id", "left")
-        .withColumn(
-            "_holds",
-            F.coalesce("_held", F.lit(0)) - F.coalesce("_released", F.lit(0)) + F.row_number().over(oldest_first),
-        )
-        .withColumn("_kind", F.when(F.col("_holds") <= limit, SUBSCRIBED).otherwise(TOO_MANY_SUBSCRIPTIONS))
-        .drop("_held", "_released")
+        .withColumn("_base", F.coalesce("_held", F.lit(0)) - F.coalesce("_released", F.lit(0)))
+        .withColumn("_base_cost", F.coalesce("_held_cost", F.lit(0)) - F.coalesce("_released_cost", F.lit(0)))
+        .withColumn("_cost", cost)
+        .withColumn("_holds", F.col("_base") + F.row_number().over(oldest_first))
+        .withColumn("_cost_holds", F.col("_base_cost") + F.sum("_cost").over(so_far))
     )
+    over_cost = F.lit(False) if limits.match_cost is None else F.col("_cost_holds") > limits.match_cost
+    candidates = candidates.withColumn(
+        "_kind",
+        F.when(F.col("_holds") > limits.count, TOO_MANY_SUBSCRIPTIONS)
+        .when(over_cost, MATCH_COST_EXCEEDED)
+        .otherwise(SUBSCRIBED),
+    )
+    if limits.match_cost is not None:
+        candidates = _redecide_cost_rejections(candidates, limits)
+    candidates = candidates.drop("_held", "_released", "_held_cost", "_released_cost", "_base", "_base_cost", "_cost")
     if table_limit is not None:
         table_held = current.where("active").agg(F.count(F.lit(1)).alias("_table_held"))
         table_released = classified.where(F.col("_kind") == UNSUBSCRIBED).agg(
@@ -501,6 +556,44 @@ def decide(current: DataFrame, validated: DataFrame, limit: int, table_limit: in
     return classified.where(F.col("_kind") != _CANDIDATE).unionByName(candidates)
 
 
+def _redecide_cost_rejections(candidates: DataFrame, limits: SubscriberLimits) -> DataFrame:
+    """Re-decide, one activation at a time, the subscribers whose running totals hit a match-cost rejection.
+
+    The running totals charge a rejected pattern to the activations after it; the rule does not (a
+    rejected subscribe holds nothing). Only these subscribers' activations are collected.
+    """
+    from pyspark.sql import functions as F
+
+    columns = ["subscriber_id", "pattern", "ts_millis", "change_id", "_base", "_base_cost", "_cost"]
+    contended = candidates.where(F.col("_kind") == MATCH_COST_EXCEEDED).select("subscriber_id").distinct()
+    rows = candidates.join(contended, "subscriber_id", "left_semi").select(*columns).collect()
+    if not rows:
+        return candidates
+    assert limits.match_cost is not None
+    decisions = []
+    accepted: dict[str, tuple[int, int]] = {}
+    for row in sorted(rows, key=lambda row: (row["subscriber_id"], row["ts_millis"], row["change_id"])):
+        count, spent = accepted.get(row["subscriber_id"], (0, 0))
+        holds, cost_holds = row["_base"] + count + 1, row["_base_cost"] + spent + row["_cost"]
+        if holds > limits.count:
+            kind = TOO_MANY_SUBSCRIPTIONS
+        elif cost_holds > limits.match_cost:
+            kind = MATCH_COST_EXCEEDED
+        else:
+            kind = SUBSCRIBED
+            accepted[row["subscriber_id"]] = (count + 1, spent + row["_cost"])
+        decisions.append((row["subscriber_id"], row["pattern"], kind, holds, cost_holds))
+    schema = "subscriber_id STRING, pattern STRING, _fixed_kind STRING, _fixed_holds BIGINT, _fixed_cost_holds BIGINT"
+    fixed = candidates.sparkSession.createDataFrame(decisions, schema)
+    return (
+        candidates.join(fixed, list(KEY), "left")
+        .withColumn("_kind", F.coalesce("_fixed_kind", "_kind"))
+        .withColumn("_holds", F.coalesce("_fixed_holds", "_holds"))
+        .withColumn("_cost_holds", F.coalesce("_fixed_cost_holds", "_cost_holds"))
+        .drop("_fixed_kind", "_fixed_holds", "_fixed_cost_holds")
+    )
+
+
 def apply_validated(
     spark: SparkSession,
     validated: DataFrame,
@@ -516,7 +609,7 @@ def apply_validated(
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    limit = validator.limits.max_subscriptions_per_subscriber
+    limit = SubscriberLimits.of(validator.limits)
     table_limit = validator.limits.max_subscriptions_per_table
     validated = validated.persist()
     try:
@@ -578,7 +671,7 @@ def _append_rejects(
     validated: DataFrame,
     decided: DataFrame,
     rejects_path: str,
-    limits: tuple[int, int],
+    limits: tuple[SubscriberLimits, int],
     txn_app_id: str,
     txn_version: int,
     batch_id: int | None,
@@ -603,7 +696,9 @@ def _append_rejects(
         F.lit(None).cast("timestamp").alias("ts"),
     )
     limit, table_limit = limits
-    over_limit = decided.where(F.col("_kind").isin(TOO_MANY_SUBSCRIPTIONS, SUBSCRIPTION_TABLE_FULL)).select(
+    over_limit = decided.where(
+        F.col("_kind").isin(TOO_MANY_SUBSCRIPTIONS, MATCH_COST_EXCEEDED, SUBSCRIPTION_TABLE_FULL)
+    ).select(
         "change_id",
         F.col("_kind").alias("reason"),
         F.when(
@@ -616,12 +711,23 @@ def _append_rejects(
                 F.lit(SUBSCRIPTION_TABLE_FULL),
             ),
         )
+        .when(
+            F.col("_kind") == MATCH_COST_EXCEEDED,
+            F.format_string(
+                "subscriber '%s' would hold patterns of match cost %d (limit max_match_cost_per_subscriber=%d)"
+                " [reason=%s]",
+                F.col("subscriber_id"),
+                F.col("_cost_holds"),
+                F.lit(limit.match_cost),
+                F.lit(MATCH_COST_EXCEEDED),
+            ),
+        )
         .otherwise(
             F.format_string(
                 "subscriber '%s' would hold %d patterns (limit max_subscriptions_per_subscriber=%d) [reason=%s]",
                 F.col("subscriber_id"),
                 F.col("_holds"),
-                F.lit(limit),
+                F.lit(limit.count),
                 F.lit(TOO_MANY_SUBSCRIPTIONS),
             )
         )

@@ -18,14 +18,25 @@ from jobs.refresh_subscriptions import import_files
 from routing.limits import Limits
 from routing.subscriptions.events import (
     APPLIED_KINDS,
+    MATCH_COST_EXCEEDED,
+    REJECT_REASONS,
     SUBSCRIPTION_TABLE_FULL,
+    TOO_MANY_SUBSCRIPTIONS,
     Outcome,
     judge,
     kafka_received,
     read_import_file,
 )
 from routing.subscriptions.model import apply_events_model
-from routing.subscriptions.table import decide, read_active, read_rows, validated_frame
+from routing.subscriptions.table import (
+    SubscriberLimits,
+    decide,
+    match_cost_column,
+    read_active,
+    read_rows,
+    validated_frame,
+)
+from routing.topic import match_cost, split_words
 from routing.validation import Validator
 
 if TYPE_CHECKING:
@@ -42,14 +53,43 @@ def ev(op: str, subscriber: str, pattern: str, ts: int) -> bytes:
     return json.dumps({"op": op, "subscriber": subscriber, "pattern": pattern, "ts": ts}).encode()
 
 
-def test_set_based_table_limit_matches_the_model(spark: SparkSession) -> None:
-    """decide() with a table limit against the model over random batches (several subscribers contend)."""
+def test_match_cost_column_equals_the_python_rule(spark: SparkSession) -> None:
+    from pyspark.sql import functions as F
+
+    patterns = ["", "a", "a..b", "#", "#.#", "a.#", "#.a", "a.#.b.#", "*.*", "a#.#b", ".", "..#", "#."]
+    frame = spark.createDataFrame([(p,) for p in patterns], "pattern STRING")
+    for max_key_words in (4, 32):
+        got = {
+            row["pattern"]: row["cost"]
+            for row in frame.select(
+                "pattern", match_cost_column(F.col("pattern"), max_key_words).alias("cost")
+            ).collect()
+        }
+        assert got == {p: match_cost(split_words(p), max_key_words) for p in patterns}
+
+
+def test_set_based_limits_match_the_model(spark: SparkSession) -> None:
+    """decide() with every limit against the model over random batches (several subscribers contend for
+    the table, and each for its own count and match cost)."""
     from pyspark.sql import functions as F
 
     rng = random.Random(20261123)
     offsets = iter(range(10**6))
+    contended: set[str] = set()
     for scenario in range(4):
-        validator = Validator(limits=Limits(max_subscriptions_per_subscriber=3, max_subscriptions_per_table=4))
+        # Costs with max_key_words = 4: a, b, c = 1; d.* = 2; # = 5; e.#.f = 11; #.# = 10. Budget 13.
+        # Even scenarios: the table and the count limits bind first; odd ones: match cost does.
+        tight = scenario % 2 == 0
+        validator = Validator(
+            limits=Limits(
+                max_subscriptions_per_subscriber=2 if tight else 4,
+                max_subscriptions_per_table=5 if tight else 12,
+                max_key_words=4,
+                max_pattern_words=4,
+                max_hash_words=2,
+                max_match_cost_per_subscriber=13,
+            )
+        )
         model = apply_events_model([], validator, max_event_bytes=MAX_EVENT_BYTES)
         table: dict[tuple[str, str], tuple[bool, int, str]] = {}
         for round_number in range(3):
@@ -61,7 +101,7 @@ def test_set_based_table_limit_matches_the_model(spark: SparkSession) -> None:
                     ev(
                         rng.choice(["subscribe", "subscribe", "subscribe", "unsubscribe"]),
                         f"s{rng.randrange(3)}",
-                        rng.choice(["a", "b", "c", "d.*"]),
+                        rng.choice(["a", "b", "c", "d.*", "#", "e.#.f", "#.#"]),
                         3 * round_number + rng.randrange(6),
                     ),
                 )
@@ -77,7 +117,7 @@ def test_set_based_table_limit_matches_the_model(spark: SparkSession) -> None:
             decided = decide(
                 current,
                 validated_frame(spark, outcomes),
-                limits.max_subscriptions_per_subscriber,
+                SubscriberLimits.of(limits),
                 limits.max_subscriptions_per_table,
             )
             rejected: dict[str, str] = {}
@@ -88,7 +128,7 @@ def test_set_based_table_limit_matches_the_model(spark: SparkSession) -> None:
                         row["ts_millis"],
                         row["change_id"],
                     )
-                elif row["_kind"] in ("too_many_subscriptions", SUBSCRIPTION_TABLE_FULL):
+                elif row["_kind"] in REJECT_REASONS:
                     rejected[row["change_id"]] = row["_kind"]
             expected = {key: (row.active, row.ts_millis, row.change_id) for key, row in model.rows.items()}
             assert table == expected, (scenario, round_number)
@@ -97,7 +137,13 @@ def test_set_based_table_limit_matches_the_model(spark: SparkSession) -> None:
                 for change_id, reason in model.rejects.items()
                 if change_id in {item.change_id for item in received}
             }
-            assert sum(active for active, _, _ in table.values()) <= 4
+            assert sum(active for active, _, _ in table.values()) <= validator.limits.max_subscriptions_per_table
+            contended |= set(rejected.values())
+    assert contended == {
+        TOO_MANY_SUBSCRIPTIONS,
+        MATCH_COST_EXCEEDED,
+        SUBSCRIPTION_TABLE_FULL,
+    }  # every rule was exercised
 
 
 def test_the_refresh_job_rejects_subscribes_past_the_table_limit(
