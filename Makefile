@@ -15,13 +15,14 @@ ifeq ($(and $(wildcard $(JARS_DIR)/spark/delta-spark_*.jar),$(wildcard $(JARS_DI
 .PHONY: $(JARS_STAMP)
 endif
 
-.PHONY: help install jars package native native-test loom fuzz-smoke lint test test-fast demo bench bench-latency clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars package native native-test loom fuzz-smoke lint test test-fast demo bench bench-latency chaos clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
 	@echo "make test   install everything, lint, type-check and run the whole test suite"
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
 	@echo "make bench-latency  sustained-rate latency of the router and the passthrough (~20 min; idle machine)"
+	@echo "make chaos  SIGKILL the router, broker and refresh job at random under live traffic, check every message (bench/results/chaos.md)"
 	@echo "make loom   the CS-trie's loom models (~40 s on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
 	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
@@ -128,6 +129,11 @@ bench: install native
 # Its own target: a real broker and Spark at fixed offered rates for minutes (bench/latency.py --help).
 bench-latency: install native
 	$(PY) bench/latency.py
+
+# Not part of `make test` (many minutes): 20 router, 3 broker and 3 refresh-job SIGKILLs under live traffic, every
+# message checked (bench/chaos.py --help); tests/integration/test_chaos.py runs the same harness with a few kills.
+chaos: install native
+	$(PY) bench/chaos.py
 
 clean:
 	rm -rf build dist *.egg-info native/target

@@ -1,8 +1,9 @@
 """A real single-node Kafka broker (KRaft, no ZooKeeper) on loopback, for development and tests.
 
 ``python -m jobs.local_kafka start|stop|status`` (``--help`` for flags); the same operations are
-importable (:func:`start`, :func:`stop`, :func:`status`, :func:`ensure_running`) for fixtures and
-jobs. Everything lives under ``kafka.data_dir`` (default ``var/kafka/``)::
+importable (:func:`start`, :func:`stop`, :func:`status`, :func:`ensure_running`; :func:`kill` crashes it on
+purpose) for fixtures, jobs and fault injection. Everything lives under ``kafka.data_dir`` (default
+``var/kafka/``)::
 
     server.properties   rendered from conf/kafka/server.properties with the [kafka] settings
     cluster.id          generated once; storage is formatted with it on the first start
@@ -516,6 +517,24 @@ def stop(settings: Settings | None = None) -> bool:
     _CHILDREN.pop(pid, None)
     paths.pid_file.unlink(missing_ok=True)
     return True
+
+
+def kill(settings: Settings | None = None) -> int | None:
+    """SIGKILL the managed broker's process group, as a crash would (no clean shutdown); the pid, or None.
+
+    For fault injection (``bench/chaos.py`` and its test): the data directory, ports and the now stale pid
+    file stay as a crash leaves them, so a later :func:`start` recovers the same broker and its logs.
+    """
+    settings = settings or load_settings()
+    paths = BrokerPaths(Path(settings.kafka.data_dir))
+    pid = _managed_pid(paths)
+    if pid is None:
+        return None
+    _kill_group(pid, KILL_WAIT_S)
+    if _process_alive(pid) or group_alive(pid):
+        raise BrokerError(f"the Kafka broker (pid {pid}) survived SIGKILL")
+    _CHILDREN.pop(pid, None)
+    return pid
 
 
 def status(settings: Settings | None = None) -> BrokerStatus:

@@ -13,20 +13,23 @@ three output tables, so a test compares two dicts keyed by (partition, offset).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
 import json
 import os
+import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from routing.errors import TopicError
 from routing.reference import ReferenceMatcher
-from routing.settings import RouterSettings, Settings
+from routing.settings import REPO_ROOT, RouterSettings, Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -309,6 +312,11 @@ def run_available_now(spark: SparkSession, settings: Settings) -> Router:
 
 def route_flags(settings: Settings) -> list[str]:
     """``--set``/``--topics`` flags reproducing ``settings`` for ``python -m jobs.route`` in another process."""
+    return [*job_flags(settings), "--topics", ",".join(settings.router.topics)]
+
+
+def job_flags(settings: Settings) -> list[str]:
+    """``--set`` flags reproducing ``settings`` for either job in another process (the router's topics aside)."""
     router = settings.router
     values: dict[str, object] = {
         "kafka.bootstrap_servers": settings.kafka.bootstrap_servers,
@@ -321,12 +329,43 @@ def route_flags(settings: Settings) -> list[str]:
             for field in dataclasses.fields(settings.limits)
         },
         "validation.policy": settings.validation.policy,
-        "subscriptions.table_path": settings.subscriptions.table_path,
+        **{
+            f"subscriptions.{field.name}": getattr(settings.subscriptions, field.name)
+            for field in dataclasses.fields(settings.subscriptions)
+        },
         **{
             f"router.{field.name}": getattr(router, field.name)
             for field in dataclasses.fields(router)
             if field.name not in ("topics", "subscribe_pattern")
         },
     }
-    flags = [flag for name, value in values.items() for flag in ("--set", f"{name}={value}")]
-    return [*flags, "--topics", ",".join(router.topics)]
+    return [flag for name, value in values.items() for flag in ("--set", f"{name}={value}")]
+
+
+def start_job(
+    module: str, args: Sequence[str], log: IO[bytes], *, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m <module> <args>`` in its own process group (so a kill reaches its JVM and Python workers),
+    stdout and stderr to ``log``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def start_router(
+    settings: Settings, log: IO[bytes], *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m jobs.route`` with ``settings`` (:func:`start_job`)."""
+    return start_job("jobs.route", [*route_flags(settings), *args], log, env=env)
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``process``'s whole group (a job started by :func:`start_job`) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)

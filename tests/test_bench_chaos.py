@@ -1,0 +1,65 @@
+"""``bench/chaos.py`` without a broker or Spark: its command line, its fault plan and its checkpoint reader.
+
+The harness itself runs in ``tests/integration/test_chaos.py`` (a few kills) and ``make chaos`` (the full run).
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH / "chaos.py"), *args], capture_output=True, text=True, check=False, timeout=60
+    )
+
+
+def test_help_lists_the_flags() -> None:
+    done = run_script("--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    for flag in ("--seed", "--router-kills", "--broker-kills", "--refresh-kills", "--output", "--work"):
+        assert flag in done.stdout, f"{flag} missing from --help"
+
+
+def test_a_negative_count_is_exit_2() -> None:
+    done = run_script("--router-kills", "-1")
+    assert done.returncode == 2
+    assert "--router-kills: must be 0 or more, got -1" in done.stderr
+
+
+def test_the_fault_order_holds_each_fault_as_often_as_planned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chaos
+
+    plan = chaos.ChaosPlan(seed=7, router_kills=20, broker_kills=3, refresh_kills=2)
+    order = plan.fault_order(random.Random(plan.seed))
+    assert collections.Counter(order) == {chaos.ROUTER_KILL: 20, chaos.BROKER_KILL: 3, chaos.REFRESH_KILL: 2}
+    assert order == plan.fault_order(random.Random(plan.seed))  # the seed repeats it
+
+
+def test_committed_offsets_are_the_last_committed_batchs_end(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Read from a checkpoint laid out as Spark 4 writes it (files copied from a router's checkpoint): batch 2 was
+    planned (``offsets/2``) but never committed, so the committed end is batch 1's."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chaos
+
+    checkpoint = tmp_path / "checkpoint"
+    assert chaos.committed_offsets(checkpoint) == {}
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    metadata = '{"batchWatermarkMs":0,"batchTimestampMs":1795521718915,"conf":{"spark.sql.shuffle.partitions":"4"}}'
+    for batch, ends in enumerate(['{"0":500,"1":500}', '{"0":1000,"1":1000}', '{"0":1500,"1":1400}']):
+        (checkpoint / "offsets" / str(batch)).write_text(f'v1\n{metadata}\n{{"chaos-messages":{ends}}}')
+        (checkpoint / "offsets" / f".{batch}.crc").write_bytes(b"\0crc")
+    for batch in (0, 1):
+        (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        (checkpoint / "commits" / f".{batch}.crc").write_bytes(b"\0crc")
+    assert chaos.committed_offsets(checkpoint) == {0: 1000, 1: 1000}
