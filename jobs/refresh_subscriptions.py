@@ -22,11 +22,22 @@ line number, so importing the same file twice changes nothing. All or nothing:
 every file is read and judged before Spark starts, so a file that cannot be
 read imports none (exit 2); each file is then one MERGE, in order.
 
+One run at a time: every run, ``--import`` too, holds a lease on
+``subscriptions.checkpoint_path`` (:mod:`routing.checkpoints`; an ``--every``
+loop holds it for its whole life), so a second run started meanwhile, by cron
+or by hand, stops at once with exit status 3 and one line naming the run that
+holds it; nothing was done, the next run catches up. A writer the lease does
+not cover (another deployment's refresh job on the same table, an operator's
+SQL) can still commit concurrently: a MERGE that Delta refuses because another
+writer committed first, or whose table moved since its batch was decided, is
+decided again against the new version and retried
+(:func:`routing.streaming.retry_delta_conflicts`).
+
 Exit status: 0 done (rejected events are not failures: they are in the rejects
 table), 1 the refresh failed (nothing after the last committed batch is lost) or
 no Kafka broker accepted a connection within ``kafka.start_timeout_s`` (checked
 before Spark starts; ``--import`` needs no broker), 2 bad flags, settings or
-import file.
+import file, 3 another refresh run holds the checkpoint (nothing was done).
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -42,15 +54,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy, CheckpointLease
 from routing.config import ConfigError
 from routing.errors import ForbiddenPatternError
 from routing.settings import MAX_SECONDS, Settings, add_settings_arguments, ascii_number, settings_from_args
 from routing.streaming import (
     AfterWrites,
+    CrashHook,
     QueryIdentity,
     crash_after_writes_from_env,
     kafka_exit_status,
     kafka_source,
+    retry_delta_conflicts,
     start_query,
     txn_app_id,
 )
@@ -151,13 +166,17 @@ def prepare_tables(spark: SparkSession, settings: Settings) -> int:
     )
 
     subscriptions = settings.subscriptions
-    create_table_if_absent(spark, subscriptions.table_path)
-    if enable_change_feed(spark, subscriptions.table_path):
-        LOG.info("enabled the change data feed on %s", subscriptions.table_path)
-    create_rejects_table_if_absent(spark, subscriptions.rejects_path)
-    deactivated = deactivate_forbidden(
-        spark, table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, acl=settings.acl.policy
-    )
+
+    def prepare() -> int:  # each step checks the table afresh, so a retry redoes only what is missing
+        create_table_if_absent(spark, subscriptions.table_path)
+        if enable_change_feed(spark, subscriptions.table_path):
+            LOG.info("enabled the change data feed on %s", subscriptions.table_path)
+        create_rejects_table_if_absent(spark, subscriptions.rejects_path)
+        return deactivate_forbidden(
+            spark, table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, acl=settings.acl.policy
+        )
+
+    deactivated = retry_delta_conflicts(prepare, f"preparing {subscriptions.table_path}")
     if deactivated:
         LOG.warning(
             "deactivated %d subscription(s) the [acl] rules no longer allow (reason %s, one row each in %s)",
@@ -169,11 +188,17 @@ def prepare_tables(spark: SparkSession, settings: Settings) -> int:
 
 
 def refresh_from_kafka(
-    spark: SparkSession, settings: Settings, *, after_writes: AfterWrites | None = None
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    after_writes: AfterWrites | None = None,
+    lease: CheckpointLease | None = None,
 ) -> RunSummary:
     """Process every event that arrived since the last successful run, then return.
 
-    ``after_writes`` (tests) is called with each batch id after its Delta writes, before its checkpoint commit.
+    ``after_writes`` (tests) is called with each batch id after its Delta writes, before its checkpoint commit
+    (a :class:`routing.streaming.CrashHook` can also kill the job inside the MERGE). ``lease`` (``main()``'s)
+    is checked before every batch and learns the query id.
     """
     from routing.subscriptions.table import apply_validated, latest_version, validate_kafka_batch
 
@@ -187,16 +212,22 @@ def refresh_from_kafka(
 
     def apply_batch(batch: DataFrame, batch_id: int) -> None:
         writes_as = identity.wait()
+        if lease is not None:
+            lease.check()  # another run took the checkpoint over: write nothing more
         validated = validate_kafka_batch(batch, validator, max_event_bytes=subscriptions.max_event_bytes)
-        summary = apply_validated(
-            spark,
-            validated,
-            table_path=subscriptions.table_path,
-            rejects_path=subscriptions.rejects_path,
-            validator=validator,
-            txn_app_id=writes_as,
-            txn_version=batch_id,
-            batch_id=batch_id,
+        summary = retry_delta_conflicts(
+            lambda: apply_validated(
+                spark,
+                validated,
+                table_path=subscriptions.table_path,
+                rejects_path=subscriptions.rejects_path,
+                validator=validator,
+                txn_app_id=writes_as,
+                txn_version=batch_id,
+                batch_id=batch_id,
+                crash=after_writes.at_batch(batch_id) if isinstance(after_writes, CrashHook) else None,
+            ),
+            f"batch {batch_id} of {subscriptions.table_path}",
         )
         if after_writes is not None:
             after_writes(batch_id)
@@ -218,7 +249,13 @@ def refresh_from_kafka(
         max_offsets_per_trigger=subscriptions.max_offsets_per_trigger,
         fail_on_data_loss=True,
     )
-    query = start_query(events, apply_batch, checkpoint=subscriptions.checkpoint_path, bind=identity.bind)
+
+    def bind(query_id: str) -> None:
+        if lease is not None:
+            lease.bind(query_id)
+        identity.bind(query_id)
+
+    query = start_query(events, apply_batch, checkpoint=subscriptions.checkpoint_path, bind=bind)
     LOG.info(
         "reading %s from checkpoint %s (query %s)", subscriptions.events_topic, subscriptions.checkpoint_path, query.id
     )
@@ -254,8 +291,17 @@ def import_files(spark: SparkSession, settings: Settings, paths: Sequence[str]) 
     return apply_import_files(spark, settings, read_import_files(settings, paths))
 
 
-def apply_import_files(spark: SparkSession, settings: Settings, files: Sequence[ImportFile]) -> RunSummary:
+def apply_import_files(
+    spark: SparkSession,
+    settings: Settings,
+    files: Sequence[ImportFile],
+    *,
+    lease: CheckpointLease | None = None,
+    crash: CrashHook | None = None,
+) -> RunSummary:
     """Apply files read by :func:`read_import_files`, each one batch, in order.
+
+    ``lease`` (``main()``'s) is checked before each file; ``crash`` (tests) counts the files as batches 0, 1, ...
 
     Each file's MERGE commits on its own (its rejects' Delta ``txnAppId`` is ``refresh_subscriptions:import:<file
     hash>``), so if one fails the log names the files already committed; re-running the same command applies the
@@ -267,17 +313,27 @@ def apply_import_files(spark: SparkSession, settings: Settings, files: Sequence[
     validator = settings.validator()
     deactivated = prepare_tables(spark, settings)
     summaries: list[BatchSummary] = []
+
+    def apply_file(index: int, imported: ImportFile) -> BatchSummary:
+        return apply_validated(
+            spark,
+            validated_frame(spark, imported.outcomes),
+            table_path=subscriptions.table_path,
+            rejects_path=subscriptions.rejects_path,
+            validator=validator,
+            txn_app_id=txn_app_id(TXN_APP_PREFIX, f"import:{imported.digest}"),
+            txn_version=0,
+            batch_id=None,
+            crash=None if crash is None else crash.at_batch(index),
+        )
+
     for index, imported in enumerate(files):
         try:
-            summary = apply_validated(
-                spark,
-                validated_frame(spark, imported.outcomes),
-                table_path=subscriptions.table_path,
-                rejects_path=subscriptions.rejects_path,
-                validator=validator,
-                txn_app_id=txn_app_id(TXN_APP_PREFIX, f"import:{imported.digest}"),
-                txn_version=0,
-                batch_id=None,
+            if lease is not None:
+                lease.check()
+            summary = retry_delta_conflicts(
+                functools.partial(apply_file, index, imported),
+                f"importing {imported.path} into {subscriptions.table_path}",
             )
         except Exception:
             LOG.error(
@@ -349,14 +405,43 @@ def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., Spar
     from routing.spark import get_spark
 
     spark = (spark_factory or get_spark)(settings, app_name=APP_NAME)
+    try:
+        lease = CheckpointLease.acquire(
+            spark,
+            settings.subscriptions.checkpoint_path,
+            job="refresh_subscriptions",
+            name="--import" if imports else (f"--every {args.every:g}" if args.every else "kafka"),
+        )
+    except CheckpointBusy as error:
+        print(f"refresh_subscriptions: {error}", file=sys.stderr)
+        return EXIT_CHECKPOINT_BUSY
+    try:
+        return _run(spark, settings, args, imports, lease)
+    finally:
+        lease.release()
+
+
+def _run(
+    spark: SparkSession, settings: Settings, args: argparse.Namespace, imports: list[ImportFile], lease: CheckpointLease
+) -> int:
+    """main()'s runs while it holds the lease: one, or one every ``--every`` seconds."""
+    crash = crash_after_writes_from_env()  # tests only
     while True:
         try:
+            lease.check()  # an --every loop that stalled past the lease timeout may have been taken over
             summary = (
-                apply_import_files(spark, settings, imports)
+                apply_import_files(spark, settings, imports, lease=lease, crash=crash)
                 if imports
-                else refresh_from_kafka(spark, settings, after_writes=crash_after_writes_from_env())
+                else refresh_from_kafka(spark, settings, after_writes=crash, lease=lease)
             )
         except Exception:
+            if lease.lost is not None:
+                print(
+                    f"refresh_subscriptions: lost the lease on checkpoint {settings.subscriptions.checkpoint_path}: "
+                    f"{lease.lost}; this run stopped (nothing after the last committed batch is lost)",
+                    file=sys.stderr,
+                )
+                return 1
             LOG.exception("refresh failed; the next run resumes after the last committed batch")
             if args.every is None:
                 return 1

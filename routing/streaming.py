@@ -35,22 +35,28 @@ What each piece guarantees:
   kill a job exactly there and prove the replay writes nothing twice; a test that runs a job as a
   child process sets :data:`CRASH_AFTER_WRITES_ENV`, which the jobs' ``main()`` turn into that hook
   with :func:`crash_after_writes_from_env` (the one place the variable is read). Never set it in
-  production.
+  production. The same variable can name another point of the refresh job's batch
+  (:class:`CrashHook`: inside its MERGE, or between the MERGE and the rejects append).
+* :func:`retry_delta_conflicts` -- re-runs a read-decide-commit step when Delta refuses its commit
+  because another writer committed first (``ConcurrentAppendException`` and its kin): the step then
+  decides again against the newer table.
 
 Spark is imported only inside the functions, so importing this module stays cheap.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import random
 import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from routing.config import ConfigError
 
@@ -61,11 +67,12 @@ if TYPE_CHECKING:
     from routing.settings import Settings
 
 log = logging.getLogger("routing.streaming")
+T = TypeVar("T")
 
 #: Called with the batch id after a batch's writes, before the batch returns (and its checkpoint commits).
 AfterWrites = Callable[[int], None]
 
-#: Test-only: the batch id after whose writes a job SIGKILLs itself (see :func:`crash_after_writes_from_env`).
+#: Test-only: where a job SIGKILLs itself, ``<batch id>[:<point>]`` (see :func:`crash_after_writes_from_env`).
 CRASH_AFTER_WRITES_ENV = "ROUTER_TEST_CRASH_AFTER_WRITES"
 
 
@@ -285,23 +292,149 @@ def idempotent_append(
     writer.save(path)
 
 
-# -- the after-writes hook --------------------------------------------------------------
+#: Attempts of a step Delta keeps refusing because other writers commit first (see :func:`retry_delta_conflicts`).
+DELTA_CONFLICT_ATTEMPTS = 8
+
+
+class ConcurrentTableChange(RuntimeError):
+    """A table changed between the version a step decided against and its commit (retried like Delta's conflicts)."""
+
+
+def delta_conflict_types() -> tuple[type[BaseException], ...]:
+    """Delta's commit-conflict exceptions (as PySpark raises them): another writer committed first."""
+    import delta.exceptions as conflicts  # importing it makes PySpark raise these instead of a generic error
+
+    return (
+        ConcurrentTableChange,
+        conflicts.DeltaConcurrentModificationException,
+        conflicts.ConcurrentWriteException,
+        conflicts.MetadataChangedException,
+        conflicts.ProtocolChangedException,
+        conflicts.ConcurrentAppendException,
+        conflicts.ConcurrentDeleteReadException,
+        conflicts.ConcurrentDeleteDeleteException,
+        conflicts.ConcurrentTransactionException,
+    )
+
+
+def retry_delta_conflicts(
+    step: Callable[[], T], what: str, *, attempts: int = DELTA_CONFLICT_ATTEMPTS, first_pause_s: float = 0.4
+) -> T:
+    """``step()``, run again while Delta refuses its commit because another writer committed first.
+
+    ``step`` must read the table afresh each time (it decides against the newer version), and its
+    other writes must be idempotent. Pauses double from ``first_pause_s`` (at most 5 s, randomly
+    shortened by up to half so that contenders drift apart); after ``attempts`` refusals the last
+    conflict is raised.
+    """
+    conflicts = delta_conflict_types()
+    for attempt in range(1, attempts + 1):
+        try:
+            return step()
+        except conflicts as error:
+            if attempt == attempts:
+                raise
+            pause = min(5.0, first_pause_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+            log.warning(
+                "%s: another writer committed first (%s); deciding again against the new table version in %.1f s "
+                "(attempt %d of %d)",
+                what,
+                type(error).__name__,
+                pause,
+                attempt + 1,
+                attempts,
+            )
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
+# -- the test-only crash hook -----------------------------------------------------------
+
+#: Crash points of :class:`CrashHook`. After a batch's writes, before its checkpoint commit (both jobs; the default).
+AFTER_WRITES = "after_writes"
+#: The refresh job: inside the MERGE, while Delta reads its source (on an executor), before it commits.
+IN_MERGE = "in_merge"
+#: The refresh job: after the MERGE committed, before the rejects append.
+AFTER_MERGE = "after_merge"
+CRASH_POINTS = (AFTER_WRITES, IN_MERGE, AFTER_MERGE)
+
+
+def _kill_job(pid: int, leads_group: bool) -> None:
+    """SIGKILL the job: its whole process group (driver, JVM) when it leads one, else only the driver."""
+    if leads_group:
+        os.killpg(pid, signal.SIGKILL)
+    else:
+        os.kill(pid, signal.SIGKILL)
+
+
+class CrashHook:
+    """SIGKILLs the job at ``point`` of batch ``batch_id`` (tests only; see :data:`CRASH_AFTER_WRITES_ENV`).
+
+    Called like an :data:`AfterWrites` hook (batch id; the after-writes point) or with a point. For
+    :data:`IN_MERGE`, :meth:`in_merge` wraps the MERGE's source so that the executor that reads it kills
+    the driver's process group: the kill lands inside Delta's MERGE command, before its commit.
+    An import counts its files as batches 0, 1, ...
+    """
+
+    def __init__(self, batch_id: int, point: str = AFTER_WRITES) -> None:
+        if point not in CRASH_POINTS:
+            raise ValueError(f"{CRASH_AFTER_WRITES_ENV}: unknown crash point {point!r} (one of {CRASH_POINTS})")
+        self.batch_id = batch_id
+        self.point = point
+
+    def __call__(self, batch_id: int, point: str = AFTER_WRITES) -> None:
+        if (batch_id, point) == (self.batch_id, self.point):
+            log.warning("%s: killing the job at %s of batch %d", CRASH_AFTER_WRITES_ENV, point, batch_id)
+            _kill_job(os.getpid(), os.getpgid(0) == os.getpid())
+
+    def in_merge(self, source: DataFrame, batch_id: int) -> DataFrame:
+        """``source``, which kills the job when a task reads it, if this is the batch to kill in its MERGE."""
+        if (batch_id, IN_MERGE) != (self.batch_id, self.point):
+            return source
+        driver, leads_group = os.getpid(), os.getpgid(0) == os.getpid()
+        # Logged here, on the driver: an executor's own output may die with the JVM that relays it.
+        log.warning(
+            "%s: the MERGE of batch %d kills the job when it reads its source", CRASH_AFTER_WRITES_ENV, batch_id
+        )
+
+        def kill_on_read(batches: Any) -> Any:
+            _kill_job(driver, leads_group)
+            yield from batches
+
+        return source.mapInArrow(kill_on_read, source.schema)
+
+    def at_batch(self, batch_id: int) -> BatchCrash:
+        """This hook for the points inside batch ``batch_id`` (what the refresh job hands its MERGE step)."""
+        return BatchCrash(self, batch_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchCrash:
+    """A :class:`CrashHook` for the points inside one batch."""
+
+    hook: CrashHook
+    batch_id: int
+
+    def __call__(self, point: str) -> None:
+        self.hook(self.batch_id, point)
+
+    def in_merge(self, source: DataFrame) -> DataFrame:
+        return self.hook.in_merge(source, self.batch_id)
 
 
 def crash_after_writes(target_batch: int) -> AfterWrites:
     """A hook that SIGKILLs this process after the writes of ``target_batch`` (tests only)."""
-
-    def crash(batch_id: int) -> None:
-        if batch_id == target_batch:
-            log.warning(
-                "%s=%d: killing the job after the writes of batch %d", CRASH_AFTER_WRITES_ENV, target_batch, batch_id
-            )
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return crash
+    return CrashHook(target_batch)
 
 
-def crash_after_writes_from_env() -> AfterWrites | None:
-    """:func:`crash_after_writes` for the batch id in :data:`CRASH_AFTER_WRITES_ENV`, if it is set (tests only)."""
+def crash_after_writes_from_env() -> CrashHook | None:
+    """The :class:`CrashHook` :data:`CRASH_AFTER_WRITES_ENV` asks for, if it is set (tests only).
+
+    Its value is ``<batch id>`` (kill after that batch's writes) or ``<batch id>:<point>``, a point of
+    :data:`CRASH_POINTS`.
+    """
     target = os.environ.get(CRASH_AFTER_WRITES_ENV)
-    return None if target is None else crash_after_writes(int(target))
+    if target is None:
+        return None
+    batch_id, _, point = target.partition(":")
+    return CrashHook(int(batch_id), point or AFTER_WRITES)

@@ -1,4 +1,5 @@
-"""The shared streaming layer's pure parts (no JVM): query identity, the txnAppId format, the crash hook.
+"""The shared streaming layer's pure parts (no JVM): query identity, the txnAppId format, the crash hook, the
+retry of steps Delta refuses.
 
 The Spark parts (Kafka source, table creation, idempotent appends) run in every router and refresh-job
 integration test, and the replays in tests/integration/test_router_txn.py and test_refresh_job.py.
@@ -13,10 +14,14 @@ import pytest
 
 from routing.settings import Settings
 from routing.streaming import (
+    AFTER_MERGE,
     CRASH_AFTER_WRITES_ENV,
+    IN_MERGE,
+    ConcurrentTableChange,
     QueryIdentity,
     crash_after_writes_from_env,
     kafka_source,
+    retry_delta_conflicts,
     txn_app_id,
 )
 
@@ -45,6 +50,51 @@ def test_the_crash_hook_exists_only_when_the_test_variable_is_set(monkeypatch: p
     hook = crash_after_writes_from_env()
     assert hook is not None
     hook(2)  # another batch: nothing happens (batch 3 would SIGKILL this process)
+
+
+def test_the_crash_hook_can_name_a_point_inside_the_refresh_jobs_merge(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CRASH_AFTER_WRITES_ENV, f"2:{IN_MERGE}")
+    hook = crash_after_writes_from_env()
+    assert hook is not None and (hook.batch_id, hook.point) == (2, IN_MERGE)
+    hook(2)  # the after-writes point of batch 2: not the one named, nothing happens
+    hook.at_batch(2)(AFTER_MERGE)
+    source = cast("Any", object())
+    assert hook.in_merge(source, 1) is source  # another batch's MERGE source is left alone
+    monkeypatch.setenv(CRASH_AFTER_WRITES_ENV, "1:sideways")
+    with pytest.raises(ValueError, match="unknown crash point 'sideways'"):
+        crash_after_writes_from_env()
+
+
+def test_a_step_delta_refuses_is_run_again_until_it_commits() -> None:
+    calls: list[int] = []
+
+    def step() -> str:
+        calls.append(len(calls))
+        if len(calls) < 3:
+            raise ConcurrentTableChange("another writer committed first")
+        return "committed"
+
+    assert retry_delta_conflicts(step, "a test step", first_pause_s=0.0) == "committed"
+    assert calls == [0, 1, 2]
+
+
+def test_a_step_refused_every_time_raises_the_last_conflict_and_other_errors_are_not_retried() -> None:
+    calls: list[str] = []
+
+    def conflicting() -> None:
+        calls.append("conflict")
+        raise ConcurrentTableChange(f"refusal {len(calls)}")
+
+    with pytest.raises(ConcurrentTableChange, match="refusal 4"):
+        retry_delta_conflicts(conflicting, "a test step", attempts=4, first_pause_s=0.0)
+
+    def failing() -> None:
+        calls.append("error")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        retry_delta_conflicts(failing, "a test step", first_pause_s=0.0)
+    assert calls == ["conflict"] * 4 + ["error"]
 
 
 @pytest.mark.parametrize(("topics", "pattern"), [((), ""), (("a",), "a.*")])

@@ -31,7 +31,23 @@ limits re-evaluated against the merged table reject exactly the same events.
 batch where both limits rejected events, a re-run may record an event the
 subscriber limit rejected as ``subscription_table_full`` instead, since the
 table limit is checked first: the same events are rejected, one reason may
-differ.)
+differ.) A kill inside the MERGE itself leaves the table as it was (Delta
+commits a MERGE whole or not at all; files it had written are never referenced,
+and VACUUM removes them), so the re-run applies the batch as if for the first time.
+
+Concurrency. :func:`apply_validated` decides against one table version and
+then MERGEs; if another writer commits in between, the decisions (limits above
+all) could be wrong. So the version is checked again right before the MERGE,
+and Delta's conflict check covers the MERGE from the version its transaction
+reads (the latest when it starts, not the one decided against: measured, Delta
+4.4); either raises, and the refresh job decides the batch again against the
+new version (:func:`routing.streaming.retry_delta_conflicts`). What is left
+is the moment between that check and the MERGE's start, where a commit slips
+through unchecked: the rows stay right (the MERGE applies only newer changes)
+but a limit could be passed. The refresh runs of one deployment never meet
+there, since each holds the lease on its checkpoint
+(``jobs/refresh_subscriptions.py``); writers the lease does not cover (another
+deployment's refresh job on the same table) can.
 """
 
 from __future__ import annotations
@@ -41,7 +57,13 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from routing.streaming import create_delta_table_if_absent, idempotent_append
+from routing.streaming import (
+    AFTER_MERGE,
+    BatchCrash,
+    ConcurrentTableChange,
+    create_delta_table_if_absent,
+    idempotent_append,
+)
 from routing.subscriptions.events import (
     APPLIED_KINDS,
     MATCH_COST_EXCEEDED,
@@ -604,8 +626,15 @@ def apply_validated(
     txn_app_id: str,
     txn_version: int,
     batch_id: int | None,
+    crash: BatchCrash | None = None,
 ) -> BatchSummary:
-    """MERGE one validated batch into the table and append its rejects; see the module doc."""
+    """MERGE one validated batch into the table and append its rejects; see the module doc.
+
+    :class:`routing.streaming.ConcurrentTableChange` (or Delta's own conflict) when another writer
+    committed to the table since this batch was decided: run it again
+    (:func:`routing.streaming.retry_delta_conflicts`). ``crash`` (tests) kills the job inside the
+    MERGE or right after it.
+    """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -641,6 +670,12 @@ def apply_validated(
                     "pattern_word_count",
                     "has_wildcard",
                 )
+                if crash is not None:
+                    changes = crash.in_merge(changes)
+                # The limits were decided against `version`: a commit since then (a writer outside this run's
+                # lease) could make them wrong, so decide again. One after the MERGE has started is Delta's conflict.
+                if latest_version(spark, table_path) != version:
+                    raise ConcurrentTableChange(f"{table_path} changed after version {version}, which this batch read")
                 target = DeltaTable.forPath(spark, table_path).alias("t")
                 (
                     target.merge(changes.alias("s"), "t.subscriber_id = s.subscriber_id AND t.pattern = s.pattern")
@@ -654,6 +689,8 @@ def apply_validated(
                     .execute()
                 )
                 merged = True
+                if crash is not None:
+                    crash(AFTER_MERGE)
 
             if sum(counts.values()) - sum(counts[kind] for kind in (*APPLIED_KINDS, *NOOP_KINDS)):
                 _append_rejects(
