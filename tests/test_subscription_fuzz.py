@@ -175,7 +175,9 @@ def test_the_documented_reasons() -> None:
     The README lists every one of them (the rejects table's reason column).
     """
     assert EVENT_REASONS | {error.reason for error in SUBSCRIPTION_REJECT_ERRORS} == PARSE_REASONS
-    assert PARSE_REASONS | {"too_many_subscriptions", "match_cost_exceeded", "subscription_table_full"} == REJECT_REASONS
+    assert (
+        PARSE_REASONS | {"too_many_subscriptions", "match_cost_exceeded", "subscription_table_full"} == REJECT_REASONS
+    )
     readme = README.read_text(encoding="utf-8")
     assert [reason for reason in sorted(REJECT_REASONS) if f"`{reason}`" not in readme] == []
 
