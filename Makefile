@@ -15,7 +15,7 @@ ifeq ($(and $(wildcard $(JARS_DIR)/spark/delta-spark_*.jar),$(wildcard $(JARS_DI
 .PHONY: $(JARS_STAMP)
 endif
 
-.PHONY: help install jars package native native-test loom fuzz-smoke lint test test-fast demo bench bench-latency chaos clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars package native native-test loom fuzz fuzz-smoke lint test test-fast demo bench bench-latency chaos clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
 	@echo "make bench-latency  sustained-rate latency of the router and the passthrough (~20 min; idle machine)"
 	@echo "make chaos  SIGKILL the router, broker and refresh job at random under live traffic, check every message (bench/results/chaos.md)"
+	@echo "make fuzz   each cargo-fuzz target for FUZZ_MINUTES (default 10) minutes: bench/results/fuzz.md, corpus in native/fuzz/corpus/"
 	@echo "make loom   the CS-trie's loom models (~40 s on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
 	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
@@ -81,9 +82,18 @@ loom:
 	cd native && RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_LTO=false \
 		CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo test --release --test cstrie_loom
 
+# The fuzzing record (bench/fuzz.py --help): each cargo-fuzz target for FUZZ_MINUTES minutes, one libFuzzer
+# job at a time; the minimized corpus goes to native/fuzz/corpus/<target>/ (commit it) and the figures to
+# bench/results/fuzz.md. Needs nightly Rust and cargo-fuzz, and says so (exit 2) when they are missing.
+FUZZ_MINUTES ?= 10
+fuzz: $(INSTALLED)
+	$(PY) bench/fuzz.py --minutes $(FUZZ_MINUTES)
+
 # Short coverage-guided runs of the cargo-fuzz targets, where nightly + cargo-fuzz exist
 # (`cargo install cargo-fuzz`); elsewhere the bounded smoke runs inside `cargo test` cover them.
-# A fresh corpus each time keeps the run bounded (longer campaigns: `cargo +nightly fuzz run <target>`).
+# A fresh working corpus each time keeps the run bounded; `make fuzz`'s committed corpus and the seeds are
+# read-only seed directories, so the runs start from the coverage earlier campaigns reached. Built like
+# `make fuzz` (-O -a: debug assertions and overflow checks on), so the two share one build.
 # `lookups` runs without leak detection: the CS-trie frees nodes later (epoch reclamation), which
 # LeakSanitizer would otherwise re-scan the heap for after every input.
 FUZZ_RUNS ?= 2000
@@ -92,9 +102,9 @@ fuzz-smoke:
 	@if cargo +nightly fuzz --version >/dev/null 2>&1; then \
 		cd native && for target in from_bytes batch_keys lookups; do \
 			corpus=$$(mktemp -d); \
-			seeds=$$(test -d fuzz/seeds/$$target && echo fuzz/seeds/$$target); \
+			seeds=$$(for dir in fuzz/corpus/$$target fuzz/seeds/$$target; do test -d $$dir && echo $$dir; done); \
 			leaks=$$(test $$target = lookups && echo -detect_leaks=0); \
-			cargo +nightly fuzz run -O $$target $$corpus $$seeds -- \
+			cargo +nightly fuzz run -O -a $$target $$corpus $$seeds -- \
 				-runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -max_len=512 $$leaks || exit 1; \
 			rm -rf $$corpus; \
 		done; \
