@@ -417,10 +417,12 @@ def apply_now(
 
     In-process rather than ``python -m jobs.refresh_subscriptions`` as a child: the same settings object
     (flags, environment, the password in memory only), one JVM instead of two, and the job's own function
-    (:func:`jobs.refresh_subscriptions.refresh_from_kafka`), checkpoint and tables. Exit status 0, 2 when the
-    job rejected a change (a limit only the table can decide), 1 when the run failed or did not see a change.
+    (:func:`jobs.refresh_subscriptions.refresh_from_kafka`), checkpoint, lease and tables. Exit status 0, 2 when
+    the job rejected a change (a limit only the table can decide), 1 when the run failed or did not see a change,
+    3 (the job's own) when another refresh run holds the checkpoint: that run or the next applies the changes.
     """
     from jobs.refresh_subscriptions import refresh_from_kafka
+    from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy, CheckpointLease
     from routing.subscriptions import read_rows
     from routing.subscriptions.publish import NOT_APPLIED, REJECTED, change_results, rejections
 
@@ -428,17 +430,29 @@ def apply_now(
     subscriptions = settings.subscriptions
     with spark_session(settings, "routing-cli") as spark:
         try:
-            summary = refresh_from_kafka(spark, settings)
+            # One refresh run at a time, this one included: the job's lease on its checkpoint.
+            lease = CheckpointLease.acquire(
+                spark, subscriptions.checkpoint_path, job="refresh_subscriptions", name=f"python -m routing {command}"
+            )
+        except CheckpointBusy as error:
+            report["error"] = str(error)
+            err(f"{command}: {error}")
+            err(f"{command}: the change(s) are in the topic; that run, or the next, applies them")
+            return EXIT_CHECKPOINT_BUSY
+        try:
+            summary = refresh_from_kafka(spark, settings, lease=lease)
             rows = read_rows(spark, subscriptions.table_path, summary.table_version, subscriber=changes[0].subscriber)
             batch_ids = [batch.batch_id for batch in summary.batches if batch.batch_id is not None]
             rejected = rejections(
                 spark, subscriptions.rejects_path, [change.change_id for change in changes], batch_ids
             )
-        except Exception as error:  # the job's own failures: Kafka, Delta, Spark
+        except Exception as error:  # the job's own failures: Kafka, Delta, Spark, a lost lease
             report["error"] = f"refresh failed: {first_line(error)}"
             err(f"{command}: {report['error']}")
             err(f"{command}: the change(s) are in the topic; the next refresh run applies them")
             return 1
+        finally:
+            lease.release()
     report["refresh"] = summary.as_dict()
     out(f"refresh_subscriptions: {summary.describe()}")
     results = change_results(changes, rows, rejected)

@@ -461,6 +461,7 @@ def unreachable_broker() -> list[str]:
             ["too_many_subscriptions"],
         ),
         (["unsubscribe", "", "a"], ["invalid_subscriber"]),
+        (["subscribe", "s1", "#", "x.#", "--set", "limits.max_match_cost_per_subscriber=40"], ["match_cost_exceeded"]),
     ],
 )
 def test_a_refused_change_publishes_nothing(argv: list[str], reasons: list[str]) -> None:

@@ -186,6 +186,16 @@ def test_prepare_refuses_what_the_refresh_job_would_reject(
     assert [refusal.reason for refusal in refused.value.refusals] == reasons
 
 
+def test_a_subscribe_whose_patterns_cost_too_much_together_is_refused() -> None:
+    # Match cost (max_key_words 32): 1 per word before the first '#', 33 per word from it on.
+    validator = Validator(limits=Limits(max_match_cost_per_subscriber=40))
+    assert len(prepare(Op.SUBSCRIBE, "s1", ["a.#", "b", "c.d"], validator, max_event_bytes=300)) == 3  # 34 + 1 + 2
+    with pytest.raises(ChangesRefused) as refused:
+        prepare(Op.SUBSCRIBE, "s1", ["#", "x.#"], validator, max_event_bytes=300)  # 33 + 34
+    assert [(refusal.pattern, refusal.reason) for refusal in refused.value.refusals] == [(None, "match_cost_exceeded")]
+    assert len(prepare(Op.UNSUBSCRIBE, "s1", ["#", "x.#"], validator, max_event_bytes=300)) == 2
+
+
 def test_an_unsubscribe_of_any_number_of_patterns_is_not_limited() -> None:
     assert len(prepare(Op.UNSUBSCRIBE, "s1", list("abcdef"), VALIDATOR, max_event_bytes=300)) == 6
 

@@ -11,8 +11,9 @@ Local validation is the refresh job's own: :func:`prepare` parses those exact by
 pattern limits and policy, and for a subscribe the ``[acl]`` rules), so whatever the job would reject
 on its own is refused here, before anything is sent, with the same reason code. A command is all or
 nothing: one refused pattern and none is published. A subscribe of more distinct patterns than
-``limits.max_subscriptions_per_subscriber`` is refused too (it cannot fit, whatever the table holds);
-how many the subscriber already holds only the refresh job knows (``--apply`` reports it).
+``limits.max_subscriptions_per_subscriber``, or of patterns whose match cost adds up past
+``limits.max_match_cost_per_subscriber``, is refused too (it cannot fit, whatever the table holds);
+what the subscriber already holds only the refresh job knows (``--apply`` reports it).
 
 Idempotency. "Retried" means the same command run again because the first run failed or timed out, when
 its events may or may not have reached the broker. Kafka alone cannot tell the copies apart: a re-sent
@@ -156,8 +157,9 @@ def prepare(
         except EventRejected as rejected:
             refusals.append(Refusal(change.pattern, rejected.reason, rejected.detail))
     if not refusals and op is Op.SUBSCRIBE:
-        try:
+        try:  # limits the command alone passes, whatever the subscriber holds already: it cannot fit
             validator.check_subscription_count(subscriber, len(changes))
+            validator.check_match_cost(subscriber, sum(validator.match_cost(change.pattern) for change in changes))
         except TopicError as error:
             refusals.append(Refusal(None, error.reason, str(error)))
     if refusals:

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 from test_cli import run
 
 from integration.test_refresh_job import MAX_EVENT_BYTES, assert_matches_model, job_settings, set_flags, with_topic
+from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointLease
 from routing.settings import Settings
 from routing.subscriptions.events import IDEMPOTENCY_KEY, Received, kafka_received
 from routing.subscriptions.model import SubscriptionModel
@@ -138,3 +139,14 @@ def test_subscribe_unsubscribe_list_round_trip(spark: SparkSession, job_settings
     code, out, err = run("list", "--version", str(first_version), *flags)
     assert code == 0 and err[-1].endswith(f"version {first_version}, 2 active subscription(s)")
     assert [line.split()[:2] for line in out] == [["fx-desk", "forex.#"], ["fx-desk", "stock.*.msft"]]
+
+    # --apply while another refresh run holds the checkpoint: published, not applied, the job's exit status 3.
+    lease = CheckpointLease.acquire(
+        spark, settings.subscriptions.checkpoint_path, job="refresh_subscriptions", name="test"
+    )
+    try:
+        code, busy = cli("unsubscribe", "fx-desk", "a.b", "--apply")
+    finally:
+        lease.release()
+    assert code == EXIT_CHECKPOINT_BUSY and "is in use by" in busy["error"] and busy["refresh"] is None
+    assert busy["changes"][0]["offset"] is not None
