@@ -33,7 +33,8 @@ then runs the refresh job once in this process and reports each change's fate.
 Delta table. Exit status 0, 2 for user mistakes (bad arguments or settings, a
 refused pattern, a change the refresh job rejected), 1 for infrastructure (no
 broker accepted a connection, or it did not acknowledge every event, within
-``kafka.start_timeout_s``; the refresh failed).
+``kafka.start_timeout_s``; the refresh failed), 3 when ``--apply`` finds another
+refresh run holding the checkpoint (published, not yet applied).
 ``--json`` prints one JSON object on stdout; diagnostics go to stderr.
 """
 
@@ -565,7 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Every pattern is first judged as the refresh job would (limits, policy, [acl] rules): one refused "
             "and nothing is published. Exit status 0; 2 for a refused pattern or bad arguments (and with --apply "
             "for a change the job rejected, such as a subscription limit); 1 when no broker accepted a connection, "
-            "or it did not acknowledge every event, within kafka.start_timeout_s, or the refresh failed.",
+            "or it did not acknowledge every event, within kafka.start_timeout_s, or the refresh failed; 3 when "
+            "--apply finds another refresh run holding the checkpoint (published, that run or the next applies them).",
             epilog="Quote patterns: the shell expands '*', and a word starting with '#' is a comment "
             "(subscribe fx-desk '#' 'stock.*.msft'). A pattern that starts with '-' goes after '--': "
             "subscribe s1 -- -odd.pattern",
