@@ -532,6 +532,16 @@ def fake_import_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         applied.append((txn_app_id, len(outcomes)))
         return BatchSummary(None, collections.Counter({SUBSCRIBED: len(outcomes)}), len(applied), True)
 
+    class HeldLease:  # the checkpoint lease needs a JVM; its own tests are tests/integration/test_checkpoint_lease.py
+        lost = None
+
+        def check(self) -> None: ...
+
+        def bind(self, query_id: str) -> None: ...
+
+        def release(self) -> None: ...
+
+    monkeypatch.setattr(job.CheckpointLease, "acquire", lambda *args, **kwargs: HeldLease())
     monkeypatch.setattr(job, "prepare_tables", lambda spark, settings: None)
     monkeypatch.setattr(table, "validated_frame", lambda spark, outcomes: outcomes)
     monkeypatch.setattr(table, "apply_validated", apply_validated)
