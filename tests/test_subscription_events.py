@@ -523,6 +523,7 @@ def fake_import_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     import collections
 
     import jobs.refresh_subscriptions as job
+    from routing.checkpoints import CheckpointLease
     from routing.subscriptions import table
     from routing.subscriptions.table import BatchSummary
 
@@ -541,7 +542,7 @@ def fake_import_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
         def release(self) -> None: ...
 
-    monkeypatch.setattr(job.CheckpointLease, "acquire", lambda *args, **kwargs: HeldLease())
+    monkeypatch.setattr(CheckpointLease, "acquire", lambda *args, **kwargs: HeldLease())
     monkeypatch.setattr(job, "prepare_tables", lambda spark, settings: None)
     monkeypatch.setattr(table, "validated_frame", lambda spark, outcomes: outcomes)
     monkeypatch.setattr(table, "apply_validated", apply_validated)
