@@ -36,6 +36,12 @@ broker accepted a connection, or it did not acknowledge every event, within
 ``kafka.start_timeout_s``; the refresh failed), 3 when ``--apply`` finds another
 refresh run holding the checkpoint (published, not yet applied).
 ``--json`` prints one JSON object on stdout; diagnostics go to stderr.
+
+``tail --subscriber S`` follows S's rows of the deliveries table (:mod:`routing.tail`): a Delta stream
+filtered by subscriber, from a checkpoint of its own, each row printed (``--json``: one JSON object per
+line) and flushed before the batch commits. ``--available-now`` drains and exits; ``--limit N`` stops at
+the batch that reaches N rows. Exit status 0, 2 for user mistakes (no deliveries table), 1 when the
+query failed, 3 when another tail holds the checkpoint.
 """
 
 from __future__ import annotations
@@ -516,6 +522,70 @@ def run_list(args: argparse.Namespace, out: Callable[[str], None], err: Callable
     return 0
 
 
+def run_tail(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
+    """``tail``: follow one subscriber's deliveries from a checkpoint of its own (see :mod:`routing.tail`)."""
+    import signal
+    import threading
+
+    from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy, CheckpointLease
+    from routing.settings import is_uri, settings_from_args
+    from routing.tail import default_checkpoint, json_line, row_line, tail
+
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as error:
+        err(f"tail: {error}")
+        return 2
+    if args.limit is not None and args.limit < 1:
+        err(f"tail: --limit must be at least 1, not {args.limit}")
+        return 2
+    table = settings.router.deliveries_path
+    if not is_uri(table) and not is_delta_table(table):
+        err(f"tail: no deliveries table at {table!r} (router.deliveries_path; the router creates it)")
+        return 2
+    checkpoint = args.checkpoint or default_checkpoint(settings.router.checkpoint_path, args.subscriber)
+
+    def emit(row: dict[str, Any]) -> None:
+        out(json_line(row) if args.json else row_line(row))
+
+    stop = threading.Event()
+    handlers: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM or Ctrl-C: stop after the batch in flight, so what was printed is also committed.
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            handlers[stop_signal] = signal.signal(stop_signal, lambda *_: stop.set())
+    try:
+        with spark_session(settings, "routing-tail") as spark:
+            try:
+                lease = CheckpointLease.acquire(
+                    spark, checkpoint, job="tail", name=f"python -m routing tail --subscriber {args.subscriber}"
+                )
+            except CheckpointBusy as error:
+                err(f"tail: {error}")
+                return EXIT_CHECKPOINT_BUSY
+            try:
+                summary = tail(
+                    spark,
+                    table,
+                    args.subscriber,
+                    checkpoint,
+                    emit,
+                    available_now=args.available_now,
+                    limit=args.limit,
+                    stop=stop,
+                )
+            except Exception as error:  # Spark, Delta, a closed stdout: that batch is not committed
+                err(f"tail: {first_line(error)}")
+                return 1
+            finally:
+                lease.release()
+    finally:
+        for stop_signal, handler in handlers.items():
+            signal.signal(stop_signal, handler)
+    err(json.dumps({"tail": summary.as_dict()}, sort_keys=True) if args.json else f"tail: {summary.describe()}")
+    return 0
+
+
 def iso_millis(ts_millis: int) -> str:
     """Epoch milliseconds as ISO-8601 UTC with milliseconds (``2026-01-05T10:00:00.000Z``)."""
     moment = dt.datetime.fromtimestamp(ts_millis / 1000, tz=dt.UTC)
@@ -591,6 +661,37 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--version", type=int, help="read the table at this version (time travel)")
     listing.add_argument("--json", action="store_true", help="print one JSON object")
     add_settings_arguments(listing)
+    tailing = commands.add_parser(
+        "tail",
+        help="print one subscriber's deliveries as they are routed, from a checkpoint of its own",
+        description="Follow the deliveries table router.deliveries_path as a Delta stream filtered by subscriber "
+        "(Spark starts), printing each of the subscriber's rows; the checkpoint remembers what was printed, so the "
+        "next run on it prints only rows routed since (the first run prints the table's whole history). A batch's "
+        "rows are flushed to stdout before the batch commits: a killed tail prints that batch again, never skips "
+        "it. A summary goes to stderr. SIGTERM or Ctrl-C stops after the batch in flight. Exit status 0; 2 for bad "
+        "arguments or no deliveries table; 1 when the stream failed; 3 when another tail holds the checkpoint.",
+    )
+    tailing.add_argument("--subscriber", metavar="S", required=True, help="the subscriber id whose rows to print")
+    tailing.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="this consumer's checkpoint (path or URI); default: tail/<subscriber> beside router.checkpoint_path",
+    )
+    tailing.add_argument(
+        "--available-now", action="store_true", help="print what is in the table now, then exit (default: follow)"
+    )
+    tailing.add_argument(
+        "--limit",
+        metavar="N",
+        type=int,
+        help="stop once N rows were printed (at the end of the batch that reaches N, which is printed whole)",
+    )
+    tailing.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per row (every column; payload and header values base64), a JSON summary on stderr",
+    )
+    add_settings_arguments(tailing)
     return parser
 
 
@@ -609,6 +710,8 @@ def main(
         return run_change(args, out, err)
     if args.command == "list":
         return run_list(args, out, err)
+    if args.command == "tail":
+        return run_tail(args, out, err)
     return run_explain(args, out, err)
 
 

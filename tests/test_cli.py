@@ -401,7 +401,7 @@ def test_match_flag_errors(tmp_path: Path) -> None:
     assert exit_info.value.code == 2
 
 
-@pytest.mark.parametrize("command", ["match", "explain", "subscribe", "unsubscribe", "list"])
+@pytest.mark.parametrize("command", ["match", "explain", "subscribe", "unsubscribe", "list", "tail"])
 def test_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         run(command, "--help")
@@ -561,6 +561,57 @@ def test_change_and_list_argument_errors(tmp_path: Path) -> None:
     assert err == [
         f"list: no subscription table at {str(tmp_path)!r} (subscriptions.table_path; the refresh job creates it)"
     ]
+
+
+def test_tail_argument_errors(tmp_path: Path) -> None:
+    for argv in (["tail"], ["tail", "--subscriber"], ["tail", "--subscriber", "s1", "--limit", "x"]):
+        with pytest.raises(SystemExit) as exit_info:
+            run(*argv)
+        assert exit_info.value.code == 2, argv
+    table = ["--set", f"router.deliveries_path={tmp_path}"]
+    code, out, err = run("tail", "--subscriber", "s1", "--limit", "0", *table)
+    assert (code, out, err) == (2, [], ["tail: --limit must be at least 1, not 0"])
+    code, out, err = run("tail", "--subscriber", "s1", *table)
+    assert code == 2 and out == []
+    assert err == [f"tail: no deliveries table at {str(tmp_path)!r} (router.deliveries_path; the router creates it)"]
+
+
+def test_tail_default_checkpoint_is_per_subscriber_beside_the_routers() -> None:
+    from routing.tail import default_checkpoint
+
+    names = ["s1", "s/1", "s 1", "../s1", "", "é" * 127]
+    paths = [default_checkpoint("/data/checkpoints/route/", name) for name in names]
+    assert len(set(paths)) == len(names)
+    for path in paths:
+        parent, _, leaf = path.rpartition("/")
+        assert parent == "/data/checkpoints/tail" and leaf and len(leaf.encode()) <= 255 and ".." not in leaf
+    assert paths[0].startswith("/data/checkpoints/tail/s1-")
+    assert default_checkpoint("s3a://bucket/cp/route", "s1").startswith("s3a://bucket/cp/tail/s1-")
+
+
+def test_tail_row_formats() -> None:
+    import base64
+    import datetime as dt
+
+    from routing.tail import row_json, row_line
+
+    row = {
+        "subscriber_id": "s1",
+        "routing_key": "stock.nasdaq.msft",
+        "source_topic": "t",
+        "source_partition": 0,
+        "source_offset": 7,
+        "kafka_timestamp": dt.datetime(2026, 1, 5, 10, 0, 0, 123000),
+        "payload": b"\xff\x00",
+        "headers": [{"key": "h", "value": b"v"}, {"key": "n", "value": None}],
+        "kafka_date": dt.date(2026, 1, 5),
+    }
+    shown = row_json(row)
+    assert base64.b64decode(shown["payload"]) == b"\xff\x00"
+    assert shown["headers"] == [{"key": "h", "value": "dg=="}, {"key": "n", "value": None}]
+    assert (shown["kafka_timestamp"], shown["kafka_date"]) == ("2026-01-05T10:00:00.123000Z", "2026-01-05")
+    assert row_line(row) == "2026-01-05T10:00:00.123000Z stock.nasdaq.msft t:0:7 base64:/wA="
+    assert row_line({**row, "payload": b"hello"}).endswith(" t:0:7 hello")
 
 
 # -- match from a Delta table --------------------------------------------------------------------
