@@ -573,6 +573,7 @@ def run_tail(args: argparse.Namespace, out: Callable[[str], None], err: Callable
                     available_now=args.available_now,
                     limit=args.limit,
                     stop=stop,
+                    flush=sys.stdout.flush,
                 )
             except Exception as error:  # Spark, Delta, a closed stdout: that batch is not committed
                 err(f"tail: {first_line(error)}")

@@ -139,11 +139,13 @@ def tail(
     available_now: bool,
     limit: int | None = None,
     stop: threading.Event | None = None,
+    flush: Callable[[], None] = lambda: None,
     trigger_interval: str = "1 second",
 ) -> TailSummary:
     """Follow ``subscriber``'s rows of the Delta table ``table`` from ``checkpoint``, ``emit`` each row in order.
 
-    ``emit`` is called on the driver, inside the batch, before its checkpoint commit (see the module doc).
+    ``emit`` is called on the driver, inside the batch, and ``flush`` after the batch's last row, both before
+    its checkpoint commit (see the module doc).
     Returns once the table is drained (``available_now``), ``limit`` rows were emitted (at a batch
     boundary), or ``stop`` is set; raises what the query failed with. The caller holds the lease.
     """
@@ -159,6 +161,7 @@ def tail(
         for row in batch.repartition(1).sortWithinPartitions(*ROW_ORDER).toLocalIterator():
             emit(row.asDict(recursive=True))
             summary.rows += 1
+        flush()  # what the checkpoint will say was printed has left this process
         if limit is not None and summary.rows >= limit:
             stop.set()
 
