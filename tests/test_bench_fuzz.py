@@ -50,7 +50,7 @@ CRASH_RUN = """\
 #2	INITED cov: 90 ft: 91 corp: 1/1b exec/s: 0 rss: 30Mb
 #1000	NEW    cov: 95 ft: 99 corp: 2/3b lim: 4 exec/s: 0 rss: 31Mb L: 2/2 MS: 1 InsertByte-
 
-thread '<unnamed>' panicked at src/codec.rs:321:17:
+thread '<unnamed>' (14680) panicked at src/codec.rs:321:17:
 index out of bounds: the len is 3 but the index is 7
 note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace
 ==4242== ERROR: libFuzzer: deadly signal
@@ -84,11 +84,17 @@ def test_parse_clean_run() -> None:
 def test_parse_crash() -> None:
     stats = fuzz.parse_libfuzzer_output(CRASH_RUN)
     assert stats.findings == [fuzz.Finding("crash", "/work/x/native/fuzz/artifacts/from_bytes/crash-0123abcd")]
-    assert stats.panic == "src/codec.rs:321:17"
+    assert stats.panic == "src/codec.rs:321:17: index out of bounds: the len is 3 but the index is 7"
     assert stats.summary == "libFuzzer: deadly signal"
     assert (stats.executions, stats.exec_per_s) == (1234, 617)
     assert (stats.cov, stats.ft) == (95, 99)  # the last status line before the crash
     assert stats.seconds is None
+
+
+def test_parse_a_panic_line_without_thread_id() -> None:
+    # Older toolchains print no thread id; only the first panic counts.
+    text = "thread '<unnamed>' panicked at src/a.rs:1:2:\nboom\nthread 'x' panicked at src/b.rs:3:4:\nagain\n"
+    assert fuzz.parse_libfuzzer_output(text).panic == "src/a.rs:1:2: boom"
 
 
 def test_parse_without_final_stats_falls_back_to_the_last_status_line() -> None:
@@ -146,7 +152,8 @@ if command == "run":
         artifacts = pathlib.Path("fuzz/artifacts") / target
         artifacts.mkdir(parents=True, exist_ok=True)
         (artifacts / "crash-feed").write_bytes(b"boom")
-        print("thread '<unnamed>' panicked at src/fake.rs:1:2:")
+        print("thread '<unnamed>' (4242) panicked at src/fake.rs:1:2:")
+        print("index out of bounds")
         print("SUMMARY: libFuzzer: deadly signal")
         print(f"Test unit written to fuzz/artifacts/{{target}}/crash-feed")
         print(f"stat::number_of_executed_units: {{figures['executions']}}")
@@ -289,7 +296,7 @@ def test_a_crash_is_reported_with_its_reproducer_and_exit_1(fake: dict[str, Path
     assert rows["lookups"][9] == f"crash `{reproducer}`"
     assert rows["zeta"][9] == "none"  # the other target still ran
     findings = report.split("## Findings", 1)[1].split("\n## ", 1)[0]
-    assert "src/fake.rs:1:2" in findings and f"crash: `{reproducer}`" in findings
+    assert "src/fake.rs:1:2: index out of bounds" in findings and f"crash: `{reproducer}`" in findings
     assert "lookups" in done.stderr.splitlines()[-1]
 
 
