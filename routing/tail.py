@@ -62,11 +62,12 @@ def default_checkpoint(router_checkpoint: str, subscriber: str) -> str:
 
 
 def _text(value: Any) -> Any:
-    """A column value as JSON: bytes as base64, times as ISO-8601 UTC (the session's time zone is UTC)."""
+    """A column value as JSON: bytes as base64, times as ISO-8601 UTC."""
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, dt.datetime):
-        return value.isoformat() + ("Z" if value.tzinfo is None else "")
+        # PySpark hands timestamps back naive, in this process's local time zone: astimezone reads them so.
+        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, dt.date):
         return value.isoformat()
     return value

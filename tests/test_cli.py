@@ -601,7 +601,7 @@ def test_tail_row_formats() -> None:
         "source_topic": "t",
         "source_partition": 0,
         "source_offset": 7,
-        "kafka_timestamp": dt.datetime(2026, 1, 5, 10, 0, 0, 123000),
+        "kafka_timestamp": dt.datetime(2026, 1, 5, 10, 0, 0, 123000, tzinfo=dt.UTC),
         "payload": b"\xff\x00",
         "headers": [{"key": "h", "value": b"v"}, {"key": "n", "value": None}],
         "kafka_date": dt.date(2026, 1, 5),

@@ -38,7 +38,7 @@ SUBSCRIBER = "s042"
 def append_batch(spark: SparkSession, settings: Settings, batch_id: int) -> None:
     """One router-like batch: messages at offsets [batch_id * 100, +100), each to FANOUT subscribers."""
     fanned = []
-    day = dt.datetime(2026, 1, 5) + dt.timedelta(days=batch_id % 2)  # two kafka_date partitions
+    day = dt.datetime(2026, 1, 5, tzinfo=dt.UTC) + dt.timedelta(days=batch_id % 2)  # two kafka_date partitions
     for offset in range(batch_id * MESSAGES_PER_BATCH, (batch_id + 1) * MESSAGES_PER_BATCH):
         for step in range(FANOUT):
             subscriber = SUBSCRIBERS[(offset + step * len(SUBSCRIBERS) // FANOUT) % len(SUBSCRIBERS)]
@@ -94,7 +94,7 @@ def test_tail_prints_one_subscribers_rows_once(spark: SparkSession, settings: Se
         assert [base64.b64decode(header["value"]) for header in printed["headers"]] == [
             header["value"] for header in row["headers"]
         ]
-        assert printed["kafka_timestamp"] == row["kafka_timestamp"].isoformat() + "Z"
+        assert printed["kafka_timestamp"] == f"{printed['kafka_date']}T00:00:00Z"  # each batch's day, at midnight UTC
         assert printed["kafka_date"] == row["kafka_date"].isoformat()
     assert summary["rows"] == len(expected)
     # The README's figure: the router's files mix every subscriber, so the stream reads the whole table.
