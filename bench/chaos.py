@@ -32,8 +32,9 @@ first only once a batch has committed, so restarts resume from real progress):
   :data:`router_support.WAIT_TIMEOUT_S` fails the run.
 
 At the end production stops, both jobs catch up on their own (their checkpoints reach the topics' end
-offsets), the router is stopped with SIGTERM (it must exit 0) and everything is checked, with the oracle
-of ``tests/router_support.py``, independent of the router:
+offsets), the router is stopped with SIGTERM (it must exit 0; in ``make test`` a last router kill is
+instead followed by an in-process drain, :attr:`ChaosPlan.drain_in_process`) and everything is checked,
+with the oracle of ``tests/router_support.py``, independent of the router:
 
 * every acked message is in exactly one output (in = delivered + unmatched + dead-lettered), none is
   routed that was never produced, no delivery or dead-letter id twice, each id the hash of its coordinates;
@@ -85,6 +86,7 @@ from router_support import (
     produce,
     read_routed,
     router_settings,
+    run_available_now,
     start_job,
     subscription_event,
 )
@@ -166,6 +168,10 @@ class ChaosPlan:
     fault_delay_s: tuple[float, float] = (0.0, 6.0)
     #: Seconds (uniform) the broker stays down before its restart.
     broker_downtime_s: tuple[float, float] = (1.0, 8.0)
+    #: The router's last stretch. False: restarted after every kill, it catches up by itself and stops on SIGTERM.
+    #: True (``make test``): a last router kill is not followed by a restart, and what is left is drained in this
+    #: process on the caller's session (``router_support.run_available_now``), which spares a JVM start.
+    drain_in_process: bool = False
 
     def fault_order(self, rng: random.Random) -> list[str]:
         faults = [ROUTER_KILL] * self.router_kills + [BROKER_KILL] * self.broker_kills
@@ -204,6 +210,8 @@ class Job:
     runs: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path = Path()
+    #: Killed for good (not restarted): its exit is no news.
+    retired: bool = False
 
     def start(self) -> None:
         self.runs += 1
@@ -443,7 +451,7 @@ class ChaosRun:
 
     def reap(self, job: Job) -> bool:
         """If ``job`` exited on its own: record it, restart it if it exited 1 (else fail); whether it had."""
-        code = job.exit_code()
+        code = None if job.retired else job.exit_code()
         if code is None:
             return False
         detail = f"run {job.runs}: {job.last_error()}"
@@ -480,11 +488,15 @@ class ChaosRun:
 
     # -- the faults -----------------------------------------------------------------------------------------
 
-    def kill_router(self) -> None:
+    def kill_router(self, *, restart: bool = True) -> None:
         batches = self.router.count(self.router.progress_marker)
         self.router.kill()
-        self.record(ROUTER_KILL, f"run {self.router.runs}, after {batches} batch(es) of that run; restarted")
-        self.router.start()
+        then = "restarted" if restart else "not restarted: the rest is drained in process"
+        self.record(ROUTER_KILL, f"run {self.router.runs}, after {batches} batch(es) of that run; {then}")
+        if restart:
+            self.router.start()
+        else:
+            self.router.retired = True
 
     def kill_refresh(self) -> None:
         runs = self.refresh.count(self.refresh.progress_marker)
@@ -576,19 +588,27 @@ class ChaosRun:
     def inject_faults(self) -> None:
         router = self.router
         self.wait_until(lambda: router.count(router.progress_marker) >= 1, "the router's first batch")
-        for fault in self.plan.fault_order(self.rng):
+        faults = self.plan.fault_order(self.rng)
+        for index, fault in enumerate(faults):
             self.wait_until(lambda: router.count(router.ready_marker) >= 1, "the router's query to start")
             self.pause(self.rng.uniform(*self.plan.fault_delay_s))
-            {ROUTER_KILL: self.kill_router, REFRESH_KILL: self.kill_refresh, BROKER_KILL: self.kill_broker}[fault]()
+            if fault == ROUTER_KILL:
+                self.kill_router(restart=not (self.plan.drain_in_process and index == len(faults) - 1))
+            else:
+                {REFRESH_KILL: self.kill_refresh, BROKER_KILL: self.kill_broker}[fault]()
 
     def finish(self) -> None:
-        """Stop producing; let both jobs catch up by themselves; stop the router with SIGTERM (exit 0)."""
+        """Stop producing; let both jobs catch up by themselves (or drain the router's rest in process, see
+        :attr:`ChaosPlan.drain_in_process`); stop the router with SIGTERM (exit 0)."""
         self.traffic.stop()
         self.record("production stopped", f"{len(self.traffic.messages)} messages, {len(self.traffic.events)} events")
-        for job, checkpoint, records in (
-            (self.router, self.settings.router.checkpoint_path, self.traffic.messages),
-            (self.refresh, self.settings.subscriptions.checkpoint_path, self.traffic.events),
-        ):
+        catching_up = [(self.refresh, self.settings.subscriptions.checkpoint_path, self.traffic.events)]
+        if self.plan.drain_in_process:
+            if not self.router.retired:
+                self.stop_router()
+        else:
+            catching_up.insert(0, (self.router, self.settings.router.checkpoint_path, self.traffic.messages))
+        for job, checkpoint, records in catching_up:
             ends = end_offsets(records)
 
             def committed(checkpoint: Path = Path(checkpoint)) -> dict[int, int]:
@@ -599,8 +619,17 @@ class ChaosRun:
 
             self.wait_until(caught_up, f"the {job.name} to catch up", progress=committed)
             self.record(f"{job.name} caught up", f"its checkpoint is at the topic's end {ends}")
+        if self.plan.drain_in_process:
+            drained = run_available_now(self.spark, self.settings)
+            self.record("router drained in process", f"{len(drained.reports)} batch(es), available-now")
+        else:
+            self.stop_router()
+
+    def stop_router(self) -> None:
+        """SIGTERM to the router's driver (only: it stops the query after the batch in flight); it must exit 0."""
         assert self.router.process is not None
-        self.router.process.send_signal(signal.SIGTERM)  # the driver only: it stops the query after the batch in flight
+        self.router.retired = True
+        self.router.process.send_signal(signal.SIGTERM)
         code = self.router.process.wait(timeout=WAIT_TIMEOUT_S)
         self.record("router stopped", f"SIGTERM: exit {code}")
         if code != 0:
