@@ -33,7 +33,12 @@ Every variant reads the topic from ``earliest`` with the available-now trigger,
 the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
 
 (a) **passthrough**: Kafka -> Delta copy, no routing (``foreachBatch`` idempotent
-    append of the source columns, partitioned like the router's tables);
+    append of the source columns, partitioned like the router's tables). Like the
+    router it warms the table's Delta state for the next append after each commit
+    (:func:`routing.streaming.warm_append_state`: the set-transaction lookup of an
+    idempotent append costs a state reconstruction per table version in Delta 4.4,
+    done there off the path to the next commit), and it shares the router's
+    SparkSession and so every session setting: the two pay the same Delta costs;
 (b) **native router**: the real :class:`routing.router.pipeline.Router`;
 (c) **python trie**: the same ``Router`` with only the matcher swapped for
     :class:`routing.matchers.TrieMatcher`, called per key in Python inside the
@@ -421,18 +426,22 @@ def start_passthrough(
     *,
     trigger_interval: str | None = None,
     batch_seconds: list[float] | None = None,
+    stages: dict[int, dict[str, float]] | None = None,
 ) -> StreamingQuery:
     """Variant (a), the baseline: the router's Kafka source copied to the deliveries table as it is.
 
-    The same source, partitioning and idempotent append as the router, and nothing else. Available-now
-    unless ``trigger_interval`` is given (``bench/latency.py`` runs it on the processing-time trigger);
-    each ``foreachBatch`` call's seconds go to ``batch_seconds`` when given.
+    The same source, partitioning and idempotent append as the router, and nothing else; like the
+    router, it warms the table's Delta state for the next append once the batch has committed
+    (:func:`routing.streaming.warm_append_state`), so both pay the same Delta costs in the same
+    places. Available-now unless ``trigger_interval`` is given (``bench/latency.py`` runs it on the
+    processing-time trigger); each ``foreachBatch`` call's seconds go to ``batch_seconds``, and its
+    ``write`` and ``warm`` seconds to ``stages[batch id]``, when given.
     """
     from pyspark.sql import functions as F
 
     from routing.router.pipeline import kafka_stream
     from routing.router.tables import PARTITION_COLUMN
-    from routing.streaming import idempotent_append, start_query
+    from routing.streaming import idempotent_append, start_query, warm_append_state
 
     router = settings.router
 
@@ -440,8 +449,13 @@ def start_passthrough(
         started = time.perf_counter()
         frame = batch.withColumn(PARTITION_COLUMN, F.to_date(F.col("timestamp")))
         idempotent_append(frame, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
+        written = time.perf_counter()
+        warm_append_state(spark, router.deliveries_path)
+        finished = time.perf_counter()
         if batch_seconds is not None:
-            batch_seconds.append(time.perf_counter() - started)
+            batch_seconds.append(finished - started)
+        if stages is not None:
+            stages[batch_id] = {"write": written - started, "warm": finished - written}
 
     return start_query(
         kafka_stream(spark, settings),

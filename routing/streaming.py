@@ -292,6 +292,41 @@ def idempotent_append(
     writer.save(path)
 
 
+#: Whether :func:`warm_append_state` has logged that it cannot warm (once per process).
+_warm_failure_logged = False
+
+
+def warm_append_state(spark: SparkSession, path: str) -> bool:
+    """Compute now the Delta state the next :func:`idempotent_append` to ``path`` will need; False if it cannot.
+
+    An append with ``txnAppId`` first asks the table's latest snapshot which version that app id
+    committed last (``OptimisticTransaction.txnVersion``). Delta 4.4 answers from the snapshot's full
+    state, not from the ``.crc`` file that holds the same set transactions, so each new table
+    version costs a state reconstruction: three Spark jobs over the log since the last checkpoint
+    (``tests/integration/test_streaming_delta.py`` counts them), before the append writes a row. The
+    state is cached on the snapshot object, and a snapshot is reused until the table changes, so
+    computing it right after a batch's own commit, while the query waits for its next trigger, takes
+    those jobs off the next batch's path from trigger to visible commit: its append then runs one
+    Spark job. The work is the same, only earlier; nothing is skipped (the append still checks the
+    txn version against a snapshot it updates first, so another writer's commit in between is seen).
+
+    Uses Delta's JVM ``DeltaLog`` (no Python API gives a snapshot's set transactions). Any failure is
+    logged once and only loses the head start; the next append computes the state itself.
+    """
+    global _warm_failure_logged
+    try:
+        jvm: Any = spark.sparkContext._jvm
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        nothing = jvm.scala.Option.empty()
+        delta_log.update(False, nothing, nothing).transactions()
+    except Exception as error:
+        if not _warm_failure_logged:
+            _warm_failure_logged = True
+            log.warning("could not warm the Delta state of %s for the next append (only slower): %s", path, error)
+        return False
+    return True
+
+
 #: Attempts of a step Delta keeps refusing because other writers commit first (see :func:`retry_delta_conflicts`).
 DELTA_CONFLICT_ATTEMPTS = 8
 

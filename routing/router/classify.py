@@ -70,6 +70,16 @@ def classify(frame: DataFrame, router: RouterSettings, validator: Validator) -> 
     ``routing_key`` is the decoded key of a valid record and null otherwise;
     ``reason`` and ``rule`` are null for a valid record.
     """
+    # mapInArrow binds columns by position, so the order is fixed here: the input's, then these three.
+    return frame.select(*frame.columns, *classify_columns(router, validator))
+
+
+def classify_columns(router: RouterSettings, validator: Validator) -> tuple[Column, Column, Column]:
+    """The three columns :func:`classify` adds (``routing_key``, ``reason``, ``rule``), over the source columns.
+
+    They depend on the settings only, so the router builds them once and reuses them for every batch
+    (each expression node is a round trip to the JVM: about 400 of them).
+    """
     from pyspark.sql import functions as F
 
     limits = validator.limits
@@ -98,10 +108,4 @@ def classify(frame: DataFrame, router: RouterSettings, validator: Validator) -> 
         reason = F.when(broken, F.lit(code)) if reason is None else reason.when(broken, F.lit(code))
         rule = F.when(broken, F.lit(description)) if rule is None else rule.when(broken, F.lit(description))
     assert reason is not None and rule is not None
-    # mapInArrow binds columns by position, so the order is fixed here: the input's, then these three.
-    return frame.select(
-        *frame.columns,
-        F.when(reason.isNull(), text).alias("routing_key"),
-        reason.alias("reason"),
-        rule.alias("rule"),
-    )
+    return F.when(reason.isNull(), text).alias("routing_key"), reason.alias("reason"), rule.alias("rule")

@@ -84,6 +84,65 @@ def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings
         router.close(progress_wait_s=0)
 
 
+def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
+    spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Delta state an idempotent append needs is computed after the previous batch's commit (warm), so the
+    append on a batch's path to its visible commit is the one Spark job that writes the rows; and a batch
+    reuses its plan's column expressions instead of rebuilding them (about 2,100 JVM round trips before)."""
+    import py4j.clientserver
+
+    from routing import streaming
+    from routing.router import pipeline
+
+    local = router_settings(settings, tmp_path, ["steady"])
+    apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
+    router = started_router(spark, local, "steady")
+    sc = spark.sparkContext
+    jobs: list[tuple[str, str, int]] = []  # (step, table, Spark jobs it ran), in call order
+
+    def counted(name: str, step: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            group = f"{name}-{len(jobs)}"
+            sc.setJobGroup(group, name)
+            try:
+                return step(*args, **kwargs)
+            finally:
+                jobs.append((name, str(args[1]), len(sc.statusTracker().getJobIdsForGroup(group))))
+                sc.setJobGroup(None, None)
+
+        return run
+
+    monkeypatch.setattr(pipeline, "idempotent_append", counted("append", streaming.idempotent_append))
+    monkeypatch.setattr(pipeline, "warm_append_state", counted("warm", streaming.warm_append_state))
+    calls = [0]
+    send = py4j.clientserver.ClientServerConnection.send_command
+
+    def counting(self: Any, command: str) -> Any:
+        calls[0] += 1
+        return send(self, command)
+
+    monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", counting)
+    try:
+        for batch_id in range(3):
+            calls[0] = 0
+            router.process_batch(batch_frame(spark, [b"a.b", b"a", b"x.b", b"a.c"] * 50), batch_id)
+    finally:
+        router.close(progress_wait_s=0)
+    assert calls[0] > 0, "JVM calls not counted (not a pinned-thread py4j gateway?)"
+    assert calls[0] < 800, f"{calls[0]} JVM round trips for one batch: are the plan's expressions rebuilt?"
+    assert router.reports[2].metrics["deliveries"] == 250
+    deliveries = local.router.deliveries_path
+    assert [(name, path) for name, path, _ in jobs] == [("append", deliveries), ("warm", deliveries)] * 3
+    appends = [count for name, _, count in jobs if name == "append"]
+    warms = [count for name, _, count in jobs if name == "warm"]
+    # Batch 0 found the table cold (its append computed the state first); from then on the append is one job,
+    # because each batch's warm did the state reconstruction the next append would have done.
+    assert appends[0] > 1 and appends[1:] == [1, 1], appends
+    assert all(count > 0 for count in warms), warms
+    assert {"plan", "write_deliveries", "observe", "warm"} <= set(router.reports[2].stages)
+
+
 def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
