@@ -30,7 +30,9 @@ processing-time trigger (``--trigger-seconds``) and the same
 takes the whole backlog):
 
 (a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one
-    idempotent append of the source columns per batch);
+    idempotent append of the source columns per batch, and like the router the
+    Delta state for the next append warmed after the commit; the two share the
+    SparkSession and so every session setting);
 (b) **native router**: the real :class:`routing.router.pipeline.Router`, over
     ``--subscriptions`` random patterns (``bench.stream.subscription_pairs``)
     plus one catch-all subscription ``#`` of subscriber ``bench-latency-all``.
@@ -85,6 +87,16 @@ variant is the highest rate whose step caught up and whose p99 is within
 ``3 x --trigger-seconds`` (issue 10: the router's >= 0.7 x the passthrough's).
 The numbers mean something only on an idle machine: the producer, the broker
 and Spark share its cores, and the load average is printed with the results.
+
+**Where a batch's time goes.** A listener records every batch's query progress;
+the batches that ran from a step's first send until it caught up belong to it
+(they read exactly its messages: the previous step had drained). Per step the
+report gives, over those batches, *trigger -> visible commit* (the trigger's
+start, the progress's ``timestamp``, to the history timestamp of the commit that
+carries the batch's ``txn`` version: the part of each latency the batch itself
+adds, besides waiting for its trigger), the whole batch (``triggerExecution``),
+the progress's ``durationMs`` phases, and inside ``addBatch`` the driver's stage
+timers (the router's ``BatchReport.stages``; the passthrough's write and warm).
 
 The broker is ``jobs.local_kafka``'s, on this bench's own ports and data
 directory (``--set kafka.client_port=...`` to change them); it is stopped at
@@ -202,6 +214,104 @@ class Plan:
 
 
 @dataclasses.dataclass
+class BatchPhases:
+    """Where one micro-batch's time went: the query progress's phases, the driver stages inside
+    ``foreachBatch``, and when the batch's Delta commit made its rows visible."""
+
+    batch_id: int
+    input_rows: int
+    #: Epoch ms of the trigger that started the batch (the progress's ``timestamp``).
+    trigger_ms: int
+    #: The progress's ``durationMs``: latestOffset, walCommit, queryPlanning, getBatch, addBatch, commitOffsets,
+    #: triggerExecution (the whole batch).
+    duration_ms: dict[str, int]
+    #: Seconds of each stage inside ``foreachBatch`` (the router's ``BatchReport.stages``; the passthrough's
+    #: write and warm).
+    stages: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Epoch ms of the Delta commit carrying the batch's rows (the history timestamp), None if it made none.
+    commit_ms: int | None = None
+
+    @property
+    def visible_ms(self) -> int | None:
+        """Trigger -> visible commit: the part of a message's latency the batch itself adds."""
+        return None if self.commit_ms is None else self.commit_ms - self.trigger_ms
+
+    def phase(self, name: str) -> float:
+        """A phase in ms: a ``durationMs`` key, ``planning`` (queryPlanning + getBatch), a stage, or ``other``
+        (``addBatch`` minus the stages: the call into Python and back, and anything untimed)."""
+        if name == "planning":
+            return float(self.duration_ms.get("queryPlanning", 0) + self.duration_ms.get("getBatch", 0))
+        if name == "other":
+            return float(self.duration_ms.get("addBatch", 0)) - 1000 * sum(self.stages.values())
+        if name in self.duration_ms:
+            return float(self.duration_ms[name])
+        return 1000 * self.stages.get(name, 0.0)
+
+
+class ProgressRecorder:
+    """Every query progress of the session's queries, by query id and batch id (a ``StreamingQueryListener``,
+    so no batch is lost to ``recentProgress``'s bound); events arrive asynchronously."""
+
+    def __init__(self) -> None:
+        from pyspark.sql.streaming.listener import StreamingQueryListener
+
+        recorder = self
+        self.progress: dict[str, dict[int, Any]] = {}
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                progress = event.progress
+                recorder.progress.setdefault(str(progress.id), {})[int(progress.batchId)] = progress
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        self.listener = Listener()
+
+    def of(self, query_id: str) -> dict[int, Any]:
+        return dict(self.progress.get(query_id, {}))
+
+
+def last_batch_id(query: StreamingQuery) -> int:
+    """The id of the query's last completed batch (-1 before any)."""
+    last = query.lastProgress
+    if last is None:
+        return -1
+    return int(last["batchId"] if isinstance(last, dict) else last.batchId)
+
+
+def batch_phases(
+    progress: dict[int, Any], batch_ids: Sequence[int], stages: dict[int, dict[str, float]], commits: dict[int, int]
+) -> list[BatchPhases]:
+    """The phases of ``batch_ids`` that read rows (``commits``: batch id -> commit epoch ms)."""
+    import datetime as dt
+
+    phases = []
+    for batch_id in batch_ids:
+        event = progress.get(batch_id)
+        if event is None or not int(event.numInputRows):
+            continue
+        trigger = dt.datetime.fromisoformat(str(event.timestamp).replace("Z", "+00:00"))
+        phases.append(
+            BatchPhases(
+                batch_id,
+                int(event.numInputRows),
+                round(trigger.timestamp() * 1000),
+                {name: int(value) for name, value in dict(event.durationMs or {}).items()},
+                dict(stages.get(batch_id, {})),
+                commits.get(batch_id),
+            )
+        )
+    return phases
+
+
+@dataclasses.dataclass
 class Step:
     """One step of one variant: what the producer sent and what became visible, when."""
 
@@ -227,6 +337,8 @@ class Step:
     without_commit: int = 0
     nonpositive: int = 0
     histogram: HdrHistogram | None = None
+    #: The micro-batches that ran from the step's first send until it caught up (:func:`batch_phases`).
+    batches: list[BatchPhases] = dataclasses.field(default_factory=list)
 
     @property
     def warmup(self) -> bool:
@@ -443,18 +555,24 @@ def wait_caught_up(query: StreamingQuery, topic: str, end_offsets: dict[int, int
 def run_variant(
     spark: SparkSession, settings: Settings, plan: Plan, variant: str, topic: str, deadline: float
 ) -> VariantRun:
-    """Start the variant's query, run its steps, stop it (always), then time every visible row."""
+    """Start the variant's query, run its steps, stop it (always), then time every visible row and batch."""
     from routing.router.pipeline import Router
 
     run = VariantRun(variant)
     router: Router | None = None
     query: StreamingQuery | None = None
+    recorder = ProgressRecorder()
+    spark.streams.addListener(recorder.listener)
+    passthrough_stages: dict[int, dict[str, float]] = {}
+    step_batches: dict[int, range] = {}
     try:
         if variant == NATIVE:
             router = Router(spark, settings)
             query = router.start()
         else:
-            query = start_passthrough(spark, settings, trigger_interval=settings.router.trigger_interval)
+            query = start_passthrough(
+                spark, settings, trigger_interval=settings.router.trigger_interval, stages=passthrough_stages
+            )
         for index, rate, seconds in plan.steps():
             why = ""
             if run.steps and not run.steps[-1].caught_up:
@@ -469,11 +587,13 @@ def run_variant(
             step = Step(variant, index, rate, seconds)
             label = "warm-up" if step.warmup else f"step {index}/{len(plan.rates)}"
             progress(f"{variant}: {label}, {rate:,} msg/s for {seconds:g} s")
+            first_batch = last_batch_id(query) + 1
             run_producer(settings, plan, topic, step)
             run.steps.append(step)
             started = time.monotonic()
             step.caught_up = wait_caught_up(query, topic, step.end_offsets, plan.drain_seconds)
             step.drain_seconds = time.monotonic() - started
+            step_batches[index] = range(first_batch, last_batch_id(query) + 1)
             behind = step.send_seconds - seconds
             progress(
                 f"{variant}: sent {step.sent:,} ({step.sent / step.send_seconds:,.0f} msg/s, last send "
@@ -491,20 +611,32 @@ def run_variant(
         if router is not None:
             with contextlib.suppress(Exception):
                 router.close(progress_wait_s=1.0)
+        time.sleep(1.0)  # progress events reach the listener asynchronously
+        spark.streams.removeListener(recorder.listener)
     progress(f"{variant}: timing the visible rows against the Delta log")
-    measure_latencies(spark, settings, run)
+    commits = measure_latencies(spark, settings, run)
+    if query is not None:
+        if router is not None:
+            stages = {batch_id: dict(report.stages) for batch_id, report in router.reports.items()}
+        else:
+            stages = passthrough_stages
+        progress_of = recorder.of(str(query.id))
+        for step in run.steps:
+            step.batches = batch_phases(progress_of, step_batches.get(step.index, range(0)), stages, commits)
     return run
 
 
 # --- latency from the Delta log ------------------------------------------------------------------------------------
 
 
-def commit_files(table: Path) -> tuple[dict[str, int], dict[int, int], dict[int, int]]:
+def commit_files(table: Path) -> tuple[dict[str, int], dict[int, int], dict[int, int], dict[int, int]]:
     """From the Delta log: data file name -> the version that added it, and per version the
-    ``commitInfo.timestamp`` and the commit file's modification time (both epoch ms)."""
+    ``commitInfo.timestamp`` and the commit file's modification time (both epoch ms), and the batch id
+    (``txn.version``: each batch's idempotent append carries one) of every commit that has one."""
     added: dict[str, int] = {}
     started: dict[int, int] = {}
     modified: dict[int, int] = {}
+    batches: dict[int, int] = {}
     for commit in sorted((table / "_delta_log").glob("*.json")):
         if not commit.stem.isdigit():
             continue
@@ -521,25 +653,30 @@ def commit_files(table: Path) -> tuple[dict[str, int], dict[int, int], dict[int,
                 added[name] = version
             elif "commitInfo" in action and "timestamp" in action["commitInfo"]:
                 started[version] = int(action["commitInfo"]["timestamp"])
-    return added, started, modified
+            elif "txn" in action:
+                batches[version] = int(action["txn"]["version"])
+    return added, started, modified, batches
 
 
-def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) -> None:
-    """Fill each step's histogram: latency = history timestamp of the row's commit - its intended time."""
+def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) -> dict[int, int]:
+    """Fill each step's histogram: latency = history timestamp of the row's commit - its intended time.
+
+    Returns batch id -> history timestamp of the commit that batch's append made (for :class:`BatchPhases`).
+    """
     from delta.tables import DeltaTable
     from hdrh.histogram import HdrHistogram
     from pyspark.sql import functions as F
 
     path = settings.router.deliveries_path
     if not run.steps or not DeltaTable.isDeltaTable(spark, path):
-        return
+        return {}
     history = (
         DeltaTable.forPath(spark, path)
         .history()
         .select("version", F.unix_millis("timestamp").alias("commit_ms"), "operation")
     )
     versions = {int(row["version"]): (int(row["commit_ms"]), str(row["operation"])) for row in history.collect()}
-    added, started, modified = commit_files(Path(path))
+    added, started, modified, batches = commit_files(Path(path))
     files = spark.createDataFrame(
         [(name, version, versions[version][0]) for name, version in added.items() if version in versions],
         "file_name STRING, version BIGINT, commit_ms BIGINT",
@@ -604,6 +741,7 @@ def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) 
         run.commit_gap_ms = (float(gaps[len(gaps) // 2]), float(gaps[-1]))
     # Cross-check of the docstring's claim: the history timestamp is the commit file's modification time.
     run.mtime_matches = (sum(abs(versions[v][0] - modified.get(v, -10)) <= 1 for v in used), len(used))
+    return {batch_id: versions[version][0] for version, batch_id in batches.items() if version in versions}
 
 
 # --- report --------------------------------------------------------------------------------------------------------
@@ -611,6 +749,61 @@ def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
+
+
+#: The query progress's phases of the batch table, in the order a batch runs them.
+PROGRESS_PHASES = ("latestOffset", "walCommit", "planning", "addBatch", "commitOffsets")
+
+
+def _median(values: Sequence[float]) -> float | None:
+    ordered = sorted(values)
+    return None if not ordered else ordered[len(ordered) // 2]
+
+
+def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
+    """Where each batch's time went, per variant and rate (median ms over the step's batches)."""
+    header = ["variant", "msg/s", "batches", "rows/batch", "trigger -> visible commit, p50 / max"]
+    header += ["whole batch, p50 / max", *PROGRESS_PHASES, "inside addBatch (median ms)"]
+    rows = []
+    for run in runs:
+        for step in run.steps:
+            batches = step.batches
+            if not batches:
+                continue
+            visible = [float(b.visible_ms) for b in batches if b.visible_ms is not None]
+            whole = [float(b.duration_ms.get("triggerExecution", 0)) for b in batches]
+            stage_names = list(dict.fromkeys(name for b in batches for name in b.stages))
+            inside = ", ".join(
+                f"{name} {_ms(_median([b.phase(name) for b in batches]))}" for name in [*stage_names, "other"]
+            )
+            rows.append(
+                [
+                    run.variant,
+                    "warm-up" if step.warmup else f"{step.rate:,}",
+                    f"{len(batches):,}",
+                    _ms(_median([float(b.input_rows) for b in batches])),
+                    f"{_ms(_median(visible))} / {_ms(max(visible, default=None))}",
+                    f"{_ms(_median(whole))} / {_ms(max(whole, default=None))}",
+                    *[_ms(_median([b.phase(name) for b in batches])) for name in PROGRESS_PHASES],
+                    inside,
+                ]
+            )
+    return [
+        "## Where a batch's time goes (ms)",
+        "",
+        "Per step, over the batches that read rows: *trigger -> visible commit* is the batch's share of every "
+        "latency above (the trigger's start to the history timestamp of the commit its append made; a message "
+        "also waits for its batch's trigger); *whole batch* is the progress's `triggerExecution` (after it the "
+        "query waits for the next trigger, or starts at once when it is behind). The phases are the query "
+        "progress's `durationMs` (medians; planning = queryPlanning + getBatch); inside `addBatch` (the "
+        "`foreachBatch` call) the driver's own stage timers: the router's `BatchReport.stages` (ledger, snapshot, "
+        "plan: building the frames, write_deliveries: the idempotent append and its commit, observe: the "
+        "counters, warm: the Delta state for the next append), the passthrough's write and warm; other = "
+        "addBatch minus the stages.",
+        "",
+        markdown_table(header, rows),
+        "",
+    ]
 
 
 def sustained_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
@@ -686,6 +879,7 @@ def report(plan: Plan, runs: Sequence[VariantRun], argv: Sequence[str], load: tu
             rows.append([run.variant, f"{rate:,}", why, *["-"] * (len(header) - 3)])
     lines += [markdown_table(header, rows), ""]
     lines += sustained_lines(plan, runs)
+    lines += phase_lines(plan, runs)
     lines += [
         "## Accounting (every sent message in a histogram?)",
         "",
@@ -802,6 +996,17 @@ def as_json(plan: Plan, runs: Sequence[VariantRun]) -> dict[str, Any]:
             "percentiles_ms": {f"p{p:g}": step.percentile(p) for p in (*PERCENTILES, 99.99)},
             "max_ms": step.max_ms(),
             "within_bound": step.within_bound(plan.bound_ms),
+            "batches": [
+                {
+                    "batch_id": b.batch_id,
+                    "input_rows": b.input_rows,
+                    "trigger_ms": b.trigger_ms,
+                    "commit_ms": b.commit_ms,
+                    "duration_ms": b.duration_ms,
+                    "stage_seconds": {name: round(value, 4) for name, value in b.stages.items()},
+                }
+                for b in step.batches
+            ],
             # HdrHistogram's compressed encoding (base64 text), for re-analysis.
             "histogram": encoded.decode() if isinstance(encoded, bytes) else str(encoded),
         }

@@ -83,6 +83,10 @@ def test_tiny_run_accounts_for_every_message(tmp_path: Path) -> None:
     assert [row[0] for row in sustained] == list(VARIANTS)
     assert "Router / passthrough:" in report
 
+    phases = section(report, "Where a batch's time goes")
+    assert [(row[0], row[1]) for row in phases] == [
+        (v, rate) for v in VARIANTS for rate in ["warm-up", *(f"{rate:,}" for rate in RATES)]
+    ]
     accounting = section(report, "Accounting")
     assert len(accounting) == len(VARIANTS) * (1 + len(RATES))
     assert all(row[-1] == "yes" for row in accounting), accounting
@@ -105,6 +109,13 @@ def test_tiny_run_accounts_for_every_message(tmp_path: Path) -> None:
             values = [step["percentiles_ms"][f"p{p}"] for p in ("50", "99", "99.9")] + [step["max_ms"]]
             assert values == sorted(values) and values[0] >= 1, where
             assert step["histogram"], where
+            # The step's batches read exactly its messages, each committed (after its trigger) with its stages.
+            batches = step["batches"]
+            assert sum(batch["input_rows"] for batch in batches) == expected, where
+            assert all(batch["commit_ms"] is not None and batch["commit_ms"] > batch["trigger_ms"] for batch in batches)
+            stages = {"write_deliveries", "warm"} if "router" in variant else {"write", "warm"}
+            assert all(stages <= set(batch["stage_seconds"]) for batch in batches), where
+            assert all("addBatch" in batch["duration_ms"] for batch in batches), where
         assert run["operations"] and set(run["operations"]) <= {"WRITE"}
         # Steps never share a commit (each step starts once the previous one is committed).
         assert run["history_is_mtime"][1] == sum(step["commits"] for step in steps)
