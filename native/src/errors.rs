@@ -9,7 +9,7 @@
 //! | `ResultTooLarge`    | `routing._native.BatchLimitError(ValueError)`   |
 //! | `UnsupportedArray`  | `TypeError`                                   |
 //! | `InvalidArray`      | `ValueError`                                  |
-//! | `EmptySubscriber`   | `ValueError` (the Python wrappers check first)  |
+//! | `EmptySubscriber`   | `ValueError` (the Python wrappers then name the grammar error) |
 //! | `TooLarge`          | `OverflowError`                               |
 //! | `ColumnType`        | `TypeError`                                   |
 //! | `MalformedColumn`   | `ValueError`                                  |

@@ -35,9 +35,9 @@
 //! and a lookup is O(nodes x key words²) in the worst case – usually a handful
 //! of states. No recursion, so hostile depths cannot overflow the stack.
 
-use std::hash::BuildHasher;
+use hashbrown::{HashMap, HashTable};
 
-use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use crate::cstrie::hash_word;
 
 use crate::topic::{split_words, PatternWord};
 
@@ -92,9 +92,10 @@ pub struct Interned {
     text: String,
     /// `text[ends[i-1] .. ends[i]]` is text `i` (`ends[-1]` = 0); ascending.
     ends: Vec<u32>,
-    /// Ids, hashed by their text; `None` when the table is not indexed.
+    /// Ids, hashed by their text with [`hash_word`] (the process-wide text
+    /// hash the CS-trie's tables use too, so a freeze passes the hashes it
+    /// already holds); `None` when the table is not indexed.
     index: Option<HashTable<u32>>,
-    hasher: DefaultHashBuilder,
 }
 
 /// Whether an [`Interned`] table keeps a hash index from text to id.
@@ -114,8 +115,35 @@ impl Interned {
             text: String::with_capacity(bytes),
             ends: Vec::with_capacity(count),
             index: (index == Index::Hashed).then(|| HashTable::with_capacity(count)),
-            hasher: DefaultHashBuilder::default(),
         }
+    }
+
+    /// A table of `texts`, which the caller guarantees are strictly ascending
+    /// (so unique), each with its [`hash_word`], fitting the `u32` offsets and
+    /// below [`UNRESOLVED`] ids (a freeze, whose texts come sorted from a
+    /// trie: no comparison per text as [`Interned::push`] makes).
+    pub(crate) fn from_sorted<'t>(
+        texts: impl ExactSizeIterator<Item = (&'t str, u64)> + Clone,
+        index: Index,
+    ) -> Result<Self, BuildError> {
+        let bytes: usize = texts.clone().map(|(text, _)| text.len()).sum();
+        if bytes > u32::MAX as usize || texts.len() >= UNRESOLVED as usize {
+            return Err(BuildError::TooLarge);
+        }
+        let mut interned = Interned::with_capacity(texts.len(), bytes, index);
+        for (id, (text, hash)) in texts.enumerate() {
+            debug_assert!(interned.ends.is_empty() || interned.get(id as u32 - 1) < text);
+            debug_assert_eq!(hash, hash_word(text));
+            interned.text.push_str(text);
+            interned.ends.push(interned.text.len() as u32);
+            if let Some(index) = &mut interned.index {
+                // Sized for every text up front, so nothing is re-hashed.
+                index.insert_unique(hash, id as u32, |&other| {
+                    hash_word(slice(&interned.text, &interned.ends, other))
+                });
+            }
+        }
+        Ok(interned)
     }
 
     /// Append `text` as the next id; `false` (and nothing added) unless it
@@ -134,16 +162,10 @@ impl Interned {
         let id = self.ends.len() as u32;
         self.text.push_str(text);
         self.ends.push(self.text.len() as u32);
-        let Interned {
-            text: all,
-            ends,
-            index,
-            hasher,
-        } = self;
+        let Interned { text: all, ends, index } = self;
         if let Some(index) = index {
-            let hash = hasher.hash_one(text);
-            // Growth re-hashes existing ids, with the same hasher as insertion.
-            index.insert_unique(hash, id, |&other| hasher.hash_one(slice(all, ends, other)));
+            // Growth re-hashes existing ids, with the same hash as insertion.
+            index.insert_unique(hash_word(text), id, |&other| hash_word(slice(all, ends, other)));
         }
         true
     }
@@ -163,10 +185,7 @@ impl Interned {
 
     pub fn find(&self, text: &str) -> Option<u32> {
         match &self.index {
-            Some(index) => {
-                let hash = self.hasher.hash_one(text);
-                index.find(hash, |&id| self.get(id) == text).copied()
-            }
+            Some(index) => index.find(hash_word(text), |&id| self.get(id) == text).copied(),
             None => {
                 let (mut low, mut high) = (0u32, self.ends.len() as u32);
                 while low < high {
@@ -616,6 +635,25 @@ impl<'a> Builder<'a> {
 }
 
 impl FrozenMatcher {
+    /// A matcher from parts a trusted builder laid out with every invariant
+    /// of this module (the CS-trie's freeze, `crate::cstrie`).
+    pub(crate) fn from_parts(
+        nodes: Vec<Node>,
+        edges: Vec<Edge>,
+        subscriber_ids: Vec<u32>,
+        words: Interned,
+        subscribers: Interned,
+    ) -> Self {
+        debug_assert!(!nodes.is_empty());
+        FrozenMatcher {
+            nodes,
+            edges,
+            subscriber_ids,
+            words,
+            subscribers,
+        }
+    }
+
     /// The matcher with no subscriptions.
     pub fn empty() -> Self {
         FrozenMatcher {

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFrozenSet};
 
 use crate::bulk::{Column, RowLimits};
-use crate::cstrie::{CsTrie, Snapshot};
+use crate::cstrie::{CsTrie, SmolStr, Snapshot};
 use crate::errors::python::{BatchLimitError, BulkRowError, FrozenFormatError};
 use crate::errors::NativeError;
 use crate::frozen::{FrozenMatcher, Scratch};
@@ -277,7 +277,7 @@ impl PyFrozenMatcher {
     }
 }
 
-fn to_strings(subscribers: Vec<Arc<str>>) -> Vec<String> {
+fn to_strings(subscribers: Vec<SmolStr>) -> Vec<String> {
     subscribers.iter().map(|s| s.to_string()).collect()
 }
 
@@ -298,14 +298,21 @@ impl PyCsTrie {
         PyCsTrie { inner: CsTrie::new() }
     }
 
-    /// Add the pair; `True` if it was absent.
-    fn subscribe(&self, py: Python<'_>, pattern: &str, subscriber: &str) -> bool {
-        py.detach(|| self.inner.subscribe(pattern, subscriber))
+    /// Add the pair; `True` if it was absent. An empty subscriber id is a
+    /// `ValueError` (the grammar's one rule the `&str` conversion leaves).
+    fn subscribe(&self, py: Python<'_>, pattern: &str, subscriber: &str) -> PyResult<bool> {
+        if subscriber.is_empty() {
+            return Err(NativeError::EmptySubscriber.into());
+        }
+        Ok(py.detach(|| self.inner.subscribe(pattern, subscriber)))
     }
 
-    /// Remove the pair; `True` if it was present.
-    fn unsubscribe(&self, py: Python<'_>, pattern: &str, subscriber: &str) -> bool {
-        py.detach(|| self.inner.unsubscribe(pattern, subscriber))
+    /// Remove the pair; `True` if it was present (an empty subscriber id: `ValueError`).
+    fn unsubscribe(&self, py: Python<'_>, pattern: &str, subscriber: &str) -> PyResult<bool> {
+        if subscriber.is_empty() {
+            return Err(NativeError::EmptySubscriber.into());
+        }
+        Ok(py.detach(|| self.inner.unsubscribe(pattern, subscriber)))
     }
 
     /// Subscribe every row of two pyarrow string columns (GIL released; all

@@ -29,7 +29,9 @@ mod cstrie_common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
+
+use spark_topic_router_native::cstrie::SmolStr;
 use std::thread;
 
 use cstrie_common::history::{self, Call, Clock, Record, Request};
@@ -38,8 +40,8 @@ use spark_topic_router_native::cstrie::{CsTrie, Snapshot};
 
 #[derive(Clone)]
 enum Operation {
-    Subscribe(String, Arc<str>),
-    Unsubscribe(String, Arc<str>),
+    Subscribe(String, SmolStr),
+    Unsubscribe(String, SmolStr),
 }
 
 /// A writer's script and the model state after each prefix of it.
@@ -53,7 +55,7 @@ struct Script {
 fn script(writer: usize, length: usize) -> Script {
     let mut rng = Rng(0x5EED_0000 + writer as u64);
     let owner = format!("w{writer}-");
-    let subscribers: Vec<Arc<str>> = (0..2).map(|n| Arc::from(format!("{owner}{n}"))).collect();
+    let subscribers: Vec<SmolStr> = (0..2).map(|n| SmolStr::from(format!("{owner}{n}"))).collect();
     let mut state = BTreeSet::new();
     let mut states = vec![state.clone()];
     let mut operations = Vec::with_capacity(length);
@@ -200,7 +202,7 @@ fn shared_universe() -> Vec<Pair> {
         .flat_map(|pattern| {
             SHARED_SUBSCRIBERS
                 .iter()
-                .map(move |subscriber| (pattern.to_string(), Arc::from(*subscriber)))
+                .map(move |subscriber| (pattern.to_string(), SmolStr::from(*subscriber)))
         })
         .collect()
 }
@@ -294,13 +296,13 @@ fn histories_with_snapshots_linearize_with_8_threads() {
 
 /// The checker itself, on hand-made histories.
 mod checker {
-    use std::sync::Arc;
+    use spark_topic_router_native::cstrie::SmolStr;
 
     use crate::cstrie_common::history::{check, Call, Record};
     use crate::cstrie_common::Pair;
 
     fn pair(pattern: &str) -> Pair {
-        (pattern.to_owned(), Arc::from("s"))
+        (pattern.to_owned(), SmolStr::from("s"))
     }
 
     fn record(invoked: u64, returned: u64, call: Call) -> Record {

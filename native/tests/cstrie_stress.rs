@@ -9,7 +9,9 @@
 mod cstrie_common;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
+
+use spark_topic_router_native::cstrie::SmolStr;
 use std::thread;
 
 use cstrie_common::*;
@@ -24,7 +26,7 @@ fn owned_by(thread_index: usize, subscriber: &str) -> bool {
 
 fn run_thread(trie: &CsTrie, thread_index: usize, start: &Barrier) -> BTreeSet<Pair> {
     let mut rng = Rng(0xC0FFEE + thread_index as u64);
-    let subscribers: Vec<Arc<str>> = (0..3).map(|n| Arc::from(format!("t{thread_index}-{n}"))).collect();
+    let subscribers: Vec<SmolStr> = (0..3).map(|n| SmolStr::from(format!("t{thread_index}-{n}"))).collect();
     let mut model: BTreeSet<Pair> = BTreeSet::new();
     start.wait();
     for step in 0..OPERATIONS_PER_THREAD {
@@ -59,7 +61,7 @@ fn run_thread(trie: &CsTrie, thread_index: usize, start: &Barrier) -> BTreeSet<P
             }
             7..=8 => {
                 let key = rng.text(KEY_ALPHABET, 4);
-                let own: Vec<Arc<str>> = trie
+                let own: Vec<SmolStr> = trie
                     .lookup(&key)
                     .into_iter()
                     .filter(|id| owned_by(thread_index, id))
@@ -135,7 +137,7 @@ fn concurrent_churn_never_hides_stable_subscriptions() {
     let trie = CsTrie::new();
     let stable: Vec<Pair> = ["a.b", "a.*", "#", "a.#.c", "*.b.c", ""]
         .iter()
-        .map(|pattern| (pattern.to_string(), Arc::from(format!("stable:{pattern}"))))
+        .map(|pattern| (pattern.to_string(), SmolStr::from(format!("stable:{pattern}"))))
         .collect();
     for (pattern, subscriber) in &stable {
         trie.subscribe(pattern, subscriber);
@@ -162,7 +164,7 @@ fn concurrent_churn_never_hides_stable_subscriptions() {
                 let mut rng = Rng(100 + reader);
                 for _ in 0..3_000 {
                     let key = rng.text(KEY_ALPHABET, 4);
-                    let found: Vec<Arc<str>> = trie
+                    let found: Vec<SmolStr> = trie
                         .lookup(&key)
                         .into_iter()
                         .filter(|id| id.starts_with("stable:"))

@@ -10,26 +10,39 @@
 //!
 //! # How
 //!
-//! A work item is an I-node of the current generation plus the pairs whose
-//! pattern leads through it. For each item:
+//! The call first splits every pattern once and hashes every literal word
+//! once (the hash the HAMTs index by). A work item is then an I-node of the
+//! current generation plus the pairs whose pattern leads through it. For
+//! each item:
 //!
-//! 1. Read its C-node and group the pairs by their next word (a sort on the
-//!    word's hash, text on ties).
+//! 1. Read its C-node and group the pairs by their next word: a sort of
+//!    `(word hash, pair)` integers; only a run of equal hashes with different
+//!    words (a 64-bit collision) is compared by text.
 //! 2. For each group, compute the new branch. Pairs whose pattern ends here
-//!    join its subscriber set. Pairs that go deeper either go into a
-//!    brand-new subtree built offline when the branch has no live child (no
-//!    other thread can see it until it is published, so it is built by plain
-//!    mutation), or are queued as a work item for the existing child (renewed
-//!    into the current generation first if it is older, as a one-pair writer
-//!    would renew it).
-//! 3. Propose the new C-node (its literal table changed by one in-place batch
-//!    insert, [`Hamt::insert_many`]) with one GCAS.
+//!    join its subscriber set (one batch insert, [`Hamt::insert_many`]).
+//!    Pairs that go deeper either go into a brand-new subtree built offline
+//!    when the branch has no live child (no other thread can see it until it
+//!    is published, so it is built by plain construction, bottom-up), or are
+//!    queued as a work item for the existing child (renewed into the current
+//!    generation first if it is older, as a one-pair writer would renew it).
+//! 3. Propose the new C-node (its literal table changed by one batch insert)
+//!    with one GCAS.
 //! 4. If the GCAS commits, the queued children are processed next. If it
 //!    fails (a concurrent write, or a snapshot moved the generation) it is
 //!    retried from a fresh read a few times; after that, or when the node
 //!    turns out to be tombed, the item's pairs take the one-pair path, which
 //!    handles every such case. So the fast path never has to be clever about
 //!    contention; it only has to be right when it commits.
+//!
+//! # Cost
+//!
+//! For n pairs of k words: O(n k) to split and hash, O(n log n) integer sorts
+//! per level, and each touched C-node copied once, with its tables merged in
+//! one pass (O(slots touched), not O(n log n) path copies). Nothing is
+//! allocated per pair beyond the trie's own nodes: subscriber ids of up to 23
+//! bytes are stored inline ([`SmolStr`]).
+//!
+//! [`Hamt::insert_many`]: super::hamt::Hamt::insert_many
 //!
 //! # Concurrency contract
 //!
@@ -38,17 +51,14 @@
 //! not one linearizable step: concurrent readers can see some pairs of the
 //! call before others. The count returned is of pairs that were new.
 
-use std::cmp::Ordering as CmpOrdering;
 use std::sync::Arc;
 
-use hashbrown::HashMap;
-
 use super::gcas::{gcas, gcas_read, read_root};
-use super::hamt::hash_word;
+use super::hamt::{hash_word, Leaf, SmolStr};
 use super::node::{Branch, CNode, Generation, INode, MainKind, MainNode, SubscriberSet};
 use super::sync::epoch::{self, Guard};
 use super::{help_reclaim, CsTrie};
-use crate::topic::{split_words, PatternWord};
+use crate::topic::{PatternWord, SEPARATOR};
 
 /// Patterns longer than this (in words) take the one-pair path, which is
 /// iterative; the offline subtree builder recurses once per word.
@@ -56,32 +66,64 @@ const MAX_BULK_WORDS: usize = 64;
 /// GCAS attempts on one C-node before its pairs take the one-pair path.
 const ATTEMPTS: usize = 3;
 
-/// One pair: its pattern's words are `words[range]` of the batch.
+/// One pair: its pattern's words are `words[start..end]` of the batch.
 struct Item {
-    pattern_index: usize,
-    words: std::ops::Range<usize>,
-    subscriber: Arc<str>,
+    start: u32,
+    end: u32,
+    /// `hash_word` of the subscriber.
+    subscriber_hash: u64,
+    /// Made once, in input order: the walk visits pairs in hash order, and
+    /// reading each text from the caller's buffer then cost a cache miss.
+    subscriber: SmolStr,
+}
+
+/// One word of a pattern, parsed once.
+struct Word {
+    /// [`word_hash`] of the word.
+    hash: u64,
+    /// Its text: `*` and `#` are the wildcards (never literals, by the grammar).
+    text: SmolStr,
 }
 
 /// The pairs of one call, parsed once.
 struct Batch<'a> {
     patterns: Vec<&'a str>,
-    words: Vec<PatternWord<'a>>,
+    words: Vec<Word>,
     items: Vec<Item>,
 }
 
-impl<'a> Batch<'a> {
-    fn word(&self, item: u32, depth: usize) -> Option<PatternWord<'a>> {
-        let item = &self.items[item as usize];
-        let at = item.words.start + depth;
-        (at < item.words.end).then(|| self.words[at])
+impl Batch<'_> {
+    #[inline]
+    fn at(&self, item: u32, depth: usize) -> &Word {
+        &self.words[self.items[item as usize].start as usize + depth]
     }
 
+    #[inline]
+    fn word(&self, item: u32, depth: usize) -> PatternWord<'_> {
+        PatternWord::parse(&self.at(item, depth).text)
+    }
+
+    #[inline]
+    fn hash(&self, item: u32, depth: usize) -> u64 {
+        self.at(item, depth).hash
+    }
+
+    #[inline]
     fn len_of(&self, item: u32) -> usize {
-        self.items[item as usize].words.len()
+        let item = &self.items[item as usize];
+        (item.end - item.start) as usize
+    }
+
+    /// The text of the literal word at `depth` of `item`.
+    #[inline]
+    fn text(&self, item: u32, depth: usize) -> SmolStr {
+        self.at(item, depth).text.clone()
     }
 }
 
+/// The grouping key of a pattern word: the HAMT hash of a literal, and two
+/// fixed values for the wildcards (their words compare unequal to any
+/// literal, so a clash only costs a text comparison).
 fn word_hash(word: PatternWord<'_>) -> u64 {
     match word {
         PatternWord::Literal(literal) => hash_word(literal),
@@ -90,53 +132,90 @@ fn word_hash(word: PatternWord<'_>) -> u64 {
     }
 }
 
-fn word_order(left: PatternWord<'_>, right: PatternWord<'_>) -> CmpOrdering {
-    let rank = |word: PatternWord<'_>| match word {
-        PatternWord::Literal(_) => 0,
-        PatternWord::Star => 1,
-        PatternWord::Hash => 2,
-    };
-    match (left, right) {
-        (PatternWord::Literal(left), PatternWord::Literal(right)) => left.cmp(right),
-        _ => rank(left).cmp(&rank(right)),
+/// A total order on pattern words, for the rare equal-hash runs.
+fn word_rank(word: PatternWord<'_>) -> (u8, &str) {
+    match word {
+        PatternWord::Literal(literal) => (0, literal),
+        PatternWord::Star => (1, ""),
+        PatternWord::Hash => (2, ""),
     }
 }
 
-/// `items` (all at least `depth + 1` words long) sorted so that equal words at
-/// `depth` are contiguous; returns the groups as `(word, range)`.
-fn group_by_word<'a>(
-    batch: &Batch<'a>,
+/// `items` (all at least `depth + 1` words long) reordered so that equal words
+/// at `depth` are contiguous; returns the groups as `(word, hash, range)`.
+fn group_by_word<'b>(
+    batch: &'b Batch<'_>,
     items: &mut [u32],
     depth: usize,
-) -> Vec<(PatternWord<'a>, std::ops::Range<usize>)> {
-    let word = |item: u32| batch.word(item, depth).expect("items go deeper than depth");
-    let mut keyed: Vec<(u64, u32)> = items.iter().map(|&item| (word_hash(word(item)), item)).collect();
-    keyed.sort_unstable_by(|(left_hash, left), (right_hash, right)| {
-        left_hash
-            .cmp(right_hash)
-            .then_with(|| word_order(word(*left), word(*right)))
-    });
-    for (slot, (_, item)) in items.iter_mut().zip(&keyed) {
-        *slot = *item;
+) -> Vec<(PatternWord<'b>, u64, std::ops::Range<usize>)> {
+    let mut keyed: Vec<(u64, u32)> = items.iter().map(|&item| (batch.hash(item, depth), item)).collect();
+    if !keyed.is_sorted_by_key(|&(hash, _)| hash) {
+        keyed.sort_unstable_by_key(|&(hash, _)| hash);
     }
     let mut groups = Vec::new();
     let mut start = 0;
-    while start < items.len() {
-        let first = word(items[start]);
+    while start < keyed.len() {
+        let hash = keyed[start].0;
         let mut end = start + 1;
-        while end < items.len() && word(items[end]) == first {
+        while end < keyed.len() && keyed[end].0 == hash {
             end += 1;
         }
-        groups.push((first, start..end));
+        let run = &mut keyed[start..end];
+        let first = batch.at(run[0].1, depth);
+        let same = |item: u32| {
+            // Pairs of one (consecutive, parsed-once) pattern share their words.
+            let word = batch.at(item, depth);
+            std::ptr::eq(word, first) || word.text == first.text
+        };
+        if !run.iter().all(|&(_, item)| same(item)) {
+            // Different words with one hash: order them by text.
+            run.sort_unstable_by(|&(_, left), &(_, right)| {
+                word_rank(batch.word(left, depth)).cmp(&word_rank(batch.word(right, depth)))
+            });
+            let mut at = start;
+            while at < end {
+                let word = batch.word(keyed[at].1, depth);
+                let mut next = at + 1;
+                while next < end && batch.word(keyed[next].1, depth) == word {
+                    next += 1;
+                }
+                groups.push((word, hash, at..next));
+                at = next;
+            }
+        } else {
+            groups.push((PatternWord::parse(&first.text), hash, start..end));
+        }
         start = end;
+    }
+    for (slot, &(_, item)) in items.iter_mut().zip(&keyed) {
+        *slot = item;
     }
     groups
 }
 
+/// Reorder `items` so that those with exactly `length` words come first;
+/// returns how many there are.
+fn partition_by_length(batch: &Batch<'_>, items: &mut [u32], length: usize) -> usize {
+    let mut first_longer = 0;
+    for at in 0..items.len() {
+        if batch.len_of(items[at]) == length {
+            items.swap(first_longer, at);
+            first_longer += 1;
+        }
+    }
+    first_longer
+}
+
 /// `set` plus every subscriber of `items`; also returns how many were new.
 fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32]) -> (SubscriberSet, usize) {
-    let ids = items.iter().map(|&item| &batch.items[item as usize].subscriber);
-    set.with_many(ids)
+    set.with_many(items.iter().map(|&item| {
+        let item = &batch.items[item as usize];
+        Leaf {
+            hash: item.subscriber_hash,
+            key: item.subscriber.clone(),
+            value: (),
+        }
+    }))
 }
 
 /// A new, unpublished subtree holding `items` (each at least `depth + 1`
@@ -146,16 +225,13 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
         return (build_chain(batch, *item, depth, gen), 1);
     }
     let mut cnode = CNode::default();
-    let mut literals: Vec<(Arc<str>, Branch)> = Vec::new();
+    let groups = group_by_word(batch, items, depth);
+    let mut literals: Vec<Leaf<Branch>> = Vec::with_capacity(groups.len());
     let mut added = 0;
-    for (word, range) in group_by_word(batch, items, depth) {
+    for (word, hash, range) in groups {
         let group = &mut items[range];
         // Those that end at this word first, then those that go deeper.
-        group.sort_unstable_by_key(|&item| batch.len_of(item) > depth + 1);
-        let enders = group
-            .iter()
-            .take_while(|&&item| batch.len_of(item) == depth + 1)
-            .count();
+        let enders = partition_by_length(batch, group, depth + 1);
         let (subscribers, new) = with_all(&SubscriberSet::default(), batch, &group[..enders]);
         added += new;
         let child = match &mut group[enders..] {
@@ -168,7 +244,11 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
         };
         let branch = Branch { subscribers, child };
         match word {
-            PatternWord::Literal(literal) => literals.push((Arc::from(literal), branch)),
+            PatternWord::Literal(_) => literals.push(Leaf {
+                hash,
+                key: batch.text(group[0], depth),
+                value: branch,
+            }),
             PatternWord::Star => cnode.star = Some(branch),
             PatternWord::Hash => cnode.hash = Some(branch),
         }
@@ -194,8 +274,15 @@ fn build_chain(batch: &Batch<'_>, item: u32, depth: usize, gen: Generation) -> A
             child: below.take(),
         };
         let mut cnode = CNode::default();
-        match batch.word(item, at).expect("at < len") {
-            PatternWord::Literal(literal) => cnode.literals = cnode.literals.insert(Arc::from(literal), branch),
+        match batch.word(item, at) {
+            PatternWord::Literal(_) => {
+                let leaf = Leaf {
+                    hash: batch.hash(item, at),
+                    key: batch.text(item, at),
+                    value: branch,
+                };
+                cnode.literals = cnode.literals.insert_leaf(leaf);
+            }
             PatternWord::Star => cnode.star = Some(branch),
             PatternWord::Hash => cnode.hash = Some(branch),
         }
@@ -219,50 +306,67 @@ impl CsTrie {
     /// `subscribe` per pair when many pairs share nodes (see the module docs
     /// of `bulk_load.rs`, including what is and is not atomic).
     pub fn subscribe_many<'a>(&self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> usize {
-        let mut batch = Batch {
-            patterns: Vec::new(),
-            words: Vec::new(),
-            items: Vec::new(),
-        };
         let pairs = pairs.into_iter();
         let expected = match pairs.size_hint() {
             (_, Some(high)) => high,
             (low, None) => low,
         };
-        batch.patterns.reserve(expected);
-        batch.items.reserve(expected);
-        // One shared Arc per distinct subscriber text.
-        let mut interned: HashMap<&'a str, Arc<str>> = HashMap::with_capacity(expected);
-        let mut slow: Vec<usize> = Vec::new();
+        let mut batch = Batch {
+            patterns: Vec::with_capacity(expected),
+            words: Vec::with_capacity(expected * 4),
+            items: Vec::with_capacity(expected),
+        };
+        let mut slow: Vec<u32> = Vec::new();
+        let mut fast: Vec<u32> = Vec::with_capacity(expected);
+        let mut previous: Option<(&str, u32, u32)> = None;
         for (pattern, subscriber) in pairs {
-            let start = batch.words.len();
-            batch
-                .words
-                .extend(split_words(pattern).into_iter().map(PatternWord::parse));
-            let subscriber = interned
-                .entry(subscriber)
-                .or_insert_with(|| Arc::from(subscriber))
-                .clone();
-            if batch.words.len() - start > MAX_BULK_WORDS {
-                batch.words.truncate(start);
-                slow.push(batch.patterns.len());
+            let index = batch.items.len() as u32;
+            let (start, end) = match previous {
+                // Many subscribers of one pattern often come together: parse it once.
+                Some((text, start, end)) if text == pattern => (start, end),
+                _ => {
+                    let start = batch.words.len();
+                    if !pattern.is_empty() {
+                        let mut push = |text: &str| {
+                            batch.words.push(Word {
+                                hash: word_hash(PatternWord::parse(text)),
+                                text: SmolStr::new(text),
+                            })
+                        };
+                        // A byte loop: `str::split` cost more than the hashing on short words.
+                        let bytes = pattern.as_bytes();
+                        let mut word_start = 0;
+                        for (at, &byte) in bytes.iter().enumerate() {
+                            if byte == SEPARATOR as u8 {
+                                // `.` is ASCII, so both slices are on char boundaries.
+                                push(&pattern[word_start..at]);
+                                word_start = at + 1;
+                            }
+                        }
+                        push(&pattern[word_start..]);
+                    }
+                    if batch.words.len() - start > MAX_BULK_WORDS {
+                        batch.words.truncate(start);
+                    }
+                    (start as u32, batch.words.len() as u32)
+                }
+            };
+            previous = Some((pattern, start, end));
+            if end == start && !pattern.is_empty() {
+                slow.push(index);
+            } else {
+                fast.push(index);
             }
             batch.items.push(Item {
-                pattern_index: batch.patterns.len(),
-                words: start..batch.words.len(),
-                subscriber,
+                start,
+                end,
+                subscriber_hash: hash_word(subscriber),
+                subscriber: SmolStr::new(subscriber),
             });
             batch.patterns.push(pattern);
         }
         let mut added = 0;
-        let mut one_by_one: Vec<u32> = slow.iter().map(|&index| index as u32).collect();
-        let fast: Vec<u32> = {
-            let mut is_slow = vec![false; batch.items.len()];
-            slow.iter().for_each(|&index| is_slow[index] = true);
-            (0..batch.items.len() as u32)
-                .filter(|&item| !is_slow[item as usize])
-                .collect()
-        };
+        let mut one_by_one = slow;
         if !fast.is_empty() {
             let guard = epoch::pin();
             let mut work = vec![(self.root_arc(&guard), 0usize, fast)];
@@ -287,8 +391,8 @@ impl CsTrie {
         }
         self.pairs.fetch_add(added as isize, super::sync::Ordering::Relaxed);
         for item in one_by_one {
-            let item = &batch.items[item as usize];
-            if self.subscribe(batch.patterns[item.pattern_index], &item.subscriber) {
+            let subscriber = &batch.items[item as usize].subscriber;
+            if self.subscribe(batch.patterns[item as usize], subscriber) {
                 added += 1;
             }
         }
@@ -307,8 +411,7 @@ impl CsTrie {
             return Outcome::OnePairAtATime;
         };
         // Only the root holds the empty pattern; every other item goes deeper.
-        items.sort_unstable_by_key(|&item| batch.len_of(item) > depth);
-        let at_root = items.iter().take_while(|&&item| batch.len_of(item) == depth).count();
+        let at_root = partition_by_length(batch, items, depth);
         let mut new = cnode.clone();
         let mut added = 0;
         if at_root > 0 {
@@ -318,16 +421,16 @@ impl CsTrie {
         }
         let mut changed = added > 0;
         let mut children = Vec::new();
-        let mut literals: Vec<(Arc<str>, Branch)> = Vec::new();
         let deeper = &mut items[at_root..];
-        for (word, range) in group_by_word(batch, deeper, depth) {
+        let groups = group_by_word(batch, deeper, depth);
+        let mut literals: Vec<Leaf<Branch>> = Vec::with_capacity(groups.len());
+        for (word, hash, range) in groups {
             let group = &mut deeper[range];
-            group.sort_unstable_by_key(|&item| batch.len_of(item) > depth + 1);
-            let enders = group
-                .iter()
-                .take_while(|&&item| batch.len_of(item) == depth + 1)
-                .count();
-            let existing = cnode.branch(word);
+            let enders = partition_by_length(batch, group, depth + 1);
+            let existing = match word {
+                PatternWord::Literal(literal) => cnode.literal_hashed(hash, literal),
+                wildcard => cnode.branch(wildcard),
+            };
             let held = existing.map(|branch| &branch.subscribers).cloned().unwrap_or_default();
             let (subscribers, count) = with_all(&held, batch, &group[..enders]);
             added += count;
@@ -364,7 +467,11 @@ impl CsTrie {
             changed = true;
             let branch = Branch { subscribers, child };
             match word {
-                PatternWord::Literal(literal) => literals.push((Arc::from(literal), branch)),
+                PatternWord::Literal(_) => literals.push(Leaf {
+                    hash,
+                    key: batch.text(group[0], depth),
+                    value: branch,
+                }),
                 PatternWord::Star => new.star = Some(branch),
                 PatternWord::Hash => new.hash = Some(branch),
             }

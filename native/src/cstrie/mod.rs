@@ -27,16 +27,24 @@
 //! # Complexity
 //!
 //! `k` = words in the pattern or key, `w` = distinct next words at a node
-//! (its width), `s` = subscribers of one pattern, HAMT fan-out 32.
+//! (its width), `s` = subscribers of one pattern, `n` = pairs; HAMT fan-out
+//! 16 (`hamt.rs` says why not 32).
 //!
 //! | operation | cost |
 //! |---|---|
-//! | `subscribe` / `unsubscribe` | O(k · (log32 w + log32 s)) slots copied, plus retries under contention |
-//! | first write below a node after a snapshot | + O(log32 w) per renewed level (one child copied, not the table) |
+//! | `subscribe` / `unsubscribe` | O(k · 16 · (log16 w + log16 s)) slots copied, plus retries under contention |
+//! | first write below a node after a snapshot | + O(16 · log16 w) per renewed level (one child copied, not the table) |
+//! | `subscribe_many` of m pairs | O(m k) to parse, O(m log m) integer sorts, each touched C-node copied once (`bulk_load.rs`) |
 //! | `snapshot` | O(1) |
-//! | `lookup` (live or snapshot) | O(states visited · log32 w) probes (states: see Matching) + sorting the result |
+//! | `lookup` (live or snapshot) | O(states visited · log16 w) probes (states: see Matching) + sorting the result |
+//! | `Snapshot::freeze` | O(n) walk + sorting the distinct words and subscribers (`freeze.rs`) |
 //! | `len` (live) | O(1); `Snapshot::len` O(pairs) once, then cached |
 //! | `subscriptions` / `topics` | O(pairs) plus sorting |
+//!
+//! Words and subscriber ids are [`SmolStr`]s: up to 23 bytes inline, so a
+//! table slot holds its key without an allocation and copying it bumps no
+//! reference count (the cost that dominated writes to wide nodes and hot
+//! patterns before).
 //!
 //! Copies are counted (`hamt::slots_copied`, test builds only) and bounded
 //! in `tests::writes_copy_a_logarithmic_number_of_slots_for_wide_nodes_and_hot_patterns`.
@@ -114,6 +122,7 @@
 
 mod atomic_arc;
 mod bulk_load;
+mod freeze;
 mod gcas;
 mod hamt;
 mod node;
@@ -123,12 +132,18 @@ mod traverse;
 use std::sync::{Arc, OnceLock};
 
 use self::atomic_arc::AtomicArc;
+pub use smol_str::SmolStr;
+
 use self::gcas::{gcas, gcas_read, rdcss_root, read_root, Ctx, RootState};
+/// The process-wide text hash of the CS-trie's tables (also the frozen matcher's word index).
+pub(crate) use self::hamt::hash_word;
 use self::node::{Branch, CNode, Generation, INode, MainKind, MainNode, SubscriberSet};
 use self::sync::epoch::{self, Guard};
 use self::sync::{AtomicIsize, AtomicU64, Ordering};
-use crate::frozen::{BuildError, Builder, FrozenMatcher};
-use crate::topic::{pattern_words, split_words, PatternWord};
+use crate::frozen::{BuildError, FrozenMatcher};
+use crate::topic::PatternWord;
+
+use self::traverse::{pattern_words_of, words_of};
 
 /// Under `--cfg loom`: frees what a model retired (see `sync.rs`).
 #[cfg(loom)]
@@ -237,8 +252,8 @@ impl CsTrie {
     /// (idempotent). Linearizes at the committing GCAS, or at the read that
     /// found the pair present.
     pub fn subscribe(&self, pattern: &str, subscriber: &str) -> bool {
-        let words = pattern_words(pattern);
-        let subscriber: Arc<str> = Arc::from(subscriber);
+        let words = pattern_words_of(pattern);
+        let subscriber = SmolStr::new(subscriber);
         loop {
             let guard = epoch::pin();
             if let Attempt::Done(added) = self.try_subscribe(&words, &subscriber, &guard) {
@@ -254,7 +269,7 @@ impl CsTrie {
     /// Remove `subscriber` from `pattern`. Returns true if the pair was
     /// present (absent is a no-op). Linearizes like `subscribe`.
     pub fn unsubscribe(&self, pattern: &str, subscriber: &str) -> bool {
-        let words = pattern_words(pattern);
+        let words = pattern_words_of(pattern);
         loop {
             let guard = epoch::pin();
             if let Attempt::Done(removed) = self.try_unsubscribe(&words, subscriber, &guard) {
@@ -270,7 +285,7 @@ impl CsTrie {
     /// Deduplicated subscribers whose patterns match `key` (sorted by text).
     /// Per-subscription linearizable (see the module docs); use
     /// `snapshot().lookup` for an atomic view.
-    pub fn lookup(&self, key: &str) -> Vec<Arc<str>> {
+    pub fn lookup(&self, key: &str) -> Vec<SmolStr> {
         let guard = epoch::pin();
         let root = read_root(&self.root, false, &guard);
         let help = |parent: &INode, word: PatternWord<'_>, tombed: &INode| {
@@ -278,7 +293,7 @@ impl CsTrie {
                 self.compress(root, parent, word, tombed, root.gen, &guard);
             }
         };
-        traverse::matching(root, &split_words(key), self.ctx(), &guard, Some(&help))
+        traverse::matching(root, &words_of(key), self.ctx(), &guard, Some(&help))
     }
 
     /// Number of (pattern, subscriber) pairs; exact when no update is running.
@@ -331,7 +346,7 @@ impl CsTrie {
         traverse::count_inodes(read_root(&self.root, false, &guard), self.ctx(), &guard)
     }
 
-    fn try_subscribe(&self, words: &[PatternWord<'_>], subscriber: &Arc<str>, guard: &Guard) -> Attempt {
+    fn try_subscribe(&self, words: &[PatternWord<'_>], subscriber: &SmolStr, guard: &Guard) -> Attempt {
         let ctx = self.ctx();
         let root = read_root(&self.root, false, guard);
         let start_gen = root.gen;
@@ -579,7 +594,7 @@ fn is_tombed(inode: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
 /// The branch for the first of the remaining words: `rest` empty means the
 /// pattern ends here; otherwise a fresh chain of I-nodes for `rest` (built
 /// bottom-up, without recursion) carries the subscriber at its end.
-fn new_branch(rest: &[PatternWord<'_>], subscriber: &Arc<str>, gen: Generation) -> Branch {
+fn new_branch(rest: &[PatternWord<'_>], subscriber: &SmolStr, gen: Generation) -> Branch {
     let mut branch = Branch {
         subscribers: SubscriberSet::single(subscriber.clone()),
         child: None,
@@ -615,15 +630,15 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Deduplicated subscribers whose patterns match `key` (sorted by text).
-    pub fn lookup(&self, key: &str) -> Vec<Arc<str>> {
+    pub fn lookup(&self, key: &str) -> Vec<SmolStr> {
         let guard = epoch::pin();
-        traverse::matching(&self.root, &split_words(key), Ctx::ReadOnly, &guard, None)
+        traverse::matching(&self.root, &words_of(key), Ctx::ReadOnly, &guard, None)
     }
 
     /// Subscribers of exactly this pattern text (no wildcard matching), sorted.
-    pub fn subscribers(&self, pattern: &str) -> Vec<Arc<str>> {
+    pub fn subscribers(&self, pattern: &str) -> Vec<SmolStr> {
         let guard = epoch::pin();
-        traverse::exact(&self.root, &pattern_words(pattern), Ctx::ReadOnly, &guard)
+        traverse::exact(&self.root, &pattern_words_of(pattern), Ctx::ReadOnly, &guard)
     }
 
     /// Patterns held by `subscriber` (sorted).
@@ -640,7 +655,7 @@ impl Snapshot {
     }
 
     /// Every (pattern, subscriber) pair (sorted).
-    pub fn subscriptions(&self) -> Vec<(String, Arc<str>)> {
+    pub fn subscriptions(&self) -> Vec<(String, SmolStr)> {
         let guard = epoch::pin();
         let mut pairs = Vec::new();
         traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |pattern, ids| {
@@ -650,15 +665,14 @@ impl Snapshot {
         pairs
     }
 
-    /// The compact read-only matcher holding exactly this snapshot's pairs.
-    /// Walks the trie once, borrowing its texts: only the distinct words and
-    /// subscribers are sorted (for the matcher's text-ordered ids), never the
-    /// pairs, and no pattern text is built.
+    /// The compact read-only matcher holding exactly this snapshot's pairs
+    /// (see `freeze.rs`): one walk borrowing the trie's texts and hashes, then
+    /// only the distinct words and subscribers are sorted, never the pairs,
+    /// and no pattern text is built.
     pub fn freeze(&self) -> Result<FrozenMatcher, BuildError> {
         let guard = epoch::pin();
-        let mut builder = Builder::with_capacity(self.pairs.get().copied().unwrap_or(self.size_hint));
-        traverse::freeze_into(&self.root, Ctx::ReadOnly, &guard, &mut builder)?;
-        builder.finish()
+        let pairs = self.pairs.get().copied().unwrap_or(self.size_hint);
+        freeze::freeze(&self.root, Ctx::ReadOnly, &guard, pairs)
     }
 
     /// Number of (pattern, subscriber) pairs in this snapshot (exact).

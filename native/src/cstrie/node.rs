@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::atomic_arc::AtomicArc;
-use super::hamt::Hamt;
+use super::hamt::{Hamt, Leaf, SmolStr};
 use crate::topic::PatternWord;
 
 /// A generation stamp. Each root I-node gets a fresh one (a per-trie counter),
@@ -62,13 +62,13 @@ pub(crate) enum MainKind {
 pub(crate) enum SubscriberSet {
     #[default]
     Empty,
-    One(Arc<str>),
+    One(SmolStr),
     /// Invariant: at least two ids.
     Many(Hamt<()>),
 }
 
 impl SubscriberSet {
-    pub(crate) fn single(id: Arc<str>) -> Self {
+    pub(crate) fn single(id: SmolStr) -> Self {
         SubscriberSet::One(id)
     }
 
@@ -93,40 +93,38 @@ impl SubscriberSet {
     }
 
     /// The ids, in no particular order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &SmolStr> {
         let (one, many) = match self {
             SubscriberSet::Empty => (None, None),
             SubscriberSet::One(id) => (Some(id), None),
-            SubscriberSet::Many(ids) => (None, Some(ids.iter().map(|(id, ())| id))),
+            SubscriberSet::Many(ids) => (None, Some(ids.iter().map(|leaf| &leaf.key))),
         };
         one.into_iter().chain(many.into_iter().flatten())
     }
 
     /// The set plus `id`, or `None` when `id` is already present.
-    pub(crate) fn with(&self, id: &Arc<str>) -> Option<Self> {
-        if self.contains(id) {
-            return None;
+    pub(crate) fn with(&self, id: &SmolStr) -> Option<Self> {
+        match self {
+            SubscriberSet::Empty => Some(SubscriberSet::One(id.clone())),
+            SubscriberSet::One(held) if held == id => None,
+            SubscriberSet::One(held) => Some(SubscriberSet::Many(
+                Hamt::default().insert(held.clone(), ()).insert(id.clone(), ()),
+            )),
+            SubscriberSet::Many(ids) => ids.insert_new(Leaf::new(id.clone(), ())).map(SubscriberSet::Many),
         }
-        Some(match self {
-            SubscriberSet::Empty => SubscriberSet::One(id.clone()),
-            SubscriberSet::One(held) => {
-                SubscriberSet::Many(Hamt::default().insert(held.clone(), ()).insert(id.clone(), ()))
-            }
-            SubscriberSet::Many(ids) => SubscriberSet::Many(ids.insert(id.clone(), ())),
-        })
     }
 
     /// The set plus every id of `ids` (duplicates allowed), and how many were
-    /// new. Large additions go through one in-place batch insert
-    /// ([`Hamt::insert_many`]) instead of one path copy per id.
-    pub(crate) fn with_many<'a>(&self, ids: impl IntoIterator<Item = &'a Arc<str>>) -> (Self, usize) {
+    /// new. Many additions go through one batch insert ([`Hamt::insert_many`])
+    /// instead of one path copy per id.
+    pub(crate) fn with_many(&self, ids: impl IntoIterator<Item = Leaf<()>>) -> (Self, usize) {
         let mut ids = ids.into_iter().peekable();
         let mut set = self.clone();
         let mut added = 0;
         // Empty and one-id sets grow one id at a time until they are a table.
         while !matches!(set, SubscriberSet::Many(_)) {
             let Some(id) = ids.next() else { return (set, added) };
-            if let Some(grown) = set.with(id) {
+            if let Some(grown) = set.with(&id.key) {
                 set = grown;
                 added += 1;
             }
@@ -137,7 +135,7 @@ impl SubscriberSet {
         if ids.peek().is_none() {
             return (set, added);
         }
-        let (table, new) = table.insert_many(ids.map(|id| (id.clone(), ())));
+        let (table, new) = table.insert_many(ids.collect());
         (SubscriberSet::Many(table), added + new)
     }
 
@@ -149,7 +147,7 @@ impl SubscriberSet {
             SubscriberSet::Many(ids) => {
                 let ids = ids.remove(id)?;
                 Some(match ids.len() {
-                    1 => SubscriberSet::One(ids.iter().next().expect("one id").0.clone()),
+                    1 => SubscriberSet::One(ids.iter().next().expect("one id").key.clone()),
                     _ => SubscriberSet::Many(ids),
                 })
             }
@@ -159,7 +157,7 @@ impl SubscriberSet {
 
 /// One edge of a C-node: the subscribers whose pattern ends with this word,
 /// and the I-node holding the longer patterns.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) struct Branch {
     pub(crate) subscribers: SubscriberSet,
     /// Invariant (in a freshly written C-node): a branch with no subscribers
@@ -215,7 +213,7 @@ impl CNode {
             PatternWord::Star => copy.star = branch,
             PatternWord::Hash => copy.hash = branch,
             PatternWord::Literal(literal) => match branch {
-                Some(branch) => copy.literals = copy.literals.insert(Arc::from(literal), branch),
+                Some(branch) => copy.literals = copy.literals.insert(SmolStr::new(literal), branch),
                 None => {
                     if let Some(literals) = copy.literals.remove(literal) {
                         copy.literals = literals;
@@ -236,7 +234,7 @@ impl CNode {
     pub(crate) fn branches(&self) -> impl Iterator<Item = (PatternWord<'_>, &Branch)> {
         self.literals
             .iter()
-            .map(|(word, branch)| (PatternWord::Literal(word), branch))
+            .map(|leaf| (PatternWord::Literal(&leaf.key), &leaf.value))
             .chain(self.star.iter().map(|branch| (PatternWord::Star, branch)))
             .chain(self.hash.iter().map(|branch| (PatternWord::Hash, branch)))
     }

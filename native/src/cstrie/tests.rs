@@ -6,10 +6,10 @@ use std::collections::BTreeSet;
 
 use super::*;
 use crate::rng::Rng;
-use crate::topic::{matches, validity, words_match};
+use crate::topic::{matches, pattern_words, split_words, validity, words_match};
 
-fn ids(values: &[&str]) -> Vec<Arc<str>> {
-    values.iter().map(|value| Arc::from(*value)).collect()
+fn ids(values: &[&str]) -> Vec<SmolStr> {
+    values.iter().map(|value| SmolStr::from(*value)).collect()
 }
 
 #[test]
@@ -42,10 +42,10 @@ fn validity_table_all_patterns_together() {
     }
     let snapshot = trie.snapshot();
     for &(_, key, _) in validity() {
-        let expected: Vec<Arc<str>> = patterns
+        let expected: Vec<SmolStr> = patterns
             .iter()
             .filter(|pattern| matches(pattern, key))
-            .map(|pattern| Arc::from(*pattern))
+            .map(|pattern| SmolStr::from(*pattern))
             .collect();
         assert_eq!(trie.lookup(key), expected, "live, key {key:?}");
         assert_eq!(snapshot.lookup(key), expected, "snapshot, key {key:?}");
@@ -73,7 +73,7 @@ fn subscribe_is_idempotent_and_unsubscribe_of_absent_is_a_no_op() {
     assert!(trie.unsubscribe("", "s1"));
     assert_eq!(trie.len(), 1);
     assert_eq!(trie.lookup("a.x"), ids(&["s2"]));
-    assert_eq!(trie.lookup(""), Vec::<Arc<str>>::new());
+    assert_eq!(trie.lookup(""), Vec::<SmolStr>::new());
 }
 
 #[test]
@@ -106,16 +106,16 @@ fn subscribers_topics_and_subscriptions() {
     let snapshot = trie.snapshot();
     assert_eq!(snapshot.subscribers("stock.*.msft"), ids(&["alice", "bob"]));
     // Exact text, no matching: a key-like text finds nothing.
-    assert_eq!(snapshot.subscribers("stock.nasdaq.msft"), Vec::<Arc<str>>::new());
-    assert_eq!(snapshot.subscribers("stock"), Vec::<Arc<str>>::new());
+    assert_eq!(snapshot.subscribers("stock.nasdaq.msft"), Vec::<SmolStr>::new());
+    assert_eq!(snapshot.subscribers("stock"), Vec::<SmolStr>::new());
     assert_eq!(snapshot.subscribers("#"), ids(&["dave"]));
     assert_eq!(snapshot.subscribers(""), ids(&["carol"]));
     assert_eq!(snapshot.topics("alice"), vec![".", "stock.#", "stock.*.msft"]);
     assert_eq!(snapshot.topics("carol"), vec!["", "a..b"]);
     assert_eq!(snapshot.topics("nobody"), Vec::<String>::new());
-    let mut expected: Vec<(String, Arc<str>)> = pairs
+    let mut expected: Vec<(String, SmolStr)> = pairs
         .iter()
-        .map(|(pattern, subscriber)| (pattern.to_string(), Arc::from(*subscriber)))
+        .map(|(pattern, subscriber)| (pattern.to_string(), SmolStr::from(*subscriber)))
         .collect();
     expected.sort();
     assert_eq!(snapshot.subscriptions(), expected);
@@ -136,7 +136,7 @@ fn snapshot_is_isolated_from_later_writes() {
     trie.unsubscribe("a.b", "s1");
 
     assert_eq!(before.lookup("a.b"), ids(&["s1", "s2"]));
-    assert_eq!(before.lookup("x.y.z"), Vec::<Arc<str>>::new());
+    assert_eq!(before.lookup("x.y.z"), Vec::<SmolStr>::new());
     assert_eq!(before.len(), 2);
     assert_eq!(after.lookup("a.b"), ids(&["s1", "s3"]));
     assert_eq!(after.lookup("x.y.z"), ids(&["s4"]));
@@ -246,10 +246,10 @@ fn random_operations_agree_with_a_sequential_model_and_the_oracle() {
     for seed in 0..40u64 {
         let mut rng = Rng(seed);
         let trie = CsTrie::new();
-        let mut model: BTreeSet<(String, Arc<str>)> = BTreeSet::new();
+        let mut model: BTreeSet<(String, SmolStr)> = BTreeSet::new();
         for _ in 0..150 {
             let pattern = rng.text(&pattern_alphabet, 4);
-            let subscriber: Arc<str> = Arc::from(subscribers[rng.below(subscribers.len())]);
+            let subscriber: SmolStr = SmolStr::from(subscribers[rng.below(subscribers.len())]);
             if rng.below(3) == 0 {
                 let present = model.remove(&(pattern.clone(), subscriber.clone()));
                 assert_eq!(trie.unsubscribe(&pattern, &subscriber), present, "seed {seed}");
@@ -276,12 +276,12 @@ fn random_operations_agree_with_a_sequential_model_and_the_oracle() {
         for _ in 0..60 {
             let key = rng.text(&key_alphabet, 5);
             let key_words = split_words(&key);
-            let expected: BTreeSet<Arc<str>> = model
+            let expected: BTreeSet<SmolStr> = model
                 .iter()
                 .filter(|(pattern, _)| words_match(&pattern_words(pattern), &key_words))
                 .map(|(_, subscriber)| subscriber.clone())
                 .collect();
-            let expected: Vec<Arc<str>> = expected.into_iter().collect();
+            let expected: Vec<SmolStr> = expected.into_iter().collect();
             assert_eq!(trie.lookup(&key), expected, "seed {seed}, key {key:?}");
             assert_eq!(snapshot.lookup(&key), expected, "seed {seed}, key {key:?}");
         }
@@ -327,7 +327,7 @@ fn a_pending_proposal_under_the_current_generation_is_committed_by_readers() {
     let guard = epoch::pin();
     leave_proposal_pending(&root, MainKind::Branches(CNode::default()), &guard);
     // The live reader finishes the writer's GCAS: the generation still holds.
-    assert_eq!(trie.lookup("a.b"), Vec::<Arc<str>>::new());
+    assert_eq!(trie.lookup("a.b"), Vec::<SmolStr>::new());
     assert!(
         root.main.load(&guard).expect("main").prev.load(&guard).is_none(),
         "committed"
@@ -490,7 +490,7 @@ fn a_write_racing_the_renewal_of_a_sibling_is_not_lost() {
     // Writer A reads `c.1` and builds its change ...
     let main = gcas_read(c1, trie.ctx(), &guard);
     let leaf = Branch {
-        subscribers: SubscriberSet::single(Arc::from("t")),
+        subscribers: SubscriberSet::single(SmolStr::from("t")),
         child: None,
     };
     let proposal = main
@@ -538,21 +538,21 @@ fn writes_copy_a_logarithmic_number_of_slots_for_wide_nodes_and_hot_patterns() {
         let small = slots_copied_per_subscribe(&trie, 0..2_000, pair);
         slots_copied_per_subscribe(&trie, 2_000..40_000, pair);
         let large = slots_copied_per_subscribe(&trie, 40_000..42_000, pair);
-        // log32(40k) ~ 3 levels of at most 32 slots each, plus slack for the
+        // log16(40k) ~ 4 levels of at most 16 slots each, plus slack for the
         // deeper paths of a random hash: far below n = 40,000.
         assert!(
-            large <= 32 * 5,
+            large <= 16 * 6,
             "{shape}: {large} slots copied per subscribe at n = 40k"
         );
         // From n = 2k to n = 40k (20x), the cost grows by about one level.
         assert!(
-            large <= small + 32 * 2,
+            large <= small + 16 * 2,
             "{shape}: {small} -> {large} slots per subscribe"
         );
         let _snapshot = trie.snapshot();
         let after_snapshot = slots_copied_per_subscribe(&trie, 42_000..44_000, pair);
         assert!(
-            after_snapshot <= 32 * 6,
+            after_snapshot <= 16 * 7,
             "{shape}: {after_snapshot} slots per subscribe after a snapshot"
         );
     }
@@ -577,10 +577,10 @@ fn subscribe_many_agrees_with_a_sequential_model() {
     for seed in 0..60u64 {
         let mut rng = Rng(seed);
         let trie = CsTrie::new();
-        let mut model: BTreeSet<(String, Arc<str>)> = BTreeSet::new();
+        let mut model: BTreeSet<(String, SmolStr)> = BTreeSet::new();
         for _ in 0..40 {
             let pattern = rng.text(&alphabet, 4);
-            let subscriber: Arc<str> = Arc::from(subscribers[rng.below(3)]);
+            let subscriber: SmolStr = SmolStr::from(subscribers[rng.below(3)]);
             trie.subscribe(&pattern, &subscriber);
             model.insert((pattern, subscriber));
         }
@@ -595,7 +595,7 @@ fn subscribe_many_agrees_with_a_sequential_model() {
         }
         let new = batch
             .iter()
-            .filter(|(p, s)| model.insert((p.clone(), Arc::from(s.as_str()))))
+            .filter(|(p, s)| model.insert((p.clone(), SmolStr::from(s.as_str()))))
             .count();
         assert_eq!(
             trie.subscribe_many(batch.iter().map(|(p, s)| (p.as_str(), s.as_str()))),

@@ -10,16 +10,14 @@
 //! edge consumes exactly one word, so deduplicating at `#` edges bounds the
 //! whole walk by O(nodes x (key words + 1)).
 
-use std::sync::Arc;
-
 use super::sync::epoch::Guard;
 use hashbrown::HashMap;
+use smallvec::SmallVec;
 
 use super::gcas::{gcas_read, Ctx};
-use super::hamt::hash_word;
+use super::hamt::{hash_word, SmolStr};
 use super::node::{Branch, CNode, INode, SubscriberSet};
-use crate::frozen::{BuildError, Builder};
-use crate::topic::PatternWord;
+use crate::topic::{PatternWord, SEPARATOR};
 
 /// Called with `(parent I-node, pattern word, tombed child)` when a traversal
 /// meets a T-node, so live readers can help compress it.
@@ -31,10 +29,10 @@ struct Walk<'w, 'g, 'h> {
     ctx: Ctx<'w>,
     guard: &'g Guard,
     on_tomb: Option<TombHelper<'h>>,
-    found: &'w mut Vec<&'g Arc<str>>,
+    found: &'w mut SmallVec<[&'g SmolStr; 8]>,
     /// States still to expand: (I-node owning the C-node, its C-node, key
     /// position).
-    stack: Vec<(&'g INode, &'g CNode, usize)>,
+    stack: SmallVec<[(&'g INode, &'g CNode, usize); 16]>,
 }
 
 impl<'g> Walk<'_, 'g, '_> {
@@ -56,6 +54,30 @@ impl<'g> Walk<'_, 'g, '_> {
     }
 }
 
+/// The words of `text` (empty text: no words), split with a byte loop into a
+/// buffer on the stack for the usual handful of words.
+pub(crate) fn words_of(text: &str) -> SmallVec<[&str; 8]> {
+    let mut words = SmallVec::new();
+    if text.is_empty() {
+        return words;
+    }
+    let mut start = 0;
+    for (at, &byte) in text.as_bytes().iter().enumerate() {
+        if byte == SEPARATOR as u8 {
+            // `.` is ASCII, so both ends are char boundaries.
+            words.push(&text[start..at]);
+            start = at + 1;
+        }
+    }
+    words.push(&text[start..]);
+    words
+}
+
+/// [`words_of`] parsed as pattern words.
+pub(crate) fn pattern_words_of(text: &str) -> SmallVec<[PatternWord<'_>; 8]> {
+    words_of(text).into_iter().map(PatternWord::parse).collect()
+}
+
 /// Subscribers whose pattern matches `key`, deduplicated (sorted by text).
 pub(crate) fn matching<'g>(
     root: &'g INode,
@@ -63,8 +85,8 @@ pub(crate) fn matching<'g>(
     ctx: Ctx<'_>,
     guard: &'g Guard,
     on_tomb: Option<TombHelper<'_>>,
-) -> Vec<Arc<str>> {
-    let mut found: Vec<&'g Arc<str>> = Vec::new();
+) -> Vec<SmolStr> {
+    let mut found: SmallVec<[&'g SmolStr; 8]> = SmallVec::new();
     let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
         return Vec::new();
     };
@@ -80,10 +102,10 @@ pub(crate) fn matching<'g>(
         guard,
         on_tomb,
         found: &mut found,
-        stack: vec![(root, root_cnode, 0)],
+        stack: smallvec::smallvec![(root, root_cnode, 0)],
     };
     // Each key word is hashed once, then probed in every C-node it meets.
-    let hashes: Vec<u64> = key.iter().map(|word| hash_word(word)).collect();
+    let hashes: SmallVec<[u64; 8]> = key.iter().map(|word| hash_word(word)).collect();
     while let Some((inode, cnode, at)) = walk.stack.pop() {
         if at < key.len() {
             if let Some(branch) = cnode.literal_hashed(hashes[at], key[at]) {
@@ -114,13 +136,13 @@ pub(crate) fn matching<'g>(
     found.into_iter().cloned().collect()
 }
 
-fn sorted(mut ids: Vec<Arc<str>>) -> Vec<Arc<str>> {
+fn sorted(mut ids: Vec<SmolStr>) -> Vec<SmolStr> {
     ids.sort_unstable();
     ids
 }
 
 /// The subscribers stored under exactly `pattern` (no matching), sorted.
-pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, guard: &Guard) -> Vec<Arc<str>> {
+pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, guard: &Guard) -> Vec<SmolStr> {
     let Some(mut cnode) = gcas_read(root, ctx, guard).get().cnode() else {
         return Vec::new();
     };
@@ -186,41 +208,4 @@ pub(crate) fn count_inodes(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> usize {
         }
     }
     count
-}
-
-/// Feed the trie under `root` to a frozen-matcher [`Builder`]: one child per
-/// branch, one subscription per subscriber, borrowing every text (no pattern
-/// strings are built and no pairs are sorted). Tombed children are skipped.
-pub(crate) fn freeze_into<'g>(
-    root: &'g INode,
-    ctx: Ctx<'_>,
-    guard: &'g Guard,
-    builder: &mut Builder<'g>,
-) -> Result<(), BuildError> {
-    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
-        return Ok(());
-    };
-    for id in root_cnode.empty_pattern.iter() {
-        builder.subscribe(Builder::ROOT, id)?;
-    }
-    let mut stack: Vec<(&'g CNode, u32)> = vec![(root_cnode, Builder::ROOT)];
-    while let Some((cnode, node)) = stack.pop() {
-        for (word, branch) in cnode.branches() {
-            let child_cnode = branch
-                .child
-                .as_ref()
-                .and_then(|child| gcas_read(child, ctx, guard).get().cnode());
-            if branch.subscribers.is_empty() && child_cnode.is_none_or(CNode::is_empty) {
-                continue;
-            }
-            let child = builder.new_child(node, word)?;
-            for id in branch.subscribers.iter() {
-                builder.subscribe(child, id)?;
-            }
-            if let Some(child_cnode) = child_cnode {
-                stack.push((child_cnode, child));
-            }
-        }
-    }
-    Ok(())
 }

@@ -23,9 +23,9 @@
 //! Each pair's sub-history is checked by Wing & Gong's search with Lowe's
 //! memoisation of (linearized set, state), as in Porcupine.
 
+use spark_topic_router_native::cstrie::SmolStr;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use spark_topic_router_native::cstrie::CsTrie;
 use spark_topic_router_native::topic::{pattern_words, split_words, words_match};
@@ -47,7 +47,7 @@ pub enum Call {
     Subscribe(Pair, bool),
     Unsubscribe(Pair, bool),
     /// The key and the subscribers found.
-    Lookup(String, Vec<Arc<str>>),
+    Lookup(String, Vec<SmolStr>),
     /// Every pair the snapshot holds.
     Snapshot(BTreeSet<Pair>),
 }
@@ -137,7 +137,7 @@ fn step(present: bool, op: PairOp) -> Option<bool> {
 /// pattern in the universe matching the key.
 fn split(records: &[Record], universe: &[Pair]) -> BTreeMap<Pair, Vec<Timed>> {
     let mut per_pair: BTreeMap<Pair, Vec<Timed>> = universe.iter().map(|pair| (pair.clone(), Vec::new())).collect();
-    let subscribers: BTreeSet<&Arc<str>> = universe.iter().map(|(_, subscriber)| subscriber).collect();
+    let subscribers: BTreeSet<&SmolStr> = universe.iter().map(|(_, subscriber)| subscriber).collect();
     for (index, record) in records.iter().enumerate() {
         let timed = |op| Timed {
             invoked: record.invoked,

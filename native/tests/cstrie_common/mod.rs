@@ -4,8 +4,8 @@
 
 pub mod history;
 
+use spark_topic_router_native::cstrie::SmolStr;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use spark_topic_router_native::cstrie::Snapshot;
 use spark_topic_router_native::topic::{pattern_words, split_words, words_match};
@@ -16,12 +16,12 @@ pub use spark_topic_router_native::rng::Rng;
 pub const PATTERN_ALPHABET: &[&str] = &["a", "b", "c", "", "*", "#"];
 pub const KEY_ALPHABET: &[&str] = &["a", "b", "c", ""];
 
-pub type Pair = (String, Arc<str>);
+pub type Pair = (String, SmolStr);
 
 /// Subscribers among `pairs` whose pattern matches `key`, via the oracle.
-pub fn oracle_lookup<'a>(pairs: impl IntoIterator<Item = &'a Pair>, key: &str) -> Vec<Arc<str>> {
+pub fn oracle_lookup<'a>(pairs: impl IntoIterator<Item = &'a Pair>, key: &str) -> Vec<SmolStr> {
     let key_words = split_words(key);
-    let matched: BTreeSet<Arc<str>> = pairs
+    let matched: BTreeSet<SmolStr> = pairs
         .into_iter()
         .filter(|(pattern, _)| words_match(&pattern_words(pattern), &key_words))
         .map(|(_, subscriber)| subscriber.clone())

@@ -1,0 +1,328 @@
+//! Freezing a snapshot: the CS-trie laid out as a [`FrozenMatcher`].
+//!
+//! The frozen layout wants every word and subscriber numbered in text order
+//! (so equal contents give equal bytes) and the nodes in preorder with each
+//! node's literal children in that order. The CS-trie holds its tables in
+//! hash order, so a freeze needs every distinct text ranked before any node
+//! can be placed. Three passes:
+//!
+//! 1. **Walk** the snapshot once, depth first, into a compact temporary tree:
+//!    per node a contiguous run of `(word, child)` kids and one of
+//!    subscribers, all as temporary ids. Texts are interned by the hash the
+//!    trie's tables already hold for them (no text is hashed twice, none is
+//!    copied: the walk borrows them under the snapshot's guard).
+//! 2. **Prune and rank.** A reverse pass marks the nodes with a subscriber at
+//!    or below them (a tomb not yet compressed can leave a branch with none);
+//!    only the words and subscribers of live nodes are then sorted, so the
+//!    result is exactly [`FrozenMatcher::build`]'s of the snapshot's pairs.
+//! 3. **Lay out** in preorder straight into the matcher's arrays, without a
+//!    traversal: the size of every live subtree (from pass 2) gives each
+//!    node's preorder index from its parent's and its elder siblings' (kids
+//!    sorted by rank), so the temporary tree is read once, in its own order,
+//!    and only each finished node is written out of order. Each node's edges
+//!    and subscribers stay one contiguous range, in temporary order.
+//!
+//! Cost: O(nodes + pairs) for the walk, plus sorting the distinct texts and
+//! each node's children; memory, a few words per node and pair besides the
+//! result. No pattern text is ever built.
+
+use hashbrown::HashTable;
+
+use super::gcas::{gcas_read, Ctx};
+use super::hash_word;
+use super::node::{Branch, CNode, INode, SubscriberSet};
+use super::sync::epoch::Guard;
+use crate::frozen::{BuildError, Edge, FrozenMatcher, Index, Interned, Node, NONE};
+
+/// Temporary kid keys of the wildcards: after every word rank (ranks stay
+/// below `u32::MAX - 1`, as [`Interned::from_sorted`] requires), star first.
+const STAR_KEY: u32 = u32::MAX - 1;
+const HASH_KEY: u32 = u32::MAX;
+
+/// One node of the temporary tree.
+#[derive(Clone, Copy, Default)]
+struct TempNode {
+    /// `kids[kids_start..][..kids_len]`: `(word id or wildcard key, child)`.
+    kids_start: u32,
+    kids_len: u32,
+    /// `subs[subs_start..][..subs_len]`: temporary subscriber ids.
+    subs_start: u32,
+    subs_len: u32,
+}
+
+/// Texts interned by their [`hash_word`], borrowed from the snapshot.
+struct Texts<'g> {
+    index: HashTable<u32>,
+    texts: Vec<(&'g str, u64)>,
+}
+
+impl<'g> Texts<'g> {
+    fn with_capacity(count: usize) -> Self {
+        Texts {
+            index: HashTable::with_capacity(count),
+            texts: Vec::with_capacity(count),
+        }
+    }
+
+    fn intern(&mut self, text: &'g str, hash: u64) -> u32 {
+        let Texts { index, texts } = self;
+        let next = texts.len() as u32;
+        *index
+            .entry(hash, |&id| texts[id as usize].0 == text, |&id| texts[id as usize].1)
+            .or_insert_with(|| {
+                texts.push((text, hash));
+                next
+            })
+            .get()
+    }
+
+    /// The texts flagged in `used`, ranked in text order: `(rank of each id
+    /// (unused ids: none), the interned table)`.
+    fn rank(&self, used: &[bool], index: Index) -> Result<(Vec<u32>, Interned), BuildError> {
+        // Compared on the first 16 bytes as one big-endian integer first: most
+        // texts differ there, which saves a memcmp per comparison.
+        let mut order: Vec<(u128, u32)> = self
+            .texts
+            .iter()
+            .enumerate()
+            .filter(|&(id, _)| used[id])
+            .map(|(id, &(text, _))| (text_prefix(text), id as u32))
+            .collect();
+        order.sort_unstable_by(|(left_prefix, left), (right_prefix, right)| {
+            left_prefix
+                .cmp(right_prefix)
+                .then_with(|| self.texts[*left as usize].0.cmp(self.texts[*right as usize].0))
+        });
+        let mut rank = vec![NONE; self.texts.len()];
+        for (position, &(_, id)) in order.iter().enumerate() {
+            rank[id as usize] = position as u32;
+        }
+        let interned = Interned::from_sorted(order.iter().map(|&(_, id)| self.texts[id as usize]), index)?;
+        Ok((rank, interned))
+    }
+}
+
+/// The first 16 bytes of `text`, zero-padded, as a big-endian integer (its
+/// order is the texts' byte order on that prefix).
+fn text_prefix(text: &str) -> u128 {
+    let mut prefix = [0u8; 16];
+    let bytes = &text.as_bytes()[..text.len().min(16)];
+    prefix[..bytes.len()].copy_from_slice(bytes);
+    u128::from_be_bytes(prefix)
+}
+
+/// The snapshot under `root` as a frozen matcher (see the module docs).
+pub(crate) fn freeze(
+    root: &INode,
+    ctx: Ctx<'_>,
+    guard: &Guard,
+    pairs_hint: usize,
+) -> Result<FrozenMatcher, BuildError> {
+    let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
+        return Ok(FrozenMatcher::empty());
+    };
+    let mut walk = Walk {
+        nodes: Vec::with_capacity(pairs_hint + 1),
+        kids: Vec::with_capacity(pairs_hint),
+        subs: Vec::with_capacity(pairs_hint),
+        words: Texts::with_capacity(pairs_hint.min(1 << 20)),
+        subscribers: Texts::with_capacity(pairs_hint.min(1 << 20)),
+    };
+    walk.nodes.push(TempNode::default());
+    walk.add_subscribers(0, &root_cnode.empty_pattern);
+    walk.run(root_cnode, ctx, guard)?;
+    walk.lay_out()
+}
+
+struct Walk<'g> {
+    nodes: Vec<TempNode>,
+    kids: Vec<(u32, u32)>,
+    subs: Vec<u32>,
+    words: Texts<'g>,
+    subscribers: Texts<'g>,
+}
+
+impl<'g> Walk<'g> {
+    fn add_subscribers(&mut self, node: u32, set: &'g SubscriberSet) {
+        let start = self.subs.len() as u32;
+        match set {
+            SubscriberSet::Empty => {}
+            SubscriberSet::One(id) => {
+                let id = self.subscribers.intern(id, hash_word(id));
+                self.subs.push(id);
+            }
+            SubscriberSet::Many(ids) => {
+                for leaf in ids.iter() {
+                    let id = self.subscribers.intern(&leaf.key, leaf.hash);
+                    self.subs.push(id);
+                }
+            }
+        }
+        let temp = &mut self.nodes[node as usize];
+        temp.subs_start = start;
+        temp.subs_len = self.subs.len() as u32 - start;
+    }
+
+    /// Pass 1: every node reachable from the root C-node, depth first.
+    fn run(&mut self, root: &'g CNode, ctx: Ctx<'_>, guard: &'g Guard) -> Result<(), BuildError> {
+        let mut stack: Vec<(&'g CNode, u32)> = vec![(root, 0)];
+        while let Some((cnode, node)) = stack.pop() {
+            let kids_start = self.kids.len() as u32;
+            for leaf in cnode.literals.iter() {
+                let key = self.words.intern(&leaf.key, leaf.hash);
+                self.branch(key, &leaf.value, ctx, guard, &mut stack)?;
+            }
+            if let Some(branch) = &cnode.star {
+                self.branch(STAR_KEY, branch, ctx, guard, &mut stack)?;
+            }
+            if let Some(branch) = &cnode.hash {
+                self.branch(HASH_KEY, branch, ctx, guard, &mut stack)?;
+            }
+            let temp = &mut self.nodes[node as usize];
+            temp.kids_start = kids_start;
+            temp.kids_len = self.kids.len() as u32 - kids_start;
+        }
+        if self.kids.len() > u32::MAX as usize || self.subs.len() > u32::MAX as usize {
+            return Err(BuildError::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// A kid under `key` for `branch`, unless the branch leads nowhere (a tomb
+    /// not yet compressed); its C-node, if any, goes on `stack`.
+    fn branch(
+        &mut self,
+        key: u32,
+        branch: &'g Branch,
+        ctx: Ctx<'_>,
+        guard: &'g Guard,
+        stack: &mut Vec<(&'g CNode, u32)>,
+    ) -> Result<(), BuildError> {
+        let below = branch
+            .child
+            .as_ref()
+            .and_then(|child| gcas_read(child, ctx, guard).get().cnode())
+            .filter(|child| !child.is_empty());
+        if branch.subscribers.is_empty() && below.is_none() {
+            return Ok(());
+        }
+        let child = u32::try_from(self.nodes.len())
+            .ok()
+            .filter(|&id| id < STAR_KEY)
+            .ok_or(BuildError::TooLarge)?;
+        self.nodes.push(TempNode::default());
+        self.kids.push((key, child));
+        self.add_subscribers(child, &branch.subscribers);
+        if let Some(below) = below {
+            stack.push((below, child));
+        }
+        Ok(())
+    }
+
+    fn kids_of(&self, node: u32) -> &[(u32, u32)] {
+        let temp = self.nodes[node as usize];
+        &self.kids[temp.kids_start as usize..][..temp.kids_len as usize]
+    }
+
+    fn subs_of(&self, node: u32) -> &[u32] {
+        let temp = self.nodes[node as usize];
+        &self.subs[temp.subs_start as usize..][..temp.subs_len as usize]
+    }
+
+    /// Passes 2 and 3.
+    fn lay_out(self) -> Result<FrozenMatcher, BuildError> {
+        // Children are numbered after their parents, so one reverse pass sees
+        // every child before its parent: liveness, and the size of each live
+        // subtree (what its preorder index range spans).
+        let mut size = vec![0u32; self.nodes.len()];
+        for node in (0..self.nodes.len() as u32).rev() {
+            let below: u32 = self.kids_of(node).iter().map(|&(_, child)| size[child as usize]).sum();
+            if node == 0 || below > 0 || !self.subs_of(node).is_empty() {
+                size[node as usize] = 1 + below;
+            }
+        }
+        let live = |node: u32| size[node as usize] > 0;
+        let mut word_used = vec![false; self.words.texts.len()];
+        let mut subscriber_used = vec![false; self.subscribers.texts.len()];
+        let (mut live_edges, mut live_pairs) = (0, 0);
+        for node in (0..self.nodes.len() as u32).filter(|&node| live(node)) {
+            for &(key, child) in self.kids_of(node) {
+                if live(child) && key < STAR_KEY {
+                    word_used[key as usize] = true;
+                    live_edges += 1;
+                }
+            }
+            for &id in self.subs_of(node) {
+                subscriber_used[id as usize] = true;
+                live_pairs += 1;
+            }
+        }
+        let (word_rank, words) = self.words.rank(&word_used, Index::Hashed)?;
+        let (subscriber_rank, subscribers) = self.subscribers.rank(&subscriber_used, Index::Sorted)?;
+
+        // Preorder indices without a traversal: parents come before their
+        // children in temporary order, so when a node is reached its own
+        // index is known, and its kids (sorted by rank) follow it one subtree
+        // after another. Everything is read in temporary order; only the
+        // finished node lands at its preorder place.
+        let live_nodes = size[0] as usize;
+        let mut index = vec![NONE; self.nodes.len()];
+        index[0] = 0;
+        let mut nodes: Vec<Node> = vec![Node::EMPTY; live_nodes];
+        let mut edges: Vec<Edge> = Vec::with_capacity(live_edges);
+        let mut subscriber_ids: Vec<u32> = Vec::with_capacity(live_pairs);
+        let mut kids: Vec<u64> = Vec::new();
+        for temp in (0..self.nodes.len() as u32).filter(|&node| live(node)) {
+            let at = index[temp as usize];
+            // Live kids as (sort key << 32 | child): literal ranks, then star, then hash.
+            kids.clear();
+            kids.extend(
+                self.kids_of(temp)
+                    .iter()
+                    .filter(|&&(_, child)| live(child))
+                    .map(|&(key, child)| {
+                        let sort_key = if key >= STAR_KEY { key } else { word_rank[key as usize] };
+                        u64::from(sort_key) << 32 | u64::from(child)
+                    }),
+            );
+            if !kids.is_sorted() {
+                kids.sort_unstable();
+            }
+            let mut node = Node {
+                first_edge: edges.len() as u32,
+                subs_start: subscriber_ids.len() as u32,
+                ..Node::EMPTY
+            };
+            let mut next = at + 1;
+            for &kid in &kids {
+                let (sort_key, child) = ((kid >> 32) as u32, kid as u32);
+                index[child as usize] = next;
+                match sort_key {
+                    STAR_KEY => node.star = next,
+                    HASH_KEY => node.hash = next,
+                    rank => edges.push(Edge {
+                        word: rank,
+                        child: next,
+                    }),
+                }
+                next += size[child as usize];
+            }
+            node.edge_count = edges.len() as u32 - node.first_edge;
+            let subs_start = subscriber_ids.len();
+            subscriber_ids.extend(self.subs_of(temp).iter().map(|&id| subscriber_rank[id as usize]));
+            let subs = &mut subscriber_ids[subs_start..];
+            // A subscriber set holds each id once: sorting is all it needs.
+            subs.sort_unstable();
+            debug_assert!(subs.windows(2).all(|pair| pair[0] < pair[1]));
+            node.subs_len = subs.len() as u32;
+            nodes[at as usize] = node;
+        }
+        Ok(FrozenMatcher::from_parts(
+            nodes,
+            edges,
+            subscriber_ids,
+            words,
+            subscribers,
+        ))
+    }
+}
