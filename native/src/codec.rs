@@ -351,13 +351,13 @@ pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher,
     if subscriber_ids.len() != pair_count as usize {
         return Err(NativeError::format("pair count does not match the nodes"));
     }
-    Ok(FrozenMatcher {
+    Ok(FrozenMatcher::assemble(
         nodes,
         edges,
         subscriber_ids,
         words,
         subscribers,
-    })
+    ))
 }
 
 /// One node whose children are still being read: `next` of `total` slots filled.

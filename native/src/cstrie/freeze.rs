@@ -317,7 +317,7 @@ impl<'g> Walk<'g> {
             node.subs_len = subs.len() as u32;
             nodes[at as usize] = node;
         }
-        Ok(FrozenMatcher::from_parts(
+        Ok(FrozenMatcher::assemble(
             nodes,
             edges,
             subscriber_ids,
