@@ -428,16 +428,22 @@ fn build<V>(new: &mut Newcomers<V>, range: std::ops::Range<usize>, level: u32) -
 
 /// The bitmap node of the newcomers in `range` (at least one) at `level`.
 fn build_node<V>(new: &mut Newcomers<V>, range: std::ops::Range<usize>, level: u32) -> (u32, Arc<[Slot<V>]>) {
+    // The bitmap first (a scan of the hashes), so that the slots can be
+    // collected straight into an `Arc<[_]>` of known length: one allocation.
     let mut bitmap = 0u32;
-    let mut slots = Vec::new();
-    let mut start = range.start;
-    while start < range.end {
-        let (bit, end) = next_run(&new.hashes, start, range.end, level);
-        bitmap |= 1 << bit;
-        slots.push(build(new, start..end, level + 1));
-        start = end;
+    for &hash in &new.hashes[range.clone()] {
+        bitmap |= 1 << chunk(hash, level);
     }
-    (bitmap, Arc::from(slots))
+    let mut start = range.start;
+    let slots = (0..bitmap.count_ones())
+        .map(|_| {
+            let (_, end) = next_run(&new.hashes, start, range.end, level);
+            let slot = build(new, start..end, level + 1);
+            start = end;
+            slot
+        })
+        .collect();
+    (bitmap, slots)
 }
 
 /// The bitmap node `(bitmap, slots)` at `level` with the newcomers in `range`
