@@ -31,8 +31,9 @@ takes the whole backlog):
 
 (a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one
     idempotent append of the source columns per batch, and like the router the
-    Delta state for the next append warmed after the commit; the two share the
-    SparkSession and so every session setting);
+    Delta state for the next append warmed after the commit; its table is created
+    with the router's table properties, and the two share the SparkSession and so
+    every session setting);
 (b) **native router**: the real :class:`routing.router.pipeline.Router`, over
     ``--subscriptions`` random patterns (``bench.stream.subscription_pairs``)
     plus one catch-all subscription ``#`` of subscriber ``bench-latency-all``.

@@ -37,8 +37,10 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
     router it warms the table's Delta state for the next append after each commit
     (:func:`routing.streaming.warm_append_state`: the set-transaction lookup of an
     idempotent append costs a state reconstruction per table version in Delta 4.4,
-    done there off the path to the next commit), and it shares the router's
-    SparkSession and so every session setting: the two pay the same Delta costs;
+    done there off the path to the next commit); its table is created with the
+    router's table properties (``router.delta_checkpoint_interval``), and it
+    shares the router's SparkSession and so every session setting: the two pay
+    the same Delta costs;
 (b) **native router**: the real :class:`routing.router.pipeline.Router`;
 (c) **python trie**: the same ``Router`` with only the matcher swapped for
     :class:`routing.matchers.TrieMatcher`, called per key in Python inside the
@@ -430,7 +432,7 @@ def start_passthrough(
 ) -> StreamingQuery:
     """Variant (a), the baseline: the router's Kafka source copied to the deliveries table as it is.
 
-    The same source, partitioning and idempotent append as the router, and nothing else; like the
+    The same source, partitioning, table properties and idempotent append as the router, and nothing else; like the
     router, it warms the table's Delta state for the next append once the batch has committed
     (:func:`routing.streaming.warm_append_state`), so both pay the same Delta costs in the same
     places. Available-now unless ``trigger_interval`` is given (``bench/latency.py`` runs it on the
@@ -439,11 +441,19 @@ def start_passthrough(
     """
     from pyspark.sql import functions as F
 
-    from routing.router.pipeline import kafka_stream
+    from routing.router.pipeline import SOURCE_DDL, kafka_stream, output_table_properties
     from routing.router.tables import PARTITION_COLUMN
-    from routing.streaming import idempotent_append, start_query, warm_append_state
+    from routing.streaming import create_delta_table_if_absent, idempotent_append, start_query, warm_append_state
 
     router = settings.router
+    # Created like the router's tables (partitioning, properties such as router.delta_checkpoint_interval).
+    create_delta_table_if_absent(
+        spark,
+        router.deliveries_path,
+        f"{SOURCE_DDL}, {PARTITION_COLUMN} DATE",
+        partition_by=(PARTITION_COLUMN,),
+        properties=output_table_properties(router),
+    )
 
     def copy(batch: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()

@@ -456,6 +456,11 @@ class RouterSettings:
     max_output_batch_bytes: int = 64 * 1024 * 1024
     #: Delta table of one metrics row per batch (the BatchReport); empty = not written.
     metrics_path: str = ""
+    #: ``delta.checkpointInterval`` of the output tables the router creates: every this many commits, the
+    #: commit that reaches it also writes a checkpoint of the log (Delta's default, 10). Fewer checkpoints
+    #: mean fewer slow batches (a checkpoint adds six Spark jobs to its batch) but more log files for a
+    #: reader starting cold and for each batch's state replay. Applies to tables created from then on.
+    delta_checkpoint_interval: int = 10
 
     def __post_init__(self) -> None:
         section = self.SECTION

@@ -387,6 +387,11 @@ def _completed(observation: Any) -> dict[str, int] | None:
     return _as_counts(observation.get)
 
 
+def output_table_properties(router: RouterSettings) -> dict[str, str]:
+    """Delta table properties of the router's output tables (and of the benchmark's passthrough copy)."""
+    return {"delta.checkpointInterval": str(router.delta_checkpoint_interval)}
+
+
 class StageTimer:
     """Driver wall seconds per named stage of one batch (the profile ``bench/stream.py`` prints)."""
 
@@ -465,8 +470,9 @@ class Router:
         outputs = [(router.deliveries_path, DELIVERIES_DDL), (router.dead_letters_path, DEAD_LETTERS_DDL)]
         if router.write_unrouted:
             outputs.append((router.unrouted_path, UNROUTED_DDL))
+        properties = output_table_properties(router)
         for path, ddl in outputs:
-            create_delta_table_if_absent(spark, path, ddl, partition_by=(PARTITION_COLUMN,))
+            create_delta_table_if_absent(spark, path, ddl, partition_by=(PARTITION_COLUMN,), properties=properties)
         self.snapshots = SnapshotBroadcasts(
             spark, settings.subscriptions.table_path, refresh_interval_s=router.refresh_interval_s
         )

@@ -143,6 +143,16 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     assert {"plan", "write_deliveries", "observe", "warm"} <= set(router.reports[2].stages)
 
 
+def test_output_tables_get_the_configured_checkpoint_interval(spark: Any, settings: Settings, tmp_path: Path) -> None:
+    from delta.tables import DeltaTable
+
+    local = router_settings(settings, tmp_path, ["props"], write_unrouted=True, delta_checkpoint_interval=3)
+    Router(spark, local).close(progress_wait_s=0)
+    for path in (local.router.deliveries_path, local.router.dead_letters_path, local.router.unrouted_path):
+        properties = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"]
+        assert properties.get("delta.checkpointInterval") == "3", (path, properties)
+
+
 def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
