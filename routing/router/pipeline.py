@@ -24,7 +24,10 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
    query's progress make one JSON line per batch (``StreamingQueryListener``).
 
 So the common batch (no dead letters) costs one pass over its input, one Delta
-commit and one small ledger file. A batch Spark re-executes (its id is in the
+commit and one small ledger file; after its commit it computes the Delta state
+the next batch's idempotent append will need
+(:func:`routing.streaming.warm_append_state`), so that the next batch's path from
+trigger to visible commit is one Spark job. A batch Spark re-executes (its id is in the
 ledger) takes the careful path: a counting pass first, then every output with
 rows, each skipped by Delta if that write had committed.
 
@@ -299,8 +302,9 @@ class BatchPlan:
     Each node of a column expression is a round trip from Python to the JVM. Rebuilding
     classification, judging, the counters and the deliveries' columns for every batch took about
     2,100 round trips per batch (0.3 s of driver time per batch on the shared 2-core machine, at any
-    batch size: more than the passthrough's whole Spark job for a 2,000-message batch); reused, a batch
-    makes about 100. Only what changes is built per batch: the two literals (snapshot version, batch
+    batch size: more than the passthrough's whole Spark job for a 2,000-message batch); reused, a whole
+    batch (ledger, append and warm included) makes about 270. Only what changes is built per batch: the
+    two literals (snapshot version, batch
     id) and, when the published snapshot changes, the UDF's column. The frames are the same as those
     :func:`classify`, :func:`judged_frame`, :func:`fanned_out` and :func:`deliveries_frame` build.
     """
