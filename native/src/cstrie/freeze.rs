@@ -50,16 +50,22 @@ struct TempNode {
     subs_len: u32,
 }
 
-/// Texts interned by their [`hash_word`], borrowed from the snapshot.
+/// Texts borrowed from the snapshot, each with its [`hash_word`], numbered by
+/// temporary ids that [`Texts::rank`] maps to their final, text-ordered ones.
 struct Texts<'g> {
-    index: HashTable<u32>,
+    /// Some: equal texts share one id (words: a few hundred popular words
+    /// recur in most patterns). None: every occurrence gets an id of its own
+    /// and the ranking's sort finds the equal ones (subscribers: mostly few
+    /// patterns each, where a hash probe per occurrence cost more than the
+    /// sort saves).
+    index: Option<HashTable<u32>>,
     texts: Vec<(&'g str, u64)>,
 }
 
 impl<'g> Texts<'g> {
-    fn with_capacity(count: usize) -> Self {
+    fn with_capacity(count: usize, dedupe: bool) -> Self {
         Texts {
-            index: HashTable::with_capacity(count),
+            index: dedupe.then(|| HashTable::with_capacity(count)),
             texts: Vec::with_capacity(count),
         }
     }
@@ -67,6 +73,10 @@ impl<'g> Texts<'g> {
     fn intern(&mut self, text: &'g str, hash: u64) -> u32 {
         let Texts { index, texts } = self;
         let next = texts.len() as u32;
+        let Some(index) = index else {
+            texts.push((text, hash));
+            return next;
+        };
         *index
             .entry(hash, |&id| texts[id as usize].0 == text, |&id| texts[id as usize].1)
             .or_insert_with(|| {
@@ -77,7 +87,7 @@ impl<'g> Texts<'g> {
     }
 
     /// The texts flagged in `used`, ranked in text order: `(rank of each id
-    /// (unused ids: none), the interned table)`.
+    /// (unused ids: none; equal texts: one rank), the interned table)`.
     fn rank(&self, used: &[bool], index: Index) -> Result<(Vec<u32>, Interned), BuildError> {
         // Compared on the first 16 bytes as one big-endian integer first: most
         // texts differ there, which saves a memcmp per comparison.
@@ -94,10 +104,16 @@ impl<'g> Texts<'g> {
                 .then_with(|| self.texts[*left as usize].0.cmp(self.texts[*right as usize].0))
         });
         let mut rank = vec![NONE; self.texts.len()];
-        for (position, &(_, id)) in order.iter().enumerate() {
-            rank[id as usize] = position as u32;
+        let mut distinct: Vec<(&str, u64)> = Vec::with_capacity(order.len());
+        for (at, &(prefix, id)) in order.iter().enumerate() {
+            let text = self.texts[id as usize];
+            let repeat = at > 0 && order[at - 1].0 == prefix && distinct.last().is_some_and(|last| last.0 == text.0);
+            if !repeat {
+                distinct.push(text);
+            }
+            rank[id as usize] = distinct.len() as u32 - 1;
         }
-        let interned = Interned::from_sorted(order.iter().map(|&(_, id)| self.texts[id as usize]), index)?;
+        let interned = Interned::from_sorted(distinct.into_iter(), index)?;
         Ok((rank, interned))
     }
 }
@@ -125,8 +141,8 @@ pub(crate) fn freeze(
         nodes: Vec::with_capacity(pairs_hint + 1),
         kids: Vec::with_capacity(pairs_hint),
         subs: Vec::with_capacity(pairs_hint),
-        words: Texts::with_capacity(pairs_hint.min(1 << 20)),
-        subscribers: Texts::with_capacity(pairs_hint.min(1 << 20)),
+        words: Texts::with_capacity(pairs_hint.min(1 << 20), true),
+        subscribers: Texts::with_capacity(pairs_hint, false),
     };
     walk.nodes.push(TempNode::default());
     walk.add_subscribers(0, &root_cnode.empty_pattern);
@@ -311,8 +327,8 @@ impl<'g> Walk<'g> {
             let subs_start = subscriber_ids.len();
             subscriber_ids.extend(self.subs_of(temp).iter().map(|&id| subscriber_rank[id as usize]));
             let subs = &mut subscriber_ids[subs_start..];
-            // A subscriber set holds each id once: sorting is all it needs.
-            subs.sort_unstable();
+            // A subscriber set holds each id once: ordering is all it needs.
+            sort_distinct(subs, subscribers.len());
             debug_assert!(subs.windows(2).all(|pair| pair[0] < pair[1]));
             node.subs_len = subs.len() as u32;
             nodes[at as usize] = node;
@@ -324,5 +340,72 @@ impl<'g> Walk<'g> {
             words,
             subscribers,
         ))
+    }
+}
+
+/// Sort `ids`, distinct values below `bound`. A set that covers a good share
+/// of `0..bound` (a million subscribers of one pattern) is sorted by setting
+/// bits in a bitmap of `bound` bits and reading them back in order, O(bound /
+/// 64 + n); others by a comparison sort.
+fn sort_distinct(ids: &mut [u32], bound: usize) {
+    if ids.len() < 4096 || ids.len() * 16 < bound {
+        ids.sort_unstable();
+        return;
+    }
+    let mut bits = vec![0u64; bound.div_ceil(64)];
+    for &id in ids.iter() {
+        bits[id as usize / 64] |= 1 << (id % 64);
+    }
+    let mut out = ids.iter_mut();
+    for (word_index, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            let bit = word.trailing_zeros();
+            *out.next().expect("one bit per distinct id") = (word_index * 64) as u32 + bit;
+            word &= word - 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    #[test]
+    fn sort_distinct_agrees_with_a_sort_on_dense_and_sparse_sets() {
+        let mut rng = Rng(0xde75e);
+        for (count, bound) in [
+            (10_000, 10_000),
+            (5_000, 60_000),
+            (5_000, 100_000),
+            (100, 100),
+            (4_096, 5_000),
+        ] {
+            let mut all: Vec<u32> = (0..bound as u32).collect();
+            for at in (1..all.len()).rev() {
+                all.swap(at, rng.below(at + 1));
+            }
+            let mut ids = all[..count].to_vec();
+            let mut expected = ids.clone();
+            expected.sort_unstable();
+            sort_distinct(&mut ids, bound);
+            assert_eq!(ids, expected, "{count} of {bound}");
+        }
+    }
+
+    /// A hot pattern (one set past the bitmap-sort threshold) and a wide node
+    /// freeze to exactly the bytes of a matcher built from the same pairs.
+    #[test]
+    fn large_sets_and_wide_nodes_freeze_like_a_build() {
+        let trie = crate::cstrie::CsTrie::new();
+        let mut pairs: Vec<(String, String)> = (0..10_000)
+            .map(|i| ("audit.#".to_owned(), format!("sub-{i}")))
+            .collect();
+        pairs.extend((0..3_000).map(|i| (format!("tenant{i}.orders.#"), format!("tenant{i}"))));
+        trie.subscribe_many(pairs.iter().map(|(p, s)| (p.as_str(), s.as_str())));
+        let frozen = trie.snapshot().freeze().unwrap();
+        let built = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
+        assert_eq!(crate::codec::encode(&frozen), crate::codec::encode(&built));
     }
 }
