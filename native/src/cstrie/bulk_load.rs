@@ -249,8 +249,8 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
                 key: batch.text(group[0], depth),
                 value: branch,
             }),
-            PatternWord::Star => cnode.star = Some(branch),
-            PatternWord::Hash => cnode.hash = Some(branch),
+            PatternWord::Star => cnode.set_wildcard(PatternWord::Star, Some(branch)),
+            PatternWord::Hash => cnode.set_wildcard(PatternWord::Hash, Some(branch)),
         }
     }
     cnode.literals = cnode.literals.insert_many(literals).0;
@@ -283,8 +283,8 @@ fn build_chain(batch: &Batch<'_>, item: u32, depth: usize, gen: Generation) -> A
                 };
                 cnode.literals = cnode.literals.insert_leaf(leaf);
             }
-            PatternWord::Star => cnode.star = Some(branch),
-            PatternWord::Hash => cnode.hash = Some(branch),
+            PatternWord::Star => cnode.set_wildcard(PatternWord::Star, Some(branch)),
+            PatternWord::Hash => cnode.set_wildcard(PatternWord::Hash, Some(branch)),
         }
         below = Some(INode::new(gen, MainNode::committed(MainKind::Branches(cnode))));
     }
@@ -415,8 +415,8 @@ impl CsTrie {
         let mut new = cnode.clone();
         let mut added = 0;
         if at_root > 0 {
-            let (set, count) = with_all(&cnode.empty_pattern, batch, &items[..at_root]);
-            new.empty_pattern = set;
+            let (set, count) = with_all(cnode.empty_pattern(), batch, &items[..at_root]);
+            new.set_empty_pattern(set);
             added += count;
         }
         let mut changed = added > 0;
@@ -472,8 +472,8 @@ impl CsTrie {
                     key: batch.text(group[0], depth),
                     value: branch,
                 }),
-                PatternWord::Star => new.star = Some(branch),
-                PatternWord::Hash => new.hash = Some(branch),
+                PatternWord::Star => new.set_wildcard(PatternWord::Star, Some(branch)),
+                PatternWord::Hash => new.set_wildcard(PatternWord::Hash, Some(branch)),
             }
         }
         if !changed {

@@ -145,7 +145,7 @@ pub(crate) fn freeze(
         subscribers: Texts::with_capacity(pairs_hint, false),
     };
     walk.nodes.push(TempNode::default());
-    walk.add_subscribers(0, &root_cnode.empty_pattern);
+    walk.add_subscribers(0, root_cnode.empty_pattern());
     walk.run(root_cnode, ctx, guard)?;
     walk.lay_out()
 }
@@ -188,10 +188,10 @@ impl<'g> Walk<'g> {
                 let key = self.words.intern(&leaf.key, leaf.hash);
                 self.branch(key, &leaf.value, ctx, guard, &mut stack)?;
             }
-            if let Some(branch) = &cnode.star {
+            if let Some(branch) = cnode.star() {
                 self.branch(STAR_KEY, branch, ctx, guard, &mut stack)?;
             }
-            if let Some(branch) = &cnode.hash {
+            if let Some(branch) = cnode.hash() {
                 self.branch(HASH_KEY, branch, ctx, guard, &mut stack)?;
             }
             let temp = &mut self.nodes[node as usize];

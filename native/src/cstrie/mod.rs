@@ -368,12 +368,9 @@ impl CsTrie {
             };
             let Some(&word) = words.get(depth) else {
                 // Only the empty pattern ends at the root itself.
-                return match cnode.empty_pattern.with(subscriber) {
+                return match cnode.empty_pattern().with(subscriber) {
                     None => Attempt::Done(false),
-                    Some(set) => commit(CNode {
-                        empty_pattern: set,
-                        ..cnode.clone()
-                    }),
+                    Some(set) => commit(cnode.with_empty_pattern(set)),
                 };
             };
             let rest = &words[depth + 1..];
@@ -433,13 +430,10 @@ impl CsTrie {
                 return Attempt::Restart;
             };
             let Some(&word) = words.get(depth) else {
-                let Some(set) = cnode.empty_pattern.without(subscriber) else {
+                let Some(set) = cnode.empty_pattern().without(subscriber) else {
                     return Attempt::Done(false);
                 };
-                let new = CNode {
-                    empty_pattern: set,
-                    ..cnode.clone()
-                };
+                let new = cnode.with_empty_pattern(set);
                 return match gcas(inode, main, MainKind::Branches(new), ctx, guard) {
                     true => Attempt::Done(true),
                     false => Attempt::Restart,

@@ -57,14 +57,16 @@ pub(crate) enum MainKind {
 /// inline (no table to chase on every lookup and freeze); larger sets are a
 /// persistent set ([`Hamt`]), so adding or removing one id copies O(log n)
 /// slots however many ids the pattern has. Immutable: writers build a new
-/// set. The empty set allocates nothing.
+/// set. The empty set allocates nothing. 24 bytes: the table sits behind an
+/// `Arc` of its own, so the common one-id set keeps every branch (and every
+/// slot of a branch table) small.
 #[derive(Clone, Default)]
 pub(crate) enum SubscriberSet {
     #[default]
     Empty,
     One(SmolStr),
     /// Invariant: at least two ids.
-    Many(Hamt<()>),
+    Many(Arc<Hamt<()>>),
 }
 
 impl SubscriberSet {
@@ -107,10 +109,12 @@ impl SubscriberSet {
         match self {
             SubscriberSet::Empty => Some(SubscriberSet::One(id.clone())),
             SubscriberSet::One(held) if held == id => None,
-            SubscriberSet::One(held) => Some(SubscriberSet::Many(
+            SubscriberSet::One(held) => Some(SubscriberSet::Many(Arc::new(
                 Hamt::default().insert(held.clone(), ()).insert(id.clone(), ()),
-            )),
-            SubscriberSet::Many(ids) => ids.insert_new(Leaf::new(id.clone(), ())).map(SubscriberSet::Many),
+            ))),
+            SubscriberSet::Many(ids) => ids
+                .insert_new(Leaf::new(id.clone(), ()))
+                .map(|ids| SubscriberSet::Many(Arc::new(ids))),
         }
     }
 
@@ -136,7 +140,7 @@ impl SubscriberSet {
             return (set, added);
         }
         let (table, new) = table.insert_many(ids.collect());
-        (SubscriberSet::Many(table), added + new)
+        (SubscriberSet::Many(Arc::new(table)), added + new)
     }
 
     /// The set minus `id`, or `None` when `id` is absent.
@@ -148,7 +152,7 @@ impl SubscriberSet {
                 let ids = ids.remove(id)?;
                 Some(match ids.len() {
                     1 => SubscriberSet::One(ids.iter().next().expect("one id").key.clone()),
-                    _ => SubscriberSet::Many(ids),
+                    _ => SubscriberSet::Many(Arc::new(ids)),
                 })
             }
         }
@@ -168,23 +172,78 @@ pub(crate) struct Branch {
 
 /// An immutable branch table. Writers copy it (O(1): the tables inside are
 /// persistent and shared), change the copy, and GCAS it into the owning I-node.
+///
+/// 32 bytes: the literal table inline, and the parts most C-nodes lack (the
+/// wildcard branches, the root's empty pattern) behind one shared pointer.
+/// Held inline they made every main node 2.6x larger, and a bulk load of a
+/// million patterns spent much of its time faulting in that memory.
 #[derive(Clone, Default)]
 pub(crate) struct CNode {
-    /// Subscribers of the empty pattern (zero words). Only ever non-empty in
-    /// the root's C-node: that is where a zero-word pattern ends.
-    pub(crate) empty_pattern: SubscriberSet,
     /// Literal-word branches, by word. A persistent map: replacing one branch
     /// copies O(log width) slots, not the table.
     pub(crate) literals: Hamt<Branch>,
-    /// The branch for a whole-word `*`.
-    pub(crate) star: Option<Branch>,
-    /// The branch for a whole-word `#`.
-    pub(crate) hash: Option<Branch>,
+    /// Invariant: `None` exactly when all of [`Wildcards`]' fields are empty
+    /// (so an empty C-node is `literals` empty and `wild` absent).
+    wild: Option<Arc<Wildcards>>,
 }
+
+/// The wildcard branches of a C-node, and the root's empty pattern.
+#[derive(Clone, Default)]
+struct Wildcards {
+    /// Subscribers of the empty pattern (zero words). Only ever non-empty in
+    /// the root's C-node: that is where a zero-word pattern ends.
+    empty_pattern: SubscriberSet,
+    /// The branch for a whole-word `*`.
+    star: Option<Branch>,
+    /// The branch for a whole-word `#`.
+    hash: Option<Branch>,
+}
+
+impl Wildcards {
+    fn is_empty(&self) -> bool {
+        self.empty_pattern.is_empty() && self.star.is_none() && self.hash.is_none()
+    }
+}
+
+static NO_SUBSCRIBERS: SubscriberSet = SubscriberSet::Empty;
 
 impl CNode {
     pub(crate) fn is_empty(&self) -> bool {
-        self.empty_pattern.is_empty() && self.literals.is_empty() && self.star.is_none() && self.hash.is_none()
+        self.literals.is_empty() && self.wild.is_none()
+    }
+
+    /// Subscribers of the empty pattern (only the root's can be non-empty).
+    pub(crate) fn empty_pattern(&self) -> &SubscriberSet {
+        self.wild.as_ref().map_or(&NO_SUBSCRIBERS, |wild| &wild.empty_pattern)
+    }
+
+    /// The branch for a whole-word `*`.
+    pub(crate) fn star(&self) -> Option<&Branch> {
+        self.wild.as_ref().and_then(|wild| wild.star.as_ref())
+    }
+
+    /// The branch for a whole-word `#`.
+    pub(crate) fn hash(&self) -> Option<&Branch> {
+        self.wild.as_ref().and_then(|wild| wild.hash.as_ref())
+    }
+
+    /// Change the wildcard part, keeping its invariant.
+    fn change_wild(&mut self, change: impl FnOnce(&mut Wildcards)) {
+        let mut wild = self.wild.as_deref().cloned().unwrap_or_default();
+        change(&mut wild);
+        self.wild = (!wild.is_empty()).then(|| Arc::new(wild));
+    }
+
+    /// Set the empty pattern's subscribers.
+    pub(crate) fn set_empty_pattern(&mut self, set: SubscriberSet) {
+        self.change_wild(|wild| wild.empty_pattern = set);
+    }
+
+    /// A copy with the empty pattern's subscribers replaced.
+    pub(crate) fn with_empty_pattern(&self, set: SubscriberSet) -> CNode {
+        let mut copy = self.clone();
+        copy.set_empty_pattern(set);
+        copy
     }
 
     /// The literal branch for key word `word` (what a lookup follows).
@@ -201,8 +260,18 @@ impl CNode {
     pub(crate) fn branch(&self, word: PatternWord<'_>) -> Option<&Branch> {
         match word {
             PatternWord::Literal(literal) => self.literal(literal),
-            PatternWord::Star => self.star.as_ref(),
-            PatternWord::Hash => self.hash.as_ref(),
+            PatternWord::Star => self.star(),
+            PatternWord::Hash => self.hash(),
+        }
+    }
+
+    /// Replace the branch of a wildcard word (`None` removes it); literals go
+    /// through the table's own (batch) inserts.
+    pub(crate) fn set_wildcard(&mut self, word: PatternWord<'_>, branch: Option<Branch>) {
+        match word {
+            PatternWord::Star => self.change_wild(|wild| wild.star = branch),
+            PatternWord::Hash => self.change_wild(|wild| wild.hash = branch),
+            PatternWord::Literal(_) => unreachable!("set_wildcard takes `*` or `#`"),
         }
     }
 
@@ -210,8 +279,6 @@ impl CNode {
     pub(crate) fn with_branch(&self, word: PatternWord<'_>, branch: Option<Branch>) -> CNode {
         let mut copy = self.clone();
         match word {
-            PatternWord::Star => copy.star = branch,
-            PatternWord::Hash => copy.hash = branch,
             PatternWord::Literal(literal) => match branch {
                 Some(branch) => copy.literals = copy.literals.insert(SmolStr::new(literal), branch),
                 None => {
@@ -220,6 +287,7 @@ impl CNode {
                     }
                 }
             },
+            wildcard => copy.set_wildcard(wildcard, branch),
         }
         copy
     }
@@ -235,14 +303,16 @@ impl CNode {
         self.literals
             .iter()
             .map(|leaf| (PatternWord::Literal(&leaf.key), &leaf.value))
-            .chain(self.star.iter().map(|branch| (PatternWord::Star, branch)))
-            .chain(self.hash.iter().map(|branch| (PatternWord::Hash, branch)))
+            .chain(self.star().map(|branch| (PatternWord::Star, branch)))
+            .chain(self.hash().map(|branch| (PatternWord::Hash, branch)))
     }
 
     /// Take the C-node apart, handing each branch it owns alone to `take`.
     fn dismantle(self, mut take: impl FnMut(Branch)) {
         self.literals.dismantle(&mut take);
-        self.star.into_iter().chain(self.hash).for_each(take);
+        if let Some(wild) = self.wild.and_then(Arc::into_inner) {
+            wild.star.into_iter().chain(wild.hash).for_each(take);
+        }
     }
 }
 

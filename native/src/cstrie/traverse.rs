@@ -91,7 +91,7 @@ pub(crate) fn matching<'g>(
         return Vec::new();
     };
     if key.is_empty() {
-        found.extend(root_cnode.empty_pattern.iter());
+        found.extend(root_cnode.empty_pattern().iter());
     }
     // For each C-node whose `#` branch was taken: the lowest key position it
     // was taken from (C-node addresses are stable: the guard keeps them alive).
@@ -111,11 +111,11 @@ pub(crate) fn matching<'g>(
             if let Some(branch) = cnode.literal_hashed(hashes[at], key[at]) {
                 walk.follow(inode, PatternWord::Literal(key[at]), branch, at + 1);
             }
-            if let Some(branch) = &cnode.star {
+            if let Some(branch) = cnode.star() {
                 walk.follow(inode, PatternWord::Star, branch, at + 1);
             }
         }
-        if let Some(branch) = &cnode.hash {
+        if let Some(branch) = cnode.hash() {
             // `#` here was already expanded from `lowest` on, which covered
             // every later position; only positions before it are new.
             let lowest = hash_expanded
@@ -147,7 +147,7 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
         return Vec::new();
     };
     let Some((last, inner)) = pattern.split_last() else {
-        return sorted(cnode.empty_pattern.iter().cloned().collect());
+        return sorted(cnode.empty_pattern().iter().cloned().collect());
     };
     for word in inner {
         let next = cnode.branch(*word).and_then(|branch| branch.child.as_ref());
@@ -167,8 +167,8 @@ pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut vi
     let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
         return;
     };
-    if !root_cnode.empty_pattern.is_empty() {
-        visit("", &root_cnode.empty_pattern);
+    if !root_cnode.empty_pattern().is_empty() {
+        visit("", root_cnode.empty_pattern());
     }
     // (C-node, text of the pattern prefix leading to it; None at the root).
     let mut stack: Vec<(&CNode, Option<String>)> = vec![(root_cnode, None)];
