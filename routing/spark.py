@@ -121,8 +121,8 @@ def spark_conf(
         # Python workers run this interpreter (the project's virtualenv), not whatever is on PATH.
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
-        # Delta's defaults assume a cluster: 50 partitions to read a table's log is slow on 2 cores.
-        "spark.databricks.delta.snapshotPartitions": str(spark.shuffle_partitions),
+        # Delta's defaults assume a cluster: 50 partitions to replay a table's log is slow on 2 cores.
+        "spark.databricks.delta.snapshotPartitions": str(spark.delta_snapshot_partitions),
     }
     if submitted:
         # The submitter picks the executors' Python (see module docstring).

@@ -66,6 +66,10 @@ def test_spark_conf_uses_only_local_jars(settings: Settings) -> None:
     assert not any(key in conf for key in FORBIDDEN_CONF)
     assert conf["spark.jars.ivy"] == settings.spark.ivy_dir
     assert conf["spark.ui.enabled"] == "false"
+    # Delta's log replay runs with spark.delta_snapshot_partitions partitions, not the shuffle's.
+    assert conf["spark.databricks.delta.snapshotPartitions"] == str(settings.spark.delta_snapshot_partitions)
+    replay = settings.replace(spark=dataclasses.replace(settings.spark, delta_snapshot_partitions=3))
+    assert spark_conf(replay)["spark.databricks.delta.snapshotPartitions"] == "3"
     for key in FORBIDDEN_CONF:
         with pytest.raises(ValueError, match="make jars"):
             spark_conf(settings, extra_conf={key: "io.delta:delta-spark_4.2_2.13:4.4.1"})
