@@ -438,22 +438,7 @@ impl<'a> Interner<'a> {
 
     /// `(temporary id -> final id, interned texts in final order)`.
     fn finish(self, index: Index) -> Result<(Vec<u32>, Interned), BuildError> {
-        // Text order, compared first on the first 16 bytes as one big-endian
-        // integer (zero-padded): integer order is byte order on the prefix,
-        // and equal prefixes fall back to the whole text, so the order is
-        // exactly `str`'s. Most words differ within 16 bytes, which saves a
-        // memcmp per comparison of a million `tenant<i>` words.
-        let mut order: Vec<(u128, u32)> = self
-            .texts
-            .iter()
-            .enumerate()
-            .map(|(id, text)| (text_prefix(text), id as u32))
-            .collect();
-        order.sort_unstable_by(|(left_prefix, left), (right_prefix, right)| {
-            left_prefix
-                .cmp(right_prefix)
-                .then_with(|| self.texts[*left as usize].cmp(self.texts[*right as usize]))
-        });
+        let order = sort_by_text(0..self.texts.len() as u32, |id| self.texts[id as usize]);
         let order: Vec<u32> = order.into_iter().map(|(_, id)| id).collect();
         let mut rank = vec![0u32; order.len()];
         let bytes = self.texts.iter().map(|t| t.len()).sum();
@@ -467,6 +452,23 @@ impl<'a> Interner<'a> {
         }
         Ok((rank, interned))
     }
+}
+
+/// `ids` sorted by `text(id)` in `str` order, each with its text's prefix key.
+///
+/// Compared first on the first 16 bytes as one big-endian integer
+/// (zero-padded): integer order is byte order on the prefix, and equal
+/// prefixes fall back to the whole text, so the order is exactly `str`'s.
+/// Most words differ within 16 bytes, which saves a memcmp per comparison of
+/// a million `tenant<i>` words. Equal prefixes mean the texts may be equal.
+pub(crate) fn sort_by_text<'t>(ids: impl Iterator<Item = u32>, text: impl Fn(u32) -> &'t str) -> Vec<(u128, u32)> {
+    let mut order: Vec<(u128, u32)> = ids.map(|id| (text_prefix(text(id)), id)).collect();
+    order.sort_unstable_by(|(left_prefix, left), (right_prefix, right)| {
+        left_prefix
+            .cmp(right_prefix)
+            .then_with(|| text(*left).cmp(text(*right)))
+    });
+    order
 }
 
 /// The first 16 bytes of `text`, zero-padded, as a big-endian integer.

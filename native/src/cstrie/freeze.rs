@@ -32,7 +32,7 @@ use super::gcas::{gcas_read, Ctx};
 use super::hash_word;
 use super::node::{Branch, CNode, INode, SubscriberSet};
 use super::sync::epoch::Guard;
-use crate::frozen::{BuildError, Edge, FrozenMatcher, Index, Interned, Node, NONE};
+use crate::frozen::{sort_by_text, BuildError, Edge, FrozenMatcher, Index, Interned, Node, NONE};
 
 /// Temporary kid keys of the wildcards: after every word rank (ranks stay
 /// below `u32::MAX - 1`, as [`Interned::from_sorted`] requires), star first.
@@ -89,20 +89,8 @@ impl<'g> Texts<'g> {
     /// The texts flagged in `used`, ranked in text order: `(rank of each id
     /// (unused ids: none; equal texts: one rank), the interned table)`.
     fn rank(&self, used: &[bool], index: Index) -> Result<(Vec<u32>, Interned), BuildError> {
-        // Compared on the first 16 bytes as one big-endian integer first: most
-        // texts differ there, which saves a memcmp per comparison.
-        let mut order: Vec<(u128, u32)> = self
-            .texts
-            .iter()
-            .enumerate()
-            .filter(|&(id, _)| used[id])
-            .map(|(id, &(text, _))| (text_prefix(text), id as u32))
-            .collect();
-        order.sort_unstable_by(|(left_prefix, left), (right_prefix, right)| {
-            left_prefix
-                .cmp(right_prefix)
-                .then_with(|| self.texts[*left as usize].0.cmp(self.texts[*right as usize].0))
-        });
+        let used_ids = (0..self.texts.len() as u32).filter(|&id| used[id as usize]);
+        let order = sort_by_text(used_ids, |id| self.texts[id as usize].0);
         let mut rank = vec![NONE; self.texts.len()];
         let mut distinct: Vec<(&str, u64)> = Vec::with_capacity(order.len());
         for (at, &(prefix, id)) in order.iter().enumerate() {
@@ -116,15 +104,6 @@ impl<'g> Texts<'g> {
         let interned = Interned::from_sorted(distinct.into_iter(), index)?;
         Ok((rank, interned))
     }
-}
-
-/// The first 16 bytes of `text`, zero-padded, as a big-endian integer (its
-/// order is the texts' byte order on that prefix).
-fn text_prefix(text: &str) -> u128 {
-    let mut prefix = [0u8; 16];
-    let bytes = &text.as_bytes()[..text.len().min(16)];
-    prefix[..bytes.len()].copy_from_slice(bytes);
-    u128::from_be_bytes(prefix)
 }
 
 /// The snapshot under `root` as a frozen matcher (see the module docs).
