@@ -713,7 +713,11 @@ class Router:
         self.lease = CheckpointLease.acquire(self.spark, router.checkpoint_path, job="router", name=router.app_id)
         try:
             self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(router.arrow_batch_rows))
-            self.snapshots.maybe_refresh(force=True)
+            # The first snapshot builds on the refresh thread while the query starts (source, offsets, the
+            # first batch's plan): the first batch waits for it in current_version, and a failed build fails
+            # that batch, so the job exits 1 naming it. Waiting here put the whole build (seconds at a
+            # million subscriptions) before any of that.
+            self.snapshots.request_refresh()
             self.listener = _ProgressListener(self)
             self.spark.streams.addListener(self.listener)
             return start_query(
