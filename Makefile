@@ -124,7 +124,7 @@ lint: install
 # other worker's work. PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 2
 test: install native lint native-test fuzz-smoke
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=60
 
 test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"

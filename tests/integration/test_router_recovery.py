@@ -1,17 +1,19 @@
-"""Replay determinism: the router as a real process, killed with SIGKILL between a batch's writes and its commit.
+"""Replay determinism: a batch that dies between its writes and its checkpoint commit replays with its recorded version.
 
-:func:`test_replayed_batch_uses_its_recorded_version` kills the job with the
-test-only after-writes hook (``routing.streaming.CRASH_AFTER_WRITES_ENV``) between a batch's Delta
-writes and its checkpoint commit, changes the subscription table, and
-restarts: Spark re-executes that batch, the router routes it with the
-version recorded in the ledger (not the new one), and the idempotent writes
-add nothing. Random SIGKILLs of the router (and of the broker and the refresh job) while traffic
-flows are ``tests/integration/test_chaos.py``'s, with the harness of ``bench/chaos.py``.
+:func:`test_replayed_batch_uses_its_recorded_version` fails batch 1 in the router's after-writes hook
+(:data:`routing.streaming.AfterWrites`, the point the test-only crash hook
+``routing.streaming.CRASH_AFTER_WRITES_ENV`` SIGKILLs a router process at): its deliveries and ledger
+entry are committed, its checkpoint commit never happens. The subscription table then changes and the
+router restarts on the same checkpoint: Spark re-executes that batch, the router routes it with the
+version recorded in the ledger (not the new one), and the idempotent writes add nothing. It runs on the
+shared session: what Spark keeps of a batch that failed there is what it keeps of one whose process was
+killed (the offset log entry, no commit entry), and the SIGKILLed processes, with the same replay checks
+on every batch, are ``tests/integration/test_chaos.py``'s (the harness of ``bench/chaos.py``), so this
+test spares the suite a JVM start.
 """
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +24,15 @@ from router_support import (
     apply_subscriptions,
     assert_ids_exact,
     expected_outcomes,
-    kill_group,
     ledger_versions,
     produce,
     read_routed,
     router_settings,
     run_available_now,
-    start_router,
+    with_router,
 )
 
-from routing.streaming import CRASH_AFTER_WRITES_ENV
+from routing.router.pipeline import Router
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,6 +40,11 @@ if TYPE_CHECKING:
     from routing.settings import Settings
 
 pytestmark = pytest.mark.slow
+
+
+class BatchOneDies(RuntimeError):
+    """The failure the after-writes hook raises in batch 1."""
+
 
 SUBSCRIPTIONS = [
     ("stock.*.msft", "msft-desk"),
@@ -58,15 +64,22 @@ def test_replayed_batch_uses_its_recorded_version(
     cycle: list[bytes | None] = [b"stock.nasdaq.msft", b"stock.nyse.ibm", b"forex.eur", b"bond.x", None]
     records = produce(job, topic, [(cycle[index % 5], b"v", []) for index in range(60)])
 
-    log_path = tmp_path / "route-crash.log"
-    with log_path.open("wb") as log:
-        process = start_router(job, log, env={CRASH_AFTER_WRITES_ENV: "1"})
-        try:
-            process.wait(timeout=WAIT_TIMEOUT_S)
-        finally:
-            kill_group(process)
-    assert process.returncode == -signal.SIGKILL, log_path.read_text(errors="replace")[-3000:]
-    # Batch 1 wrote its rows (and its ledger entry) before the kill; its checkpoint commit never happened.
+    def fail_batch_1(batch_id: int) -> None:
+        if batch_id == 1:
+            raise BatchOneDies("batch 1 dies after its writes, before its checkpoint commit")
+
+    crashing = Router(spark, with_router(job, trigger="available_now"), after_writes=fail_batch_1)
+    query = crashing.start()
+    try:
+        with pytest.raises(Exception, match="batch 1 dies after its writes"):
+            query.awaitTermination(int(WAIT_TIMEOUT_S))
+    finally:
+        if query.isActive:
+            query.stop()
+        crashing.close(progress_wait_s=0)
+    # Batch 1 wrote its rows (and its ledger entry) before it died; its checkpoint commit never happened.
+    checkpoint = Path(job.router.checkpoint_path)
+    assert (checkpoint / "offsets" / "1").is_file() and not (checkpoint / "commits" / "1").exists()
     assert ledger_versions(spark, job) == [(0, old_version), (1, old_version)]
     assert {row["batch_id"] for row in read_routed(spark, job).deliveries} == {0, 1}
 
