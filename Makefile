@@ -21,7 +21,7 @@ help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
 	@echo "make test   install everything, lint, type-check and run the whole test suite"
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
-	@echo "make bench-latency  sustained-rate latency of the router and the passthrough (~20 min; idle machine)"
+	@echo "make bench-latency  sustained-rate latency of the router and the passthrough (~15 min; idle machine)"
 	@echo "make chaos  SIGKILL the router, broker and refresh job at random under live traffic, check every message (bench/results/chaos.md)"
 	@echo "make fuzz   each cargo-fuzz target for FUZZ_MINUTES (default 10) minutes: bench/results/fuzz.md, corpus in native/fuzz/corpus/"
 	@echo "make loom   the CS-trie's loom models (~40 s on 2 cores, plus a first build of ~2 min)"

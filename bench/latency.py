@@ -1052,8 +1052,9 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument(
         "--rates",
         type=_positive_list,
-        default=(2_000, 5_000, 10_000, 20_000),
-        help="offered rates in msg/s, comma-separated, run in increasing order (default 2000,5000,10000,20000)",
+        # Up to twice the passthrough's 20,000 msg/s, which the first grid (2,000-20,000) sustained at its top.
+        default=(10_000, 15_000, 20_000, 30_000, 40_000),
+        help="offered rates in msg/s, comma-separated, run in increasing order (default 10000,15000,20000,30000,40000)",
     )
     parser.add_argument("--step-seconds", type=float, default=60.0, help="length of each rate's step (default 60)")
     parser.add_argument(
