@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from routing.router.pipeline import Router
+    from routing.streaming import AfterWrites
     from routing.validation import Validator
 
 # PySpark's local mode starts Python workers with PYSPARK_PYTHON (the driver's spark.pyspark.python
@@ -362,6 +363,32 @@ def start_router(
 ) -> subprocess.Popen[bytes]:
     """``python -m jobs.route`` with ``settings`` (:func:`start_job`)."""
     return start_job("jobs.route", [*route_flags(settings), *args], log, env=env)
+
+
+class BatchDied(RuntimeError):
+    """What :func:`fail_after_writes` raises: a batch failing after its writes, before its checkpoint commit."""
+
+
+def fail_after_writes(target_batch: int) -> AfterWrites:
+    """An after-writes hook that fails batch ``target_batch`` in-process (:class:`BatchDied`).
+
+    The point the test-only crash hook (``routing.streaming.CRASH_AFTER_WRITES_ENV``) SIGKILLs a job
+    process at: Spark keeps what it keeps of a killed process's batch (the offset log entry, no commit
+    entry; :func:`assert_planned_not_committed`), without a JVM start of its own.
+    """
+
+    def fail(batch_id: int) -> None:
+        if batch_id == target_batch:
+            raise BatchDied(f"batch {batch_id} dies after its writes, before its checkpoint commit")
+
+    return fail
+
+
+def assert_planned_not_committed(checkpoint: str, batch_id: int) -> None:
+    """The streaming checkpoint holds ``batch_id``'s offsets but not its commit (a batch that died mid-way)."""
+    root = Path(checkpoint)
+    assert (root / "offsets" / str(batch_id)).is_file(), f"no offset log entry for batch {batch_id}"
+    assert not (root / "commits" / str(batch_id)).exists(), f"batch {batch_id} was committed"
 
 
 def kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Producer
+from router_support import assert_planned_not_committed, fail_after_writes
 
 from jobs.refresh_subscriptions import main, refresh_from_kafka
 from routing.limits import Limits
@@ -229,10 +230,6 @@ def set_flags(settings: Settings) -> list[str]:
 
 
 @pytest.mark.slow
-class BatchZeroDies(RuntimeError):
-    """The failure the after-writes hook raises in batch 0."""
-
-
 def test_killed_run_is_safe_to_rerun(spark: SparkSession, job_settings: Settings, topic_factory: Any) -> None:
     # One partition and 5 events per batch, so the batches are known: offsets [0-4] and [5-8].
     settings = with_topic(job_settings, topic_factory(partitions=1), max_offsets_per_trigger=5)
@@ -258,14 +255,9 @@ def test_killed_run_is_safe_to_rerun(spark: SparkSession, job_settings: Settings
     # Batch 0 dies after its Delta writes, before its checkpoint commit (the point the test-only hook
     # CRASH_AFTER_WRITES_ENV SIGKILLs a job process at; the SIGKILLed refresh job processes are
     # test_refresh_concurrency.py's and test_chaos.py's, so this one runs on the shared session).
-    def fail_batch_0(batch_id: int) -> None:
-        if batch_id == 0:
-            raise BatchZeroDies("batch 0 dies after its writes, before its checkpoint commit")
-
     with pytest.raises(Exception, match="batch 0 dies after its writes"):
-        refresh_from_kafka(spark, settings, after_writes=fail_batch_0)
-    checkpoint = Path(settings.subscriptions.checkpoint_path)
-    assert (checkpoint / "offsets" / "0").is_file() and not (checkpoint / "commits" / "0").exists()
+        refresh_from_kafka(spark, settings, after_writes=fail_after_writes(0))
+    assert_planned_not_committed(settings.subscriptions.checkpoint_path, 0)
     assert_matches_model(spark, settings, model)  # batch 0 did reach Delta before it died
 
     summary = refresh_from_kafka(spark, settings)

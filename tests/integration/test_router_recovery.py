@@ -23,7 +23,9 @@ from router_support import (
     active_subscriptions,
     apply_subscriptions,
     assert_ids_exact,
+    assert_planned_not_committed,
     expected_outcomes,
+    fail_after_writes,
     ledger_versions,
     produce,
     read_routed,
@@ -40,10 +42,6 @@ if TYPE_CHECKING:
     from routing.settings import Settings
 
 pytestmark = pytest.mark.slow
-
-
-class BatchOneDies(RuntimeError):
-    """The failure the after-writes hook raises in batch 1."""
 
 
 SUBSCRIPTIONS = [
@@ -64,11 +62,7 @@ def test_replayed_batch_uses_its_recorded_version(
     cycle: list[bytes | None] = [b"stock.nasdaq.msft", b"stock.nyse.ibm", b"forex.eur", b"bond.x", None]
     records = produce(job, topic, [(cycle[index % 5], b"v", []) for index in range(60)])
 
-    def fail_batch_1(batch_id: int) -> None:
-        if batch_id == 1:
-            raise BatchOneDies("batch 1 dies after its writes, before its checkpoint commit")
-
-    crashing = Router(spark, with_router(job, trigger="available_now"), after_writes=fail_batch_1)
+    crashing = Router(spark, with_router(job, trigger="available_now"), after_writes=fail_after_writes(1))
     query = crashing.start()
     try:
         with pytest.raises(Exception, match="batch 1 dies after its writes"):
@@ -78,8 +72,7 @@ def test_replayed_batch_uses_its_recorded_version(
             query.stop()
         crashing.close(progress_wait_s=0)
     # Batch 1 wrote its rows (and its ledger entry) before it died; its checkpoint commit never happened.
-    checkpoint = Path(job.router.checkpoint_path)
-    assert (checkpoint / "offsets" / "1").is_file() and not (checkpoint / "commits" / "1").exists()
+    assert_planned_not_committed(job.router.checkpoint_path, 1)
     assert ledger_versions(spark, job) == [(0, old_version), (1, old_version)]
     assert {row["batch_id"] for row in read_routed(spark, job).deliveries} == {0, 1}
 
