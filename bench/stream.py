@@ -71,7 +71,10 @@ Every variant is warmed up first on a separate warm-up topic of
 router variant at each size. A few thousand messages were not enough: the
 first measured passthrough then ran at half the speed of the last one (JIT),
 and the first router run of a session plans and loads everything for the first
-time, and each worker loads its matcher there.
+time, and each worker loads its matcher there. The warm-up's router also writes
+each size's snapshot file (``router.snapshot_files``, beside the subscription
+table), so a measured run starts as a restarted router does: its first snapshot
+comes from that file, not from a build (the profile's last row says which).
 
 Figures
 -------
@@ -210,6 +213,8 @@ class Run:
     stages: dict[str, float] = dataclasses.field(default_factory=dict)
     #: The query progress's ``durationMs`` per phase, summed over batches (milliseconds).
     duration_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: How the router's first snapshot was published (``SnapshotBroadcasts.history``: mode, seconds), for (b)/(c)/(e).
+    first_snapshot: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def msg_per_s(self) -> float:
@@ -555,6 +560,7 @@ def run_router(
         python_s=sum(report.metrics.get("python_ns", 0) for report in reports) / 1e9,
         stages=summed([report.stages for report in reports]),
         duration_ms=summed([router.durations_ms.get(report.batch_id, {}) for report in reports]),
+        first_snapshot=next((dict(entry) for entry in router.snapshots.history if "mode" in entry), {}),
     )
 
 
@@ -838,6 +844,14 @@ def profile_lines(results: Results) -> list[str]:
     row(
         "`triggerExecution` (progress)",
         [per_batch(run, run.duration_ms.get("triggerExecution", 0) / 1000) for run in runs],
+    )
+    # The first publish is what the first batch waits for: built from the table, or read from its snapshot file.
+    rows.append(
+        ["first snapshot published by (s, whole run)"]
+        + [
+            f"{run.first_snapshot['mode']} {run.first_snapshot.get('seconds', 0):.2f}" if run.first_snapshot else "-"
+            for run in runs
+        ]
     )
     return [
         "## Per-batch profile (best repeat of each variant)",

@@ -413,10 +413,12 @@ class RouterSettings:
         "unrouted_path",
         "ledger_path",
         "metrics_path",
+        "snapshot_files_path",
     )
     URI_PATHS: ClassVar[tuple[str, ...]] = PATHS
-    #: Empty means the default place (``ledger_path``) or off (``metrics_path``), and stays empty.
-    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path")
+    #: Empty means the default place (``ledger_path``, ``snapshot_files_path``) or off (``metrics_path``), and
+    #: stays empty.
+    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path", "snapshot_files_path")
 
     #: Kafka topics to route (ignored when ``subscribe_pattern`` is set).
     topics: tuple[str, ...] = ("messages",)
@@ -465,6 +467,13 @@ class RouterSettings:
     #: mean fewer slow batches (a checkpoint adds six Spark jobs to its batch) but more log files for a
     #: reader starting cold and for each batch's state replay. Applies to tables created from then on.
     delta_checkpoint_interval: int = 10
+    #: Keep every published snapshot as a file too (``routing.router.snapshot_files``), so that a router starting
+    #: on a version that has one loads it instead of rebuilding it from the table (and replays read it).
+    snapshot_files: bool = True
+    #: Directory of those files. Empty: ``_snapshots`` inside the subscription table (Delta ignores it).
+    snapshot_files_path: str = ""
+    #: Versions whose files are kept; older ones are deleted as new ones are written.
+    snapshot_files_keep: int = 3
 
     def __post_init__(self) -> None:
         section = self.SECTION

@@ -58,6 +58,7 @@ from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.classify import classify_columns
 from routing.router.ledger import Ledger, ledger_directory
+from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import (
     DEAD_LETTERS_DDL,
@@ -478,7 +479,10 @@ class Router:
         for path, ddl in outputs:
             create_delta_table_if_absent(spark, path, ddl, partition_by=(PARTITION_COLUMN,), properties=properties)
         self.snapshots = SnapshotBroadcasts(
-            spark, settings.subscriptions.table_path, refresh_interval_s=router.refresh_interval_s
+            spark,
+            settings.subscriptions.table_path,
+            refresh_interval_s=router.refresh_interval_s,
+            files=open_snapshot_files(router, settings.subscriptions.table_path),
         )
         self.reports: dict[int, BatchReport] = {}
         #: The hot path's column expressions, built once (see :class:`BatchPlan`).

@@ -29,6 +29,15 @@ How a new subscription-table version reaches the stream, off the batch path:
   from Delta time travel, straight from Arrow (``FrozenMatcher.from_arrow``),
   on the calling thread: the replay must route with exactly that version.
 
+* Every snapshot built here is also written, after its publish, as a
+  content-addressed file beside the table (:mod:`routing.router.snapshot_files`,
+  ``router.snapshot_files``). A trie in an unknown state (the first load) first
+  looks for the version's file: a router restarting at a million subscriptions
+  then publishes in a read and a validating ``from_bytes`` (``mode="file"``)
+  instead of a full build, and loads the trie whole only when the table next
+  changes. Replays read the file of their version before falling back to time
+  travel.
+
 Every publish logs the snapshot's memory (serialized bytes, pairs, patterns,
 subscribers) and how it was built, and appends the same to :attr:`history`.
 Tests wait for a publish with :meth:`~SnapshotBroadcasts.wait_published`
@@ -46,6 +55,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from routing.matchers.native import BulkRowError, CSTrieMatcher, FrozenMatcher
+from routing.router.snapshot_files import SnapshotFiles
 from routing.subscriptions import ChangesUnavailable, latest_version, read_active_arrow, read_changes
 
 if TYPE_CHECKING:
@@ -87,11 +97,13 @@ class SnapshotBroadcasts:
         table_path: str,
         *,
         refresh_interval_s: float,
+        files: SnapshotFiles | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._spark = spark
         self._table_path = table_path
         self._refresh_interval_s = refresh_interval_s
+        self._files = files
         self._clock = clock
         # Guards everything below except the trie, which only the refresh thread touches.
         self._cond = threading.Condition()
@@ -269,16 +281,24 @@ class SnapshotBroadcasts:
         version = latest_version(self._spark, self._table_path)
         with self._cond:
             current = self._current
-        if current is not None and current.version == version and self._trie_version == version:
+        if current is not None and current.version == version:
             return
         started = time.perf_counter()
         entry: dict[str, Any] = {"version": version}
-        self._bring_trie_to(version, entry)
-        applied = time.perf_counter()
-        if self.before_publish is not None:
-            self.before_publish(version)
-        frozen = self._trie.snapshot().freeze()
-        data = frozen.to_bytes()
+        # A trie in an unknown state (the first load) would be loaded whole: a file of the version is cheaper.
+        loaded = self._read_file(version, entry) if self._trie_version is None else None
+        if loaded is not None:
+            data, frozen = loaded
+            applied = time.perf_counter()
+            if self.before_publish is not None:
+                self.before_publish(version)
+        else:
+            self._bring_trie_to(version, entry)
+            applied = time.perf_counter()
+            if self.before_publish is not None:
+                self.before_publish(version)
+            frozen = self._trie.snapshot().freeze()
+            data = frozen.to_bytes()
         frozen_at = time.perf_counter()
         broadcast = self._spark.sparkContext.broadcast(data)
         with self._cond:
@@ -308,6 +328,28 @@ class SnapshotBroadcasts:
             self.history.append(entry)
             self._cond.notify_all()
         log.info("published snapshot %s", entry)
+        if loaded is None and self._files is not None:
+            # After the publish, so batches never wait for it; the next start of a router loads it.
+            written_at = time.perf_counter()
+            entry["file"] = self._files.write(version, data)
+            entry["file_write_s"] = round(time.perf_counter() - written_at, 3)
+
+    def _read_file(self, version: int, entry: dict[str, Any]) -> tuple[bytes, FrozenMatcher] | None:
+        """The bytes and matcher of ``version``'s snapshot file, if a valid one exists (see ``snapshot_files``)."""
+        if self._files is None:
+            return None
+        started = time.perf_counter()
+        data = self._files.read(version)
+        if data is None:
+            return None
+        try:
+            frozen = FrozenMatcher.from_bytes(data)
+        except Exception as error:  # a file of another codec version, or damage the digest cannot see
+            log.warning("snapshot file of version %s does not decode (%s); building from the table", version, error)
+            return None
+        entry.update(mode="file", after_version=self._trie_version, changed_rows=0, added=0, removed=0, skipped_rows=0)
+        entry["read_s"] = round(time.perf_counter() - started, 3)
+        return data, frozen
 
     def _bring_trie_to(self, version: int, entry: dict[str, Any]) -> None:
         """Update the live trie to ``version``: the changed rows when possible, else the whole table."""
@@ -353,12 +395,17 @@ class SnapshotBroadcasts:
         )
 
     def _time_travel(self, version: int) -> tuple[bytes, int]:
-        """The matcher bytes and pair count of ``version``, built from the table as of then."""
+        """The matcher bytes and pair count of ``version``: its snapshot file, else built from the table as of then."""
+        loaded = self._read_file(version, {})
+        if loaded is not None:
+            self.history.append({"event": "replay_rebuild", "version": version, "source": "file"})
+            return loaded[0], len(loaded[1])
         table = read_active_arrow(self._spark, self._table_path, version)
         try:
             frozen = FrozenMatcher.from_arrow(table.column("pattern"), table.column("subscriber_id"))
         except BulkRowError as error:
             frozen = FrozenMatcher.from_arrow(*_without_rows(table, error))
+        self.history.append({"event": "replay_rebuild", "version": version, "source": "table"})
         return frozen.to_bytes(), len(frozen)
 
     def _destroy_unused_locked(self, keep: tuple[Published | None, ...]) -> None:

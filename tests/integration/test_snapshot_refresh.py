@@ -20,6 +20,7 @@ from router_support import WAIT_TIMEOUT_S, apply_subscriptions
 
 from routing.matchers import FrozenMatcher
 from routing.reference import ReferenceMatcher
+from routing.router.snapshot_files import SnapshotFiles
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.streaming import create_delta_table_if_absent
 from routing.subscriptions.table import (
@@ -219,3 +220,63 @@ def test_a_table_without_the_change_feed_is_loaded_whole_until_the_refresh_job_e
     entry = snapshots.history[-1]
     assert (entry["mode"], entry["after_version"], entry["changed_rows"]) == ("changes", v2, 2)
     assert matcher_of(published).subscriptions() == {("a.#", "s1"), ("c.*", "s3"), ("d", "s4")}
+
+
+def test_a_restart_publishes_its_first_snapshot_from_the_file_of_that_version(
+    spark: SparkSession, job: Settings, tmp_path: Path
+) -> None:
+    files = SnapshotFiles(str(tmp_path / "snapshot_files"), keep=3)
+    made: list[SnapshotBroadcasts] = []
+
+    def start() -> SnapshotBroadcasts:
+        made.append(SnapshotBroadcasts(spark, job.subscriptions.table_path, refresh_interval_s=NEVER_S, files=files))
+        made[-1].maybe_refresh(force=True)  # waits for the attempt, the file write after the publish included
+        return made[-1]
+
+    try:
+        v1 = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", [("a.*", "s1"), ("#", "s2"), ("b.#", "s3")])
+        first = start()
+        built = first.history[-1]
+        assert (built["mode"], built["version"]) == ("full", v1)
+        assert built["file"] is not None
+        assert [file.version for file in files.files()] == [v1]
+
+        # A restart on the same version: no build, the file's bytes are what is broadcast.
+        second = start()
+        loaded = second.history[-1]
+        assert (loaded["mode"], loaded["version"]) == ("file", v1)
+        published = second.acquire(v1)
+        assert published.broadcast.value == first.acquire(v1).broadcast.value
+        assert_matches_table(spark, job, published)
+        second.release(published)
+
+        # The trie was never loaded: the next version is loaded whole, then changes apply incrementally.
+        v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", [("c", "s4")], [("#", "s2")])
+        second.request_refresh()
+        assert_matches_table(spark, job, second.wait_published(v2, WAIT_TIMEOUT_S))
+        assert second.history[-1]["mode"] == "full"
+        v3 = apply_subscriptions(spark, job, tmp_path / "v3.jsonl", [("d.*", "s5")])
+        second.request_refresh()
+        assert_matches_table(spark, job, second.wait_published(v3, WAIT_TIMEOUT_S))
+        assert (second.history[-1]["mode"], second.history[-1]["after_version"]) == ("changes", v2)
+
+        # A replay of v1 reads its file; with the file damaged, it falls back to time travel.
+        second.maybe_refresh(force=True)
+        assert [file.version for file in files.files()] == [v3, v2, v1]
+        replayed = second.acquire(v1)
+        assert_matches_table(spark, job, replayed)
+        second.release(replayed)
+        assert second.history[-1] == {"event": "replay_rebuild", "version": v1, "source": "file"}
+        for file in files.files():
+            (tmp_path / "snapshot_files" / file.name).write_bytes(b"damaged")
+        replayed = second.acquire(v2)
+        assert_matches_table(spark, job, replayed)
+        assert second.history[-1] == {"event": "replay_rebuild", "version": v2, "source": "table"}
+
+        # A restart whose file is damaged builds from the table, and matches it all the same.
+        third = start()
+        assert (third.history[-1]["mode"], third.history[-1]["version"]) == ("full", v3)
+        assert_matches_table(spark, job, third.acquire(v3))
+    finally:
+        for snapshots in made:
+            snapshots.close()

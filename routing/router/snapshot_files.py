@@ -1,0 +1,212 @@
+"""Frozen snapshots kept as files beside the subscription table, so a restart need not rebuild them.
+
+A router's first batch has nothing to route with until the first snapshot is published, and building
+one from the table takes seconds at a million subscriptions (read every active row, bulk-load the
+trie, freeze, serialize). Every snapshot the driver publishes is therefore also written here, and a
+router that starts (or restarts, or replays a batch) on a version that has a file loads it instead:
+one read and a validating ``FrozenMatcher.from_bytes``.
+
+Layout, one directory (``router.snapshot_files_path``; empty: ``_snapshots`` inside the subscription
+table, which Delta ignores like every ``_``-prefixed directory, VACUUM included)::
+
+    <version>-<sha256 of the bytes, 64 hex>.frozen    one serialized FrozenMatcher (``to_bytes``)
+    .<final name>.<random>.tmp                         a write in progress (renamed into place)
+
+* **Content-addressed, trusting nothing.** A file is used only if its bytes hash to the digest in its
+  name; the matcher codec then validates the layout itself. A torn, truncated, foreign or tampered
+  file is logged and skipped, and the router builds from the table as if there were no file. Whoever
+  may write here may write the table too: the files add no new trust.
+* **Same version, same routing.** A file holds exactly the active pairs of its table version (bad
+  rows skipped as every build skips them), so routing a version from its file or from a fresh build
+  gives the same deliveries; two routers writing one version at once both write valid files.
+* **Retention.** After a write, only the newest ``keep`` versions stay; stale temporary files older
+  than :data:`STALE_TEMP_S` go too. A router reading a file another one just pruned falls back to a
+  build.
+* **Filesystems.** Through ``pyarrow.fs``: local paths, ``file:``, ``s3://`` / ``s3a://``,
+  ``gs://``, ``hdfs://`` and ``abfs[s]://`` (what pyarrow was built with). A 20 MB snapshot reads in
+  milliseconds there, where Hadoop's FileSystem through the JVM gateway took a second. A scheme
+  pyarrow cannot open disables the files with one warning (:class:`SnapshotFilesUnavailable`).
+* **Never fatal.** Every failure to read, write or prune is logged; routing never depends on a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from routing.settings import is_uri
+
+if TYPE_CHECKING:
+    from routing.settings import RouterSettings
+
+log = logging.getLogger(__name__)
+
+#: The directory's name inside the subscription table when ``router.snapshot_files_path`` is empty.
+DEFAULT_DIRECTORY = "_snapshots"
+#: Seconds after which a temporary file is a crashed writer's leftover, deleted when pruning.
+STALE_TEMP_S = 3600.0
+#: Files larger than this are not read (no snapshot within the table limits comes close).
+MAX_FILE_BYTES = 1 << 34
+
+_NAME = re.compile(r"^(\d{1,19})-([0-9a-f]{64})\.frozen$")
+
+
+class SnapshotFilesUnavailable(RuntimeError):
+    """pyarrow cannot open the directory's filesystem (the message says which URI)."""
+
+
+def snapshot_files_directory(snapshot_files_path: str, table_path: str) -> str:
+    """``snapshot_files_path``, or ``_snapshots`` inside the subscription table when it is empty."""
+    if snapshot_files_path:
+        return snapshot_files_path
+    return f"{table_path.rstrip('/')}/{DEFAULT_DIRECTORY}"
+
+
+def open_snapshot_files(router: RouterSettings, table_path: str) -> SnapshotFiles | None:
+    """The router's snapshot files as configured, or None when off or unavailable (logged once, here)."""
+    if not router.snapshot_files:
+        return None
+    directory = snapshot_files_directory(router.snapshot_files_path, table_path)
+    try:
+        return SnapshotFiles(directory, keep=router.snapshot_files_keep)
+    except SnapshotFilesUnavailable as why:
+        log.warning("snapshot files are off: %s", why)
+        return None
+
+
+@dataclass(frozen=True)
+class SnapshotFile:
+    """One valid-looking file name: the version it holds and the digest its bytes must have."""
+
+    version: int
+    digest: str
+    name: str
+
+
+def file_name(version: int, data: bytes) -> str:
+    return f"{version}-{hashlib.sha256(data).hexdigest()}.frozen"
+
+
+def _filesystem(directory: str) -> tuple[object, str]:
+    import pyarrow.fs as pafs
+
+    if not is_uri(directory):
+        return pafs.LocalFileSystem(), os.path.abspath(directory)
+    scheme, rest = directory.split(":", 1)
+    # Hadoop's S3 connectors name the same buckets s3a:// (and the old s3n://).
+    uri = f"s3:{rest}" if scheme.lower() in ("s3a", "s3n") else directory
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(uri)
+    except Exception as error:  # pyarrow raises ArrowInvalid / ArrowNotImplementedError / OSError
+        raise SnapshotFilesUnavailable(f"pyarrow cannot open snapshot files at {directory!r}: {error}") from error
+    return filesystem, path
+
+
+class SnapshotFiles:
+    """The snapshot file directory of one subscription table.
+
+    Thread-safe as far as the filesystem is: methods keep no state between calls.
+    """
+
+    def __init__(self, directory: str, *, keep: int) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
+        self.directory = directory
+        self.keep = keep
+        self._fs, self._root = _filesystem(directory)
+
+    def _path(self, name: str) -> str:
+        return f"{self._root.rstrip('/')}/{name}"
+
+    def files(self) -> list[SnapshotFile]:
+        """Every well-named file, newest version first (no contents read)."""
+        import pyarrow.fs as pafs
+
+        infos = self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True))  # type: ignore[attr-defined]
+        found = []
+        for info in infos:
+            match = _NAME.match(info.base_name)
+            if match is not None and info.type == pafs.FileType.File:
+                found.append(SnapshotFile(int(match.group(1)), match.group(2), info.base_name))
+        return sorted(found, key=lambda file: (-file.version, file.name))
+
+    def read(self, version: int) -> bytes | None:
+        """The bytes of a valid file of ``version``, or None when there is none (each bad file is logged)."""
+        try:
+            candidates = [file for file in self.files() if file.version == version]
+        except Exception:
+            log.warning("cannot list the snapshot files in %s; building from the table", self.directory, exc_info=True)
+            return None
+        for file in candidates:
+            path = self._path(file.name)
+            try:
+                size = self._fs.get_file_info(path).size  # type: ignore[attr-defined]
+                if size is None or size > MAX_FILE_BYTES:
+                    log.warning("ignoring snapshot file %s: size %s is over %d bytes", path, size, MAX_FILE_BYTES)
+                    continue
+                with self._fs.open_input_stream(path) as stream:  # type: ignore[attr-defined]
+                    data = bytes(stream.read())
+            except Exception as error:
+                log.warning("cannot read snapshot file %s (%s); trying the next one", path, error)
+                continue
+            if hashlib.sha256(data).hexdigest() != file.digest:
+                log.warning("ignoring snapshot file %s: its contents do not match the digest in its name", path)
+                continue
+            return data
+        return None
+
+    def write(self, version: int, data: bytes) -> str | None:
+        """Store ``data`` as the snapshot of ``version`` (unless that exact file exists), then prune.
+
+        Returns the file's name, or None when it could not be written (logged; nothing else happens).
+        """
+        name = file_name(version, data)
+        final = self._path(name)
+        temporary = self._path(f".{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            if self._fs.get_file_info(final).size != len(data):  # type: ignore[attr-defined]
+                self._fs.create_dir(self._root, recursive=True)  # type: ignore[attr-defined]
+                with self._fs.open_output_stream(temporary) as stream:  # type: ignore[attr-defined]
+                    stream.write(data)
+                self._fs.move(temporary, final)  # type: ignore[attr-defined]
+        except Exception as error:
+            log.warning("cannot write snapshot file %s (%s); routing is unaffected", final, error)
+            self._delete_quietly(temporary)
+            return None
+        self.prune()
+        return name
+
+    def prune(self) -> list[str]:
+        """Delete all but the newest ``keep`` versions' files, and stale temporary files; the names deleted."""
+        import pyarrow.fs as pafs
+
+        try:
+            files = self.files()
+            infos = self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True))  # type: ignore[attr-defined]
+        except Exception:
+            log.warning("cannot list the snapshot files in %s to prune them", self.directory, exc_info=True)
+            return []
+        kept_versions = sorted({file.version for file in files}, reverse=True)[: self.keep]
+        doomed = [file.name for file in files if file.version not in kept_versions]
+        now = time.time()
+        for info in infos:
+            modified = info.mtime.timestamp() if info.mtime is not None else now
+            if info.base_name.endswith(".tmp") and info.base_name.startswith(".") and now - modified > STALE_TEMP_S:
+                doomed.append(info.base_name)
+        for name in doomed:
+            self._delete_quietly(self._path(name))
+        return doomed
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self._fs.delete_file(path)  # type: ignore[attr-defined]
+        except FileNotFoundError:
+            pass
+        except Exception as error:
+            log.warning("cannot delete %s (%s)", path, error)
