@@ -189,6 +189,41 @@ impl<V> Default for Hamt<V> {
     }
 }
 
+/// Start loading the reference count of every child node of `slots` but the
+/// one at `skip`, which a path copy is about to clone.
+///
+/// Each clone is a locked increment on a line of the child's own, and a
+/// locked instruction waits for its miss before the next one can start: in a
+/// million-id subscriber set nearly every such line is cold, so a subscribe
+/// spent most of its time in up to 4 x 15 misses taken one after another.
+/// Prefetched first, the misses overlap each other and the walk down.
+#[inline]
+fn prefetch_children<V>(slots: &[Slot<V>], skip: usize) {
+    for (index, slot) in slots.iter().enumerate() {
+        match slot {
+            Slot::Node { slots: child, .. } if index != skip => prefetch_count(Arc::as_ptr(child) as *const u8),
+            Slot::Collision(leaves) if index != skip => prefetch_count(Arc::as_ptr(leaves) as *const u8),
+            _ => {}
+        }
+    }
+}
+
+/// A hint that the reference count of the `Arc` whose data starts at `data`
+/// will soon be written. The counts sit just before the data in today's
+/// `Arc` layout; a wrong guess costs nothing but the hint.
+#[inline(always)]
+fn prefetch_count(data: *const u8) {
+    let count = data.wrapping_sub(2 * std::mem::size_of::<usize>());
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 only hints the cache: it reads nothing architecturally and never
+    // faults, whatever the address, so no validity of `count` is needed.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(count as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = count;
+}
+
 fn copy_slots<V: Clone>(slots: &[Slot<V>]) -> Vec<Slot<V>> {
     count_copied(slots.len());
     slots.to_vec()
@@ -277,8 +312,10 @@ fn insert_in<V: Clone>(bitmap: u32, slots: &[Slot<V>], leaf: Leaf<V>, level: u32
     let bit = chunk(leaf.hash, level);
     let at = slot_index(bitmap, bit);
     if bitmap & (1 << bit) == 0 {
+        prefetch_children(slots, usize::MAX);
         return (bitmap | (1 << bit), inserted(slots, at, Slot::Leaf(leaf)), true);
     }
+    prefetch_children(slots, at);
     let (slot, added) = match &slots[at] {
         Slot::Leaf(held) if held.is(leaf.hash, &leaf.key) => (Slot::Leaf(leaf), false),
         Slot::Leaf(held) => (pair(held.clone(), leaf, level + 1), true),
