@@ -76,6 +76,8 @@ class RefreshResult:
     job_s: float
     initial_load_s: float
     refresh: dict[str, Any]
+    #: ``router.refresh_thread_nice`` of the run (the refresh thread's priority below the batches').
+    thread_nice: int
     baseline: list[float]
     during: list[float]
     verified: bool
@@ -273,6 +275,7 @@ def run(
     baseline_batches: int,
     after_batches: int,
     root: Path,
+    thread_nice: int | None = None,
 ) -> RefreshResult:
     import pyspark.cloudpickle
 
@@ -287,6 +290,7 @@ def run(
     if __name__ != "__main__":  # __main__ is pickled by value anyway
         pyspark.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
     settings = bench_settings(root)
+    nice = settings.router.refresh_thread_nice if thread_nice is None else thread_nice
     spark = get_spark(settings, app_name="bench-driver-refresh")
     table = settings.subscriptions.table_path
     progress(f"writing a {rows:,}-row subscription table")
@@ -296,7 +300,8 @@ def run(
     )
     keys.count()
 
-    snapshots = SnapshotBroadcasts(spark, table, refresh_interval_s=WAIT_S)
+    # As the router makes it (files off: every run measures a build from the table).
+    snapshots = SnapshotBroadcasts(spark, table, refresh_interval_s=WAIT_S, thread_nice=nice)
     loop: BatchLoop | None = None
     try:
         started = time.perf_counter()
@@ -341,6 +346,7 @@ def run(
             job_s=committed - job_started,
             initial_load_s=initial_load_s,
             refresh=refresh,
+            thread_nice=nice,
             baseline=[b.seconds for b in batches[warmup_batches:] if b.ended <= job_started],
             during=[b.seconds for b in batches if b.started < published_at and b.ended > committed],
             verified=verified,
@@ -391,6 +397,7 @@ def markdown(result: RefreshResult) -> str:
                 f"{refresh.get('subscriptions', 0):,}, {fmt_bytes(refresh.get('serialized_bytes'))}",
             ],
             ["initial full load (before the batches)", f"{result.initial_load_s:,.1f} s"],
+            ["refresh thread's nice increment (`router.refresh_thread_nice`)", str(result.thread_nice)],
             ["published snapshot equals the table (independent build)", "yes" if result.verified else "NO"],
         ],
     )
@@ -425,6 +432,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, prefix: str) -> None:
     group.add_argument(
         f"--{prefix}after-batches", type=int, default=3, help="batches after the publish (default %(default)s)"
     )
+    group.add_argument(
+        f"--{prefix}thread-nice",
+        type=int,
+        default=None,
+        help="the refresh thread's nice increment (default: router.refresh_thread_nice of conf/router.toml)",
+    )
     group.add_argument(f"--{prefix}dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
 
 
@@ -442,6 +455,7 @@ def run_from_args(args: argparse.Namespace, *, prefix: str) -> RefreshResult:
             baseline_batches=arg("baseline-batches"),
             after_batches=arg("after-batches"),
             root=Path(root),
+            thread_nice=arg("thread-nice"),
         )
 
 

@@ -419,6 +419,9 @@ class RouterSettings:
     #: Empty means the default place (``ledger_path``, ``snapshot_files_path``) or off (``metrics_path``), and
     #: stays empty.
     OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path", "snapshot_files_path")
+    INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
+        "refresh_thread_nice": (0, 19, " a nice increment"),
+    }
 
     #: Kafka topics to route (ignored when ``subscribe_pattern`` is set).
     topics: tuple[str, ...] = ("messages",)
@@ -440,6 +443,9 @@ class RouterSettings:
     key_json_field: str = "routing_key"
     #: Seconds between checks of the subscription table's latest version.
     refresh_interval_s: float = 30.0
+    #: Added to the driver's nice value for the snapshot refresh thread (Linux, where nice is per thread), so
+    #: that freezing a large snapshot yields the CPUs to running batches; 0 leaves it as the process.
+    refresh_thread_nice: int = 10
     #: Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it
     #: is the Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``).
     app_id: str = "spark-topic-router"

@@ -483,6 +483,7 @@ class Router:
             settings.subscriptions.table_path,
             refresh_interval_s=router.refresh_interval_s,
             files=open_snapshot_files(router, settings.subscriptions.table_path),
+            thread_nice=router.refresh_thread_nice,
         )
         self.reports: dict[int, BatchReport] = {}
         #: The hot path's column expressions, built once (see :class:`BatchPlan`).

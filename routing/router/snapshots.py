@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -98,12 +100,14 @@ class SnapshotBroadcasts:
         *,
         refresh_interval_s: float,
         files: SnapshotFiles | None = None,
+        thread_nice: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._spark = spark
         self._table_path = table_path
         self._refresh_interval_s = refresh_interval_s
         self._files = files
+        self._thread_nice = thread_nice
         self._clock = clock
         # Guards everything below except the trie, which only the refresh thread touches.
         self._cond = threading.Condition()
@@ -257,6 +261,7 @@ class SnapshotBroadcasts:
             raise RefreshFailed("the subscription snapshot refresh failed") from self._failure
 
     def _run(self) -> None:
+        lower_thread_priority(self._thread_nice)
         while True:
             with self._cond:
                 while not self._closed and self._finished == self._requested:
@@ -415,6 +420,28 @@ class SnapshotBroadcasts:
             candidate.broadcast.destroy()
             del self._published[version]
             log.info("destroyed the broadcast of snapshot version %s", version)
+
+
+def lower_thread_priority(increment: int) -> int | None:
+    """Add ``increment`` to the calling thread's nice value; the new value, or None where it cannot be done.
+
+    Linux keeps a nice value per thread (``setpriority`` on a thread id), so only the refresh thread
+    yields: a freeze of a million-subscription snapshot otherwise takes a core from the batches' tasks.
+    Elsewhere (or when refused) the thread keeps the process's priority, with one log line.
+    """
+    if increment <= 0:
+        return None
+    if not sys.platform.startswith("linux"):
+        log.info("refresh_thread_nice is ignored on %s (nice is per process there)", sys.platform)
+        return None
+    thread = threading.get_native_id()
+    try:
+        nice = min(19, os.getpriority(os.PRIO_PROCESS, thread) + increment)
+        os.setpriority(os.PRIO_PROCESS, thread, nice)
+    except OSError as error:
+        log.warning("cannot lower the snapshot refresh thread's priority: %s", error)
+        return None
+    return nice
 
 
 def _without_rows(table: pa.Table, error: BulkRowError) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -227,11 +228,18 @@ def test_a_restart_publishes_its_first_snapshot_from_the_file_of_that_version(
 ) -> None:
     files = SnapshotFiles(str(tmp_path / "snapshot_files"), keep=3)
     made: list[SnapshotBroadcasts] = []
+    # The refresh thread alone runs at a lower priority (Linux: nice is per thread).
+    nices: set[int] = set()
+    process_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     def start() -> SnapshotBroadcasts:
-        made.append(SnapshotBroadcasts(spark, job.subscriptions.table_path, refresh_interval_s=NEVER_S, files=files))
-        made[-1].maybe_refresh(force=True)  # waits for the attempt, the file write after the publish included
-        return made[-1]
+        snapshots = SnapshotBroadcasts(
+            spark, job.subscriptions.table_path, refresh_interval_s=NEVER_S, files=files, thread_nice=3
+        )
+        snapshots.before_publish = lambda _: nices.add(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        made.append(snapshots)
+        snapshots.maybe_refresh(force=True)  # waits for the attempt, the file write after the publish included
+        return snapshots
 
     try:
         v1 = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", [("a.*", "s1"), ("#", "s2"), ("b.#", "s3")])
@@ -277,6 +285,8 @@ def test_a_restart_publishes_its_first_snapshot_from_the_file_of_that_version(
         third = start()
         assert (third.history[-1]["mode"], third.history[-1]["version"]) == ("full", v3)
         assert_matches_table(spark, job, third.acquire(v3))
+        assert nices == {min(19, process_nice + 3)}
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == process_nice
     finally:
         for snapshots in made:
             snapshots.close()
