@@ -56,7 +56,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
-from routing.router.classify import classify_columns
+from routing.router.classify import classify_projections
 from routing.router.ledger import Ledger, ledger_directory
 from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
@@ -313,7 +313,7 @@ class BatchPlan:
     def __init__(self, router: RouterSettings, validator: Validator) -> None:
         from pyspark.sql import functions as F
 
-        self._classify = [*(F.col(name) for name in SOURCE_COLUMNS), *classify_columns(router, validator)]
+        self._classify = classify_projections(router, validator, SOURCE_COLUMNS)
         self._classified = [F.col(name) for name in CLASSIFIED_COLUMNS]
         self._routing_key = F.col("routing_key")
         self._judge = judged_columns(validator.limits.max_fanout)
@@ -324,7 +324,9 @@ class BatchPlan:
 
     def classified(self, batch: DataFrame) -> DataFrame:
         """``batch`` (the source columns) classified: what ``classify(batch).select(*CLASSIFIED_COLUMNS)`` is."""
-        return batch.select(*self._classify)
+        for projection in self._classify:
+            batch = batch.select(*projection)
+        return batch
 
     def route_column(self, published: Published, make_udf: Callable[[Published], Callable[[Column], Column]]) -> Column:
         """The UDF of ``published`` on ``routing_key``, aliased ``route`` (rebuilt when the snapshot changes)."""

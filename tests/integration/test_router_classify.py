@@ -82,6 +82,12 @@ EDGE_KEYS: list[bytes | None] = [
     "ü".encode(),
     b"\xed\xa0\x80" * 9,  # too long and not UTF-8: the length rule comes first
     b"a." * 12,  # 24 bytes, 13 words
+    # At the word limit (5): the JVM counts words only in keys of at least max_key_words bytes.
+    b"a.b.c.d.e",  # 5 words
+    b"a.b.c.d.e.f",  # 6 words
+    b"....",  # 5 empty words, 4 bytes
+    b".....",  # 6 empty words in exactly max_key_words bytes
+    "é.é.é.é.é.é".encode(),  # 6 words, 11 characters in 17 bytes
 ]
 
 hostile_bytes = st.one_of(
