@@ -86,12 +86,13 @@ def classify_projections(
     """The projections that add :func:`classify`'s three columns to ``columns``, applied in order.
 
     They depend on the settings only, so the router builds them once and reuses them for every batch
-    (each expression node is a round trip to the JVM). Three steps, not one select, because a CASE
-    evaluates its later conditions only conditionally, which Spark's common-subexpression elimination
-    does not share: with the checks written into each of ``routing_key``, ``reason`` and ``rule`` they
-    ran up to three times per record, and classification cost 3.5x the source scan it sits on (1.6 µs
-    per record on 2 cores; ``bench/stream.py``'s profile). Here the key is located and decoded once,
-    the checks run once into an integer code, and the three columns are read off the code. Spark keeps
+    (each expression node is a round trip to the JVM). Three steps, not one select (a fourth first
+    locates a key in a header or the JSON value), because a CASE evaluates its later conditions only
+    conditionally, which Spark's common-subexpression elimination does not share: with the checks
+    written into each of ``routing_key``, ``reason`` and ``rule`` they ran up to three times per
+    record, and classification cost 3.5x the source scan it sits on (1.6 µs per record on 2 cores;
+    ``bench/stream.py``'s profile). Here the key is located and decoded once, the checks run once
+    into an integer code, and the three columns are read off the code. Spark keeps
     the steps apart (CollapseProject does not duplicate an expression that is not cheap).
     """
     from pyspark.sql import functions as F
@@ -100,7 +101,8 @@ def classify_projections(
     keep = [F.col(name) for name in columns]
     raw, text = F.col(_RAW), F.col(_TEXT)
     locate = [*keep, raw_key_column(router).alias(_RAW)]
-    decode = [*keep, raw, raw.cast("string").alias(_TEXT)]
+    located = F.col("key") if router.key_source == "key" else raw
+    decode = [*keep, located.alias(_RAW), located.cast("string").alias(_TEXT)]
 
     words = F.when(text == F.lit(""), F.lit(0)).otherwise(
         F.length(text) - F.length(F.replace(text, F.lit("."), F.lit(""))) + F.lit(1)
@@ -135,4 +137,7 @@ def classify_projections(
     assert reason is not None and rule is not None
     valid = F.col(_CODE) == F.lit(0)
     name = [*keep, F.when(valid, text).alias("routing_key"), reason.alias("reason"), rule.alias("rule")]
+    if router.key_source == "key":
+        # The key is a source column already: locating it is a rename, not worth its JVM round trips per batch.
+        return decode, judge, name
     return locate, decode, judge, name
