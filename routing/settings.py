@@ -148,12 +148,17 @@ def _section_name(section: object) -> str:
 MAX_INT_SETTING = 2**31 - 1
 
 
-def _check_integers(section: object) -> None:
-    """Every ``int`` field of ``section`` is an integer within its ``INT_RANGES`` entry, else 1..MAX_INT_SETTING."""
+def integer_range(section: type[Any], name: str) -> tuple[int, int, str]:
+    """(low, high, what it is) of integer setting ``name`` of a section class: its ``INT_RANGES`` entry, else 1..MAX."""
     ranges: Mapping[str, tuple[int, int, str]] = getattr(section, "INT_RANGES", {})
+    return ranges.get(name, (1, MAX_INT_SETTING, ""))
+
+
+def _check_integers(section: object) -> None:
+    """Every ``int`` field of ``section`` is an integer within its :func:`integer_range`."""
     for name in _integer_fields(type(section)):
         value = getattr(section, name)
-        low, high, what = ranges.get(name, (1, MAX_INT_SETTING, ""))
+        low, high, what = integer_range(type(section), name)
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"setting {_section_name(section)}.{name} must be an integer, got {value!r}")
         if not low <= value <= high:
