@@ -71,7 +71,12 @@ def classify(frame: DataFrame, router: RouterSettings, validator: Validator) -> 
     ``routing_key`` is the decoded key of a valid record and null otherwise;
     ``reason`` and ``rule`` are null for a valid record.
     """
-    for projection in classify_projections(router, validator, frame.columns):
+    return project(frame, classify_projections(router, validator, frame.columns))
+
+
+def project(frame: DataFrame, projections: Sequence[Sequence[Column]]) -> DataFrame:
+    """``frame`` through each projection of ``projections`` in turn (what :func:`classify_projections` builds)."""
+    for projection in projections:
         frame = frame.select(*projection)
     return frame
 
@@ -92,16 +97,21 @@ def classify_projections(
     written into each of ``routing_key``, ``reason`` and ``rule`` they ran up to three times per
     record, and classification cost 3.5x the source scan it sits on (1.6 µs per record on 2 cores;
     ``bench/stream.py``'s profile). Here the key is located and decoded once, the checks run once
-    into an integer code, and the three columns are read off the code. Spark keeps
-    the steps apart (CollapseProject does not duplicate an expression that is not cheap).
+    into an integer code, and the three columns are read off the code. Spark keeps the steps apart
+    (CollapseProject does not duplicate an expression that is not cheap).
     """
     from pyspark.sql import functions as F
 
     limits = validator.limits
     keep = [F.col(name) for name in columns]
     raw, text = F.col(_RAW), F.col(_TEXT)
-    locate = [*keep, raw_key_column(router).alias(_RAW)]
-    located = F.col("key") if router.key_source == "key" else raw
+    if router.key_source == "key":
+        # The key is a source column already: a step to locate it would be a rename, and JVM round trips per batch.
+        locate: list[list[Column]] = []
+        located = F.col("key")
+    else:
+        locate = [[*keep, raw_key_column(router).alias(_RAW)]]
+        located = raw
     decode = [*keep, located.alias(_RAW), located.cast("string").alias(_TEXT)]
 
     words = F.when(text == F.lit(""), F.lit(0)).otherwise(
@@ -137,7 +147,4 @@ def classify_projections(
     assert reason is not None and rule is not None
     valid = F.col(_CODE) == F.lit(0)
     name = [*keep, F.when(valid, text).alias("routing_key"), reason.alias("reason"), rule.alias("rule")]
-    if router.key_source == "key":
-        # The key is a source column already: locating it is a rename, not worth its JVM round trips per batch.
-        return decode, judge, name
-    return locate, decode, judge, name
+    return (*locate, decode, judge, name)

@@ -56,7 +56,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
-from routing.router.classify import classify_projections
+from routing.router.classify import classify_projections, project
 from routing.router.ledger import Ledger, ledger_directory
 from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
@@ -324,9 +324,7 @@ class BatchPlan:
 
     def classified(self, batch: DataFrame) -> DataFrame:
         """``batch`` (the source columns) classified: what ``classify(batch).select(*CLASSIFIED_COLUMNS)`` is."""
-        for projection in self._classify:
-            batch = batch.select(*projection)
-        return batch
+        return project(batch, self._classify)
 
     def route_column(self, published: Published, make_udf: Callable[[Published], Callable[[Column], Column]]) -> Column:
         """The UDF of ``published`` on ``routing_key``, aliased ``route`` (rebuilt when the snapshot changes)."""
