@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from routing import delta_tables
 from routing.config import ConfigError
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 
@@ -103,9 +104,9 @@ def print_summary(spark: object, settings: Settings, totals: dict[str, object], 
 
     assert isinstance(spark, SparkSession)
     router = settings.router
-    deliveries = spark.read.format("delta").load(router.deliveries_path)
-    dead = spark.read.format("delta").load(router.dead_letters_path)
-    unrouted = spark.read.format("delta").load(router.unrouted_path)
+    deliveries = delta_tables.read(spark, router.deliveries_path)
+    dead = delta_tables.read(spark, router.dead_letters_path)
+    unrouted = delta_tables.read(spark, router.unrouted_path)
     delivered_messages = deliveries.select("source_partition", "source_offset").distinct().count()
     counts = {
         "messages in": produced,

@@ -9,7 +9,9 @@ Design points:
 
 * Paths (each section's ``PATHS``) are stored resolved (absolute strings), except URIs such as
   ``s3a://bucket/deliveries``, kept as written where Spark opens the path (``URI_PATHS``: tables,
-  checkpoints, the warehouse) and refused where this process does. A relative path
+  checkpoints, the warehouse) and refused where this process does. A table setting (``TABLES``)
+  may instead name a catalog table, ``schema.table`` or ``catalog.schema.table``, kept as written
+  (:mod:`routing.delta_tables`). A relative path
   written in a settings file is relative to that file's directory, so a job with a settings
   file behaves the same wherever it is started and wherever the package is installed
   (``conf/router.toml`` spells out every path, as ``../var/...``). A relative path from the
@@ -51,6 +53,7 @@ from routing.config import (
     shown,
 )
 from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
+from routing.delta_tables import is_table_name
 from routing.limits import Limits
 from routing.validation import Policy, ValidationSettings, Validator
 
@@ -114,12 +117,15 @@ class Secret:
 
 
 def stored_path(section: type | object, name: str, value: str, base: str | os.PathLike[str] | None = None) -> str:
-    """How path setting ``name`` is stored: a local path made absolute, a URI as written.
+    """How path setting ``name`` is stored: a local path made absolute, a URI or a table name as written.
 
     Only the section's ``URI_PATHS`` (tables, checkpoints: what Spark reads and writes through Hadoop's
     FileSystem) may be URIs such as ``s3a://bucket/deliveries``; the others are opened by this process
-    (the broker's data, jars, a password file) and must be local.
+    (the broker's data, jars, a password file) and must be local. The section's ``TABLES`` may also be
+    catalog table names (``schema.table``, ``catalog.schema.table``: :mod:`routing.delta_tables`).
     """
+    if name in getattr(section, "TABLES", ()) and is_table_name(value):
+        return value
     if not is_uri(value):
         return str(resolve_path(value, base))
     if name not in getattr(section, "URI_PATHS", ()):
@@ -376,6 +382,8 @@ class SubscriptionSettings:
     SECTION: ClassVar[str] = "subscriptions"
     PATHS: ClassVar[tuple[str, ...]] = ("table_path", "rejects_path", "checkpoint_path")
     URI_PATHS: ClassVar[tuple[str, ...]] = PATHS
+    #: Delta tables: each a path or a catalog table name (``routing.delta_tables``).
+    TABLES: ClassVar[tuple[str, ...]] = ("table_path", "rejects_path")
 
     table_path: str = "var/delta/subscriptions"
     #: Subscription events that failed validation, with their reason codes.
@@ -421,6 +429,8 @@ class RouterSettings:
         "snapshot_files_path",
     )
     URI_PATHS: ClassVar[tuple[str, ...]] = PATHS
+    #: Delta tables: each a path or a catalog table name (``routing.delta_tables``).
+    TABLES: ClassVar[tuple[str, ...]] = ("deliveries_path", "dead_letters_path", "unrouted_path", "metrics_path")
     #: Empty means the default place (``ledger_path``, ``snapshot_files_path``) or off (``metrics_path``), and
     #: stays empty.
     OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path", "snapshot_files_path")

@@ -23,7 +23,8 @@ What each piece guarantees:
   :func:`start_query` binds it right after ``start()`` and every batch waits for it.
 * :func:`create_delta_table_if_absent` -- an empty Delta table from a DDL string (nullability
   kept), with its partition columns and table properties, unless a Delta table is already
-  there: the router's outputs, the subscription table and its rejects are all made here.
+  there: the router's outputs, the subscription table and its rejects are all made here. A table
+  is a path or a catalog name (:mod:`routing.delta_tables`, which every read and write goes through).
 * :func:`idempotent_append` -- an append carrying ``txnAppId``/``txnVersion``: Delta commits it
   once per (app id, version) and skips it when a re-executed batch writes it again.
 * :func:`wait_for_kafka` -- before Spark starts, each job waits at most ``kafka.start_timeout_s``
@@ -55,9 +56,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from routing import delta_tables
 from routing.config import ConfigError
 
 if TYPE_CHECKING:
@@ -242,36 +244,13 @@ def start_query(
 
 # -- Delta tables ----------------------------------------------------------------------
 
-
-def create_delta_table_if_absent(
-    spark: SparkSession,
-    path: str,
-    ddl: str,
-    *,
-    partition_by: Sequence[str] = (),
-    properties: Mapping[str, str] | None = None,
-) -> None:
-    """An empty Delta table at ``path`` with the columns of ``ddl`` (nullability kept), unless one is there."""
-    from delta.tables import DeltaTable
-    from pyspark.sql.types import StructType
-
-    if DeltaTable.isDeltaTable(spark, path):
-        return
-    schema = StructType.fromDDL(ddl)
-    assert isinstance(schema, StructType)
-    builder = DeltaTable.createIfNotExists(spark).location(path)
-    for field in schema.fields:
-        builder = builder.addColumn(field.name, field.dataType, nullable=field.nullable)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    for name, value in (properties or {}).items():
-        builder = builder.property(name, value)
-    builder.execute()
+#: An empty Delta table (a path or a catalog name) from a DDL string, unless one is there; see the module docs.
+create_delta_table_if_absent = delta_tables.create_if_absent
 
 
 def idempotent_append(
     frame: DataFrame,
-    path: str,
+    table: str,
     transaction_app_id: str,
     txn_version: int,
     *,
@@ -282,6 +261,7 @@ def idempotent_append(
 
     Jobs pass their :class:`QueryIdentity`'s txnAppId and the batch id (an import, the file's hash and 0).
     ``merge_schema`` lets the append add columns the table lacks (a table from an older release).
+    ``table`` is a path or a catalog name (:mod:`routing.delta_tables`); Delta honours the txn options on both.
     """
     writer = frame.write.format("delta").mode("append")
     if partition_by:
@@ -289,14 +269,14 @@ def idempotent_append(
     writer = writer.option("txnAppId", transaction_app_id).option("txnVersion", txn_version)
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
-    writer.save(path)
+    delta_tables.save(frame.sparkSession, writer, table)
 
 
 #: Whether :func:`warm_append_state` has logged that it cannot warm (once per process).
 _warm_failure_logged = False
 
 
-def warm_append_state(spark: SparkSession, path: str) -> bool:
+def warm_append_state(spark: SparkSession, table: str) -> bool:
     """Compute now the Delta state the next :func:`idempotent_append` to ``path`` will need; False if it cannot.
 
     An append with ``txnAppId`` first asks the table's latest snapshot which version that app id
@@ -315,6 +295,7 @@ def warm_append_state(spark: SparkSession, path: str) -> bool:
     """
     global _warm_failure_logged
     try:
+        path = delta_tables.location(spark, table)
         jvm: Any = spark.sparkContext._jvm
         delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
         nothing = jvm.scala.Option.empty()
@@ -322,7 +303,7 @@ def warm_append_state(spark: SparkSession, path: str) -> bool:
     except Exception as error:
         if not _warm_failure_logged:
             _warm_failure_logged = True
-            log.warning("could not warm the Delta state of %s for the next append (only slower): %s", path, error)
+            log.warning("could not warm the Delta state of %s for the next append (only slower): %s", table, error)
         return False
     return True
 

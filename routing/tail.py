@@ -127,7 +127,9 @@ def subscriber_stream(spark: SparkSession, table: str, subscriber: str) -> DataF
     """The deliveries of ``subscriber`` as a stream (filtered in the plan, so the scan gets the predicate)."""
     from pyspark.sql import functions as F
 
-    return spark.readStream.format("delta").load(table).where(F.col("subscriber_id") == F.lit(subscriber))
+    from routing import delta_tables
+
+    return delta_tables.read_stream(spark, table).where(F.col("subscriber_id") == F.lit(subscriber))
 
 
 def tail(

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from routing import delta_tables
 from routing.errors import TopicError
 from routing.reference import ReferenceMatcher
 from routing.settings import REPO_ROOT, RouterSettings, Settings
@@ -251,7 +252,7 @@ def read_routed(spark: SparkSession, settings: Settings) -> Routed:
     router = settings.router
 
     def rows(path: str, columns: Sequence[str]) -> list[dict[str, Any]]:
-        return [row.asDict() for row in spark.read.format("delta").load(path).select(*columns).collect()]
+        return [row.asDict() for row in delta_tables.read(spark, path).select(*columns).collect()]
 
     common = ["source_topic", "source_partition", "source_offset", "batch_id", "snapshot_version"]
     return Routed(

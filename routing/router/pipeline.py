@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from routing import delta_tables
 from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.classify import classify_projections, project
@@ -482,7 +483,8 @@ class Router:
             spark,
             settings.subscriptions.table_path,
             refresh_interval_s=router.refresh_interval_s,
-            files=open_snapshot_files(router, settings.subscriptions.table_path),
+            # Beside the table's files, wherever its path or the catalog puts them.
+            files=open_snapshot_files(router, delta_tables.location(spark, settings.subscriptions.table_path)),
             thread_nice=router.refresh_thread_nice,
         )
         self.reports: dict[int, BatchReport] = {}

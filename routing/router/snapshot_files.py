@@ -62,7 +62,11 @@ class SnapshotFilesUnavailable(RuntimeError):
 
 
 def snapshot_files_directory(snapshot_files_path: str, table_path: str) -> str:
-    """``snapshot_files_path``, or ``_snapshots`` inside the subscription table when it is empty."""
+    """``snapshot_files_path``, or ``_snapshots`` inside the subscription table when it is empty.
+
+    ``table_path`` is where the table's files are: its path, or the location the catalog gives a table
+    name (``routing.delta_tables.location``).
+    """
     if snapshot_files_path:
         return snapshot_files_path
     return f"{table_path.rstrip('/')}/{DEFAULT_DIRECTORY}"

@@ -112,16 +112,14 @@ def deactivate_forbidden(spark: SparkSession, *, table_path: str, rejects_path: 
     """
     if not acl.enabled:
         return 0
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
+    from routing import delta_tables
     from routing.subscriptions.table import latest_version
 
     version = latest_version(spark, table_path)
     active = (
-        spark.read.format("delta")
-        .option("versionAsOf", version)
-        .load(table_path)
+        delta_tables.read(spark, table_path, {"versionAsOf": version})
         .where("active")
         .select("subscriber_id", "pattern", "updated_at", "change_id")
     )
@@ -152,16 +150,17 @@ def deactivate_forbidden(spark: SparkSession, *, table_path: str, rejects_path: 
             F.current_timestamp().alias("rejected_at"),
         )
         # Idempotent: Delta skips the append when this app id already committed this (or a later) table version.
-        (
+        delta_tables.save(
+            spark,
             rejects.write.format("delta")
             .mode("append")
             .option("txnAppId", SWEEP_TXN_APP_ID)
-            .option("txnVersion", version)
-            .save(rejects_path)
+            .option("txnVersion", version),
+            rejects_path,
         )
         changes = forbidden.select("subscriber_id", "pattern", "change_id", new_change_id.alias("new_change_id"))
         (
-            DeltaTable.forPath(spark, table_path)
+            delta_tables.delta_table(spark, table_path)
             .alias("t")
             .merge(
                 changes.alias("s"),

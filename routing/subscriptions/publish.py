@@ -291,12 +291,13 @@ def rejections(
     """{change id: reason} of the rejects recorded for ``change_ids`` by the batches ``batch_ids`` (one run's)."""
     from pyspark.sql import functions as F
 
+    from routing import delta_tables
+
     ids, batches = sorted(set(change_ids)), sorted(set(batch_ids))
     if not ids or not batches:
         return {}
     rows = (
-        spark.read.format("delta")
-        .load(rejects_path)
+        delta_tables.read(spark, rejects_path)
         .where(F.col("change_id").isin(ids) & F.col("batch_id").isin(batches))
         .select("change_id", "reason")
         .collect()

@@ -57,6 +57,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from routing import delta_tables
 from routing.streaming import (
     AFTER_MERGE,
     BatchCrash,
@@ -199,9 +200,7 @@ def create_table_if_absent(spark: SparkSession, path: str) -> None:
 
 
 def change_feed_enabled(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    detail = DeltaTable.forPath(spark, path).detail().select("properties").head()
+    detail = delta_tables.delta_table(spark, path).detail().select("properties").head()
     properties = {} if detail is None else (detail["properties"] or {})
     return str(properties.get(CHANGE_FEED_PROPERTY, "false")).lower() == "true"
 
@@ -214,8 +213,7 @@ def enable_change_feed(spark: SparkSession, path: str) -> bool:
     """
     if change_feed_enabled(spark, path):
         return False
-    quoted = path.replace("`", "``")
-    spark.sql(f"ALTER TABLE delta.`{quoted}` SET TBLPROPERTIES ({CHANGE_FEED_PROPERTY} = true)")
+    spark.sql(f"ALTER TABLE {delta_tables.sql_identifier(path)} SET TBLPROPERTIES ({CHANGE_FEED_PROPERTY} = true)")
     return True
 
 
@@ -225,18 +223,13 @@ def create_rejects_table_if_absent(spark: SparkSession, path: str) -> None:
 
 def latest_version(spark: SparkSession, path: str) -> int:
     """The table's newest Delta version: the snapshot version the router broadcasts."""
-    from delta.tables import DeltaTable
-
-    newest = DeltaTable.forPath(spark, path).history(1).select("version").head()
+    newest = delta_tables.delta_table(spark, path).history(1).select("version").head()
     assert newest is not None, f"Delta table {path} has no history"
     return int(newest[0])
 
 
 def _read(spark: SparkSession, path: str, version: int | None) -> DataFrame:
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return reader.load(path)
+    return delta_tables.read(spark, path, None if version is None else {"versionAsOf": version})
 
 
 def read_active(spark: SparkSession, path: str, version: int | None = None) -> list[tuple[str, str]]:
@@ -277,12 +270,10 @@ def read_changes(spark: SparkSession, path: str, after_version: int, version: in
     if not after_version < version:
         raise ValueError(f"after_version {after_version} must be below version {version}")
     try:
-        feed = (
-            spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", after_version + 1)
-            .option("endingVersion", version)
-            .load(path)
+        feed = delta_tables.read(
+            spark,
+            path,
+            {"readChangeFeed": "true", "startingVersion": after_version + 1, "endingVersion": version},
         )
         images = feed.where(F.col("_change_type") != "update_preimage")
         # Last change per row: the newest commit; within a commit (an overwrite) an insert beats a delete.
@@ -635,7 +626,6 @@ def apply_validated(
     (:func:`routing.streaming.retry_delta_conflicts`). ``crash`` (tests) kills the job inside the
     MERGE or right after it.
     """
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     limit = SubscriberLimits.of(validator.limits)
@@ -676,7 +666,7 @@ def apply_validated(
                 # lease) could make them wrong, so decide again. One after the MERGE has started is Delta's conflict.
                 if latest_version(spark, table_path) != version:
                     raise ConcurrentTableChange(f"{table_path} changed after version {version}, which this batch read")
-                target = DeltaTable.forPath(spark, table_path).alias("t")
+                target = delta_tables.delta_table(spark, table_path).alias("t")
                 (
                     target.merge(changes.alias("s"), "t.subscriber_id = s.subscriber_id AND t.pattern = s.pattern")
                     # Re-checked here, not only in decide(): a concurrent writer can never be overwritten by older data.

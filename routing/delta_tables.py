@@ -1,0 +1,236 @@
+"""Where a Delta table lives: a path, or a name in the session's catalog. Every table access goes through here.
+
+Each table setting (``subscriptions.table_path`` and ``rejects_path``; ``router.deliveries_path``,
+``dead_letters_path``, ``unrouted_path`` and ``metrics_path``) takes either form:
+
+* **a path**: absolute, relative (to the settings file that wrote it), or a URI such as
+  ``s3a://bucket/deliveries``. Read with ``load``, written with ``save``, created at that location.
+* **a table name**: two or three dot-separated identifiers, ``schema.table`` or
+  ``catalog.schema.table`` (the Hive metastore's two levels, Unity Catalog's three), resolved in the
+  session's catalog. Read with ``table``, written with ``saveAsTable``, created with
+  ``CREATE TABLE IF NOT EXISTS ... USING delta``. The schema (database) must exist, as a catalog's
+  owner would want: nothing here creates one, except in the session-scoped catalog below.
+
+A single word (``deliveries``) stays a relative path, as it always was: write a table of the
+default database as ``default.deliveries``, and a relative path with dots as ``./my.tables``.
+Identifiers are unquoted SQL identifiers (letters, digits, ``_``; not starting with a digit).
+
+**Idempotence is the same in both forms.** ``txnAppId``/``txnVersion`` are write options that
+Delta honours on ``saveAsTable`` as on ``save``: an append re-executed with a version its app id
+already committed is skipped (``tests/integration/test_catalog_tables.py`` replays one).
+
+**The session-scoped catalog.** Spark without Hive support keeps ``spark_catalog`` in memory
+(``spark.sql.catalogImplementation = in-memory``, this project's local default): a table one process
+creates is unknown to the next, and Delta refuses to create a managed table over the files the
+previous process left (``DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION``). There, a ``spark_catalog``
+name is registered in each session as an *external* table at the place Spark would manage it,
+``<database location>/<table>`` (``<warehouse>/<schema>.db/<table>``), after ``CREATE DATABASE IF
+NOT EXISTS``. Every process of a deployment computes the same place, so the refresh job, the
+router, ``tail`` and ``list`` share one table as they would through a metastore. Dropping such a
+table keeps its files. With a persistent catalog names are used as they are.
+
+Spark and Delta are imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from delta.tables import DeltaTable
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_TABLE_NAME = re.compile(rf"{_IDENTIFIER}(?:\.{_IDENTIFIER}){{1,2}}")
+#: The catalog of names with two parts, and the only one that can be session-scoped.
+SESSION_CATALOG = "spark_catalog"
+
+
+def is_table_name(value: str) -> bool:
+    """Whether a table setting names a catalog table (``schema.table``, ``catalog.schema.table``) rather than a path."""
+    return _TABLE_NAME.fullmatch(value) is not None
+
+
+def sql_identifier(table: str) -> str:
+    """``table`` as a SQL table identifier: each part of a name back-quoted, a path as ``delta.`path```."""
+    if is_table_name(table):
+        return ".".join(f"`{part}`" for part in table.split("."))
+    return "delta.`" + table.replace("`", "``") + "`"
+
+
+def _sql_string(value: str) -> str:
+    """A SQL string literal (Spark's parser reads backslash escapes)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _session_scoped(spark: SparkSession, name: str) -> tuple[str, str] | None:
+    """(schema, table) of a ``spark_catalog`` name when that catalog lives in memory, else None."""
+    parts = name.split(".")
+    if len(parts) == 3:
+        if parts[0].lower() != SESSION_CATALOG:
+            return None
+        parts = parts[1:]
+    if spark.conf.get("spark.sql.catalogImplementation", "in-memory") != "in-memory":
+        return None
+    return parts[0], parts[1]
+
+
+#: Names this process registered (or found registered), per session: registration costs catalog round trips.
+_registered: dict[int, set[str]] = {}
+_registered_lock = threading.Lock()
+
+
+def _managed_location(spark: SparkSession, schema: str, table: str) -> str:
+    """Where Spark keeps ``schema.table`` as a managed table: its database's location, else where ``CREATE
+    DATABASE`` would put one (``<warehouse>/<schema>.db``); names lower-cased as Spark's catalog stores them."""
+    if spark.catalog.databaseExists(schema):
+        root = spark.catalog.getDatabase(schema).locationUri
+    else:
+        warehouse = spark.conf.get("spark.sql.warehouse.dir") or "spark-warehouse"  # Spark's own default
+        root = f"{warehouse.rstrip('/')}/{schema.lower()}.db"
+    return f"{root.rstrip('/')}/{table.lower()}"
+
+
+def _create_database(spark: SparkSession, schema: str) -> None:
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{schema}`")
+
+
+def register(spark: SparkSession, table: str) -> None:
+    """Make a name of the session-scoped catalog known to this session if its files exist (see module docs).
+
+    A no-op for paths, for names already known, and for persistent catalogs.
+    """
+    if not is_table_name(table):
+        return
+    with _registered_lock:
+        if table in _registered.get(id(spark), ()):
+            return
+    scoped = _session_scoped(spark, table)
+    if scoped is not None and not spark.catalog.tableExists(table):
+        from delta.tables import DeltaTable
+
+        schema, name = scoped
+        location = _managed_location(spark, schema, name)
+        if not DeltaTable.isDeltaTable(spark, location):
+            return  # nothing to register yet: create_if_absent makes it, readers get Spark's TABLE_OR_VIEW_NOT_FOUND
+        _create_database(spark, schema)
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_identifier(table)} USING delta LOCATION {_sql_string(location)}")
+    with _registered_lock:
+        _registered.setdefault(id(spark), set()).add(table)
+
+
+def exists(spark: SparkSession, table: str) -> bool:
+    """Whether there is a Delta table at the path, or a table of that name."""
+    from delta.tables import DeltaTable
+
+    if not is_table_name(table):
+        return bool(DeltaTable.isDeltaTable(spark, table))
+    register(spark, table)
+    return bool(spark.catalog.tableExists(table))
+
+
+def create_if_absent(
+    spark: SparkSession,
+    table: str,
+    ddl: str,
+    *,
+    partition_by: Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
+) -> None:
+    """An empty Delta table with the columns of ``ddl`` (nullability kept), unless the table exists."""
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructType
+
+    if exists(spark, table):
+        return
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)
+    if is_table_name(table):
+        # SQL, not DeltaTable's builder: its table name parser stops at two parts (no catalog).
+        columns = ", ".join(
+            f"`{field.name}` {field.dataType.simpleString()}{'' if field.nullable else ' NOT NULL'}"
+            for field in schema.fields
+        )
+        statement = [f"CREATE TABLE IF NOT EXISTS {sql_identifier(table)} ({columns}) USING delta"]
+        if partition_by:
+            statement.append("PARTITIONED BY (" + ", ".join(f"`{column}`" for column in partition_by) + ")")
+        if properties:
+            pairs = ", ".join(f"{_sql_string(key)} = {_sql_string(value)}" for key, value in properties.items())
+            statement.append(f"TBLPROPERTIES ({pairs})")
+        scoped = _session_scoped(spark, table)
+        if scoped is not None:
+            statement.append(f"LOCATION {_sql_string(_managed_location(spark, *scoped))}")
+            _create_database(spark, scoped[0])
+        spark.sql(" ".join(statement))
+    else:
+        builder = DeltaTable.createIfNotExists(spark).location(table)
+        for field in schema.fields:
+            builder = builder.addColumn(field.name, field.dataType, nullable=field.nullable)
+        if partition_by:
+            builder = builder.partitionedBy(*partition_by)
+        for name, value in (properties or {}).items():
+            builder = builder.property(name, value)
+        builder.execute()
+    register(spark, table)
+
+
+def read(spark: SparkSession, table: str, options: Mapping[str, Any] | None = None) -> DataFrame:
+    """The table as a DataFrame, with Delta reader ``options`` (``versionAsOf``, ``readChangeFeed``, ...)."""
+    reader = spark.read.format("delta")
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    if is_table_name(table):
+        register(spark, table)
+        return reader.table(table)
+    return reader.load(table)
+
+
+def read_stream(spark: SparkSession, table: str) -> DataFrame:
+    """The table as a streaming source."""
+    reader = spark.readStream.format("delta")
+    if is_table_name(table):
+        register(spark, table)
+        return reader.table(table)
+    return reader.load(table)
+
+
+def save(spark: SparkSession, writer: DataFrameWriter, table: str) -> None:
+    """Run ``writer`` (format and mode already set) into the table: ``saveAsTable`` for a name, else ``save``."""
+    if is_table_name(table):
+        register(spark, table)
+        writer.saveAsTable(table)
+    else:
+        writer.save(table)
+
+
+def delta_table(spark: SparkSession, table: str) -> DeltaTable:
+    """The ``DeltaTable`` handle (merge, history, detail)."""
+    from delta.tables import DeltaTable
+
+    if is_table_name(table):
+        register(spark, table)
+        return DeltaTable.forName(spark, table)
+    return DeltaTable.forPath(spark, table)
+
+
+#: Locations of names, per session: a table's location does not change while it exists.
+_locations: dict[tuple[int, str], str] = {}
+
+
+def location(spark: SparkSession, table: str) -> str:
+    """Where the table's files are: the path itself, or the location the catalog gives a name."""
+    if not is_table_name(table):
+        return table
+    key = (id(spark), table)
+    with _registered_lock:
+        known = _locations.get(key)
+    if known is None:
+        detail = delta_table(spark, table).detail().select("location").head()
+        assert detail is not None, f"DESCRIBE DETAIL {table} returned no row"
+        known = str(detail["location"])
+        with _registered_lock:
+            _locations[key] = known
+    return known

@@ -1,0 +1,157 @@
+"""Table settings that name catalog tables: the same routing as with paths, idempotent, shared across processes.
+
+The catalog is the local one, Spark's ``spark_catalog`` without Hive (kept in memory, per process), with
+tables in a named database of the test session's warehouse (``spark.warehouse_dir``). The oracle is the
+router itself run with paths on the same subscriptions and the same batches: every output row must be the
+same, and both must equal the regex oracle's outcomes (``router_support.expected_outcomes``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from router_support import (
+    WAIT_TIMEOUT_S,
+    Record,
+    apply_subscriptions,
+    assert_ids_exact,
+    expected_outcomes,
+    job_flags,
+    read_routed,
+    router_settings,
+)
+
+from integration.test_router_metrics import SUBSCRIPTIONS, batch_frame, records
+from routing import delta_tables
+from routing.router.pipeline import Router
+from routing.router.snapshot_files import DEFAULT_DIRECTORY
+from routing.settings import REPO_ROOT, Settings
+from routing.subscriptions import read_active
+
+pytestmark = pytest.mark.slow
+
+#: The columns of each output table that do not depend on when or where a row was written.
+STABLE_COLUMNS = {
+    "deliveries_path": ["delivery_id", "subscriber_id", "routing_key", "source_partition", "source_offset", "batch_id"],
+    "dead_letters_path": ["dead_letter_id", "reason", "rule", "source_partition", "source_offset", "batch_id"],
+    "unrouted_path": ["routing_key", "source_partition", "source_offset", "batch_id"],
+}
+
+
+def named_settings(base: Settings, root: Path, database: str) -> Settings:
+    """``router_settings`` with every table setting a name in ``database`` (one of them three-part)."""
+    local = router_settings(
+        base,
+        root,
+        ["catalog"],
+        deliveries_path=f"spark_catalog.{database}.deliveries",
+        dead_letters_path=f"{database}.dead_letters",
+        unrouted_path=f"{database}.unrouted",
+        metrics_path=f"{database}.metrics",
+    )
+    subscriptions = dataclasses.replace(
+        local.subscriptions,
+        table_path=f"{database}.subscriptions",
+        rejects_path=f"{database}.subscription_rejects",
+    )
+    return local.replace(subscriptions=subscriptions)
+
+
+def route_twice_with_a_replay(spark: Any, settings: Settings, batches: dict[int, list[tuple[Any, ...]]]) -> None:
+    """Each batch once, then batch 0 again as Spark re-executes it (same query id)."""
+    router = Router(spark, settings)
+    router.snapshots.maybe_refresh(force=True)
+    router.bind_query("catalog-test-query")
+    try:
+        for batch_id, rows in batches.items():
+            router.process_batch(batch_frame(spark, rows), batch_id)
+        router.process_batch(batch_frame(spark, batches[0]), 0)
+    finally:
+        router.close(progress_wait_s=0)
+
+
+def as_records(rows: list[tuple[Any, ...]]) -> list[Record]:
+    return [Record(topic, partition, offset, key, payload) for key, payload, topic, partition, offset, *_ in rows]
+
+
+def test_named_tables_route_exactly_what_paths_route_and_replays_write_nothing(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    from pyspark.testing import assertDataFrameEqual
+
+    database = f"router_{uuid.uuid4().hex[:10]}"
+    named = named_settings(settings, tmp_path / "named", database)
+    by_path = router_settings(settings, tmp_path / "paths", ["catalog"])
+    # One batch per partition (the records' partition is the seed), so outcomes key on (partition, offset).
+    batches = {0: records(0, 160, "catalog"), 1: records(1, 120, "catalog")}
+    for local in (named, by_path):
+        # The refresh job's import path: MERGE into the subscription table, rejects appended (none here).
+        apply_subscriptions(spark, local, tmp_path / f"subs-{id(local)}.json", subscribe=SUBSCRIPTIONS)
+        route_twice_with_a_replay(spark, local, batches)
+
+    # Every table is in the catalog, in the named database, where Spark would manage it.
+    for table in (
+        named.subscriptions.table_path,
+        named.subscriptions.rejects_path,
+        named.router.deliveries_path,
+        named.router.dead_letters_path,
+        named.router.unrouted_path,
+        named.router.metrics_path,
+    ):
+        assert spark.catalog.tableExists(table), table
+        assert delta_tables.location(spark, table).endswith(f"/{database}.db/{table.rsplit('.', 1)[1]}"), table
+    assert not any(Path(tmp_path / "named").glob("*/_delta_log")), "a name was written as a path"
+
+    # The same subscriptions, and the same rows in every output table (the replay of batch 0 added none).
+    assert read_active(spark, named.subscriptions.table_path) == read_active(spark, by_path.subscriptions.table_path)
+    for setting, columns in STABLE_COLUMNS.items():
+        left = delta_tables.read(spark, getattr(named.router, setting)).select(*columns)
+        right = delta_tables.read(spark, getattr(by_path.router, setting)).select(*columns)
+        assert left.count() > 0, setting
+        assertDataFrameEqual(left, right)
+    routed = read_routed(spark, named)
+    assert_ids_exact(routed)
+    records_of_both = as_records([*batches[0], *batches[1]])
+    pairs = read_active(spark, named.subscriptions.table_path)
+    assert routed.outcomes() == expected_outcomes(records_of_both, named.router, named.validator(), pairs)
+
+    # The metrics table by name: one row per batch id, the replay wrote none.
+    metrics = delta_tables.read(spark, named.router.metrics_path)
+    assert sorted(row["batch_id"] for row in metrics.collect()) == [0, 1]
+    # The snapshot files went beside the named subscription table's files.
+    snapshots = Path(delta_tables.location(spark, named.subscriptions.table_path).removeprefix("file:"))
+    assert any((snapshots / DEFAULT_DIRECTORY).glob("*.frozen"))
+
+
+def test_another_process_finds_a_named_table_of_the_session_catalog(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    """The in-memory catalog forgets tables with its process: ``list`` in a new one must still find it."""
+    database = f"router_{uuid.uuid4().hex[:10]}"
+    named = named_settings(settings, tmp_path, database)
+    version = apply_subscriptions(spark, named, tmp_path / "subs.json", subscribe=SUBSCRIPTIONS)
+    command = [sys.executable, "-m", "routing", "list", "--json", *job_flags(named)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=WAIT_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    listed = json.loads(done.stdout)
+    assert listed["table"] == named.subscriptions.table_path and listed["version"] == version
+    assert sorted((entry["pattern"], entry["subscriber"]) for entry in listed["subscriptions"]) == sorted(SUBSCRIPTIONS)
+
+
+def test_a_missing_named_table_is_a_clear_error(settings: Settings, tmp_path: Path) -> None:
+    database = f"router_{uuid.uuid4().hex[:10]}"
+    named = named_settings(settings, tmp_path, database)
+    command = [sys.executable, "-m", "routing", "list", *job_flags(named)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=WAIT_TIMEOUT_S)
+    assert done.returncode == 2, (done.stdout, done.stderr[-3000:])
+    assert f"Delta table '{named.subscriptions.table_path}' cannot be read" in done.stderr
+    # Delta's own condition for a name with no table (the session catalog registered nothing: no files).
+    assert "DELTA_MISSING_DELTA_TABLE" in done.stderr
+    assert not list(Path(settings.spark.warehouse_dir).glob(f"{database}.db")), "a read created the database"
