@@ -54,7 +54,7 @@
 use std::sync::Arc;
 
 use super::gcas::{gcas, gcas_read, read_root};
-use super::hamt::{hash_word, Leaf, SmolStr};
+use super::hamt::{hash_word, prefetch, Leaf, SmolStr};
 use super::node::{Branch, CNode, Generation, INode, MainKind, MainNode, SubscriberSet};
 use super::sync::epoch::{self, Guard};
 use super::{help_reclaim, CsTrie};
@@ -65,6 +65,9 @@ use crate::topic::{PatternWord, SEPARATOR};
 const MAX_BULK_WORDS: usize = 64;
 /// GCAS attempts on one C-node before its pairs take the one-pair path.
 const ATTEMPTS: usize = 3;
+/// How many groups ahead the walks prefetch the pairs they will read: the
+/// pairs are visited in hash order, so without it each one is a cache miss.
+const AHEAD: usize = 8;
 
 /// One pair: its pattern's words are `words[start..end]` of the batch.
 struct Item {
@@ -143,33 +146,44 @@ fn word_rank(word: PatternWord<'_>) -> (u8, &str) {
 
 /// `items` (all at least `depth + 1` words long) reordered so that equal words
 /// at `depth` are contiguous; returns the groups as `(word, hash, range)`.
+///
+/// After the sort the pairs are visited in hash order, all over the batch, so
+/// each sort entry carries the index of its word (the entry's padding had room
+/// for it) and the loop prefetches the word [`AHEAD`] runs ahead.
 fn group_by_word<'b>(
     batch: &'b Batch<'_>,
     items: &mut [u32],
     depth: usize,
 ) -> Vec<(PatternWord<'b>, u64, std::ops::Range<usize>)> {
-    let mut keyed: Vec<(u64, u32)> = items.iter().map(|&item| (batch.hash(item, depth), item)).collect();
-    if !keyed.is_sorted_by_key(|&(hash, _)| hash) {
-        keyed.sort_unstable_by_key(|&(hash, _)| hash);
+    // (word hash, item, index of the word in `batch.words`)
+    let mut keyed: Vec<(u64, u32, u32)> = items
+        .iter()
+        .map(|&item| {
+            let word = batch.items[item as usize].start + depth as u32;
+            (batch.words[word as usize].hash, item, word)
+        })
+        .collect();
+    if !keyed.is_sorted_by_key(|&(hash, _, _)| hash) {
+        keyed.sort_unstable_by_key(|&(hash, _, _)| hash);
     }
     let mut groups = Vec::new();
     let mut start = 0;
     while start < keyed.len() {
+        if let Some(&(_, _, ahead)) = keyed.get(start + AHEAD) {
+            prefetch(&batch.words[ahead as usize]);
+        }
         let hash = keyed[start].0;
         let mut end = start + 1;
         while end < keyed.len() && keyed[end].0 == hash {
             end += 1;
         }
         let run = &mut keyed[start..end];
-        let first = batch.at(run[0].1, depth);
-        let same = |item: u32| {
-            // Pairs of one (consecutive, parsed-once) pattern share their words.
-            let word = batch.at(item, depth);
-            std::ptr::eq(word, first) || word.text == first.text
-        };
-        if !run.iter().all(|&(_, item)| same(item)) {
+        let first = &batch.words[run[0].2 as usize];
+        // Pairs of one (consecutive, parsed-once) pattern share their words.
+        let same = |word: u32| word == run[0].2 || batch.words[word as usize].text == first.text;
+        if !run.iter().all(|&(_, _, word)| same(word)) {
             // Different words with one hash: order them by text.
-            run.sort_unstable_by(|&(_, left), &(_, right)| {
+            run.sort_unstable_by(|&(_, left, _), &(_, right, _)| {
                 word_rank(batch.word(left, depth)).cmp(&word_rank(batch.word(right, depth)))
             });
             let mut at = start;
@@ -187,10 +201,31 @@ fn group_by_word<'b>(
         }
         start = end;
     }
-    for (slot, &(_, item)) in items.iter_mut().zip(&keyed) {
+    for (slot, &(_, item, _)) in items.iter_mut().zip(&keyed) {
         *slot = item;
     }
     groups
+}
+
+/// Ahead of visiting group `at` of `groups` (ranges of `items`, which go at
+/// least one word past `depth`), prefetch what the visit will read: the first
+/// item of the group [`AHEAD`] groups on, and the next word of the one
+/// `AHEAD / 2` on (whose item was prefetched earlier).
+#[inline]
+fn prefetch_groups(
+    batch: &Batch<'_>,
+    items: &[u32],
+    groups: &[(PatternWord<'_>, u64, std::ops::Range<usize>)],
+    at: usize,
+    depth: usize,
+) {
+    if let Some((_, _, range)) = groups.get(at + AHEAD) {
+        prefetch(&batch.items[items[range.start] as usize]);
+    }
+    if let Some((_, _, range)) = groups.get(at + AHEAD / 2) {
+        let item = &batch.items[items[range.start] as usize];
+        prefetch(batch.words.as_ptr().wrapping_add(item.start as usize + depth + 1));
+    }
 }
 
 /// Reorder `items` so that those with exactly `length` words come first;
@@ -228,7 +263,9 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
     let groups = group_by_word(batch, items, depth);
     let mut literals: Vec<Leaf<Branch>> = Vec::with_capacity(groups.len());
     let mut added = 0;
-    for (word, hash, range) in groups {
+    for at in 0..groups.len() {
+        prefetch_groups(batch, items, &groups, at, depth);
+        let (word, hash, range) = groups[at].clone();
         let group = &mut items[range];
         // Those that end at this word first, then those that go deeper.
         let enders = partition_by_length(batch, group, depth + 1);
@@ -424,7 +461,9 @@ impl CsTrie {
         let deeper = &mut items[at_root..];
         let groups = group_by_word(batch, deeper, depth);
         let mut literals: Vec<Leaf<Branch>> = Vec::with_capacity(groups.len());
-        for (word, hash, range) in groups {
+        for at in 0..groups.len() {
+            prefetch_groups(batch, deeper, &groups, at, depth);
+            let (word, hash, range) = groups[at].clone();
             let group = &mut deeper[range];
             let enders = partition_by_length(batch, group, depth + 1);
             let existing = match word {
