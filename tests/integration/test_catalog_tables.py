@@ -34,6 +34,7 @@ from routing.router.pipeline import Router
 from routing.router.snapshot_files import DEFAULT_DIRECTORY
 from routing.settings import REPO_ROOT, Settings
 from routing.subscriptions import read_active
+from routing.tail import tail
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +122,14 @@ def test_named_tables_route_exactly_what_paths_route_and_replays_write_nothing(
     records_of_both = as_records([*batches[0], *batches[1]])
     pairs = read_active(spark, named.subscriptions.table_path)
     assert routed.outcomes() == expected_outcomes(records_of_both, named.router, named.validator(), pairs)
+
+    # A subscriber follows its rows of the named deliveries table as a Delta stream.
+    followed: list[dict[str, Any]] = []
+    tail(spark, named.router.deliveries_path, "msft", str(tmp_path / "tail"), followed.append, available_now=True)
+    mine = sorted(
+        (row["source_partition"], row["source_offset"]) for row in routed.deliveries if row["subscriber_id"] == "msft"
+    )
+    assert mine and sorted((row["source_partition"], row["source_offset"]) for row in followed) == mine
 
     # The metrics table by name: one row per batch id, the replay wrote none.
     metrics = delta_tables.read(spark, named.router.metrics_path)
