@@ -24,11 +24,14 @@ from router_support import (
     assert_ids_exact,
     expected_outcomes,
     job_flags,
+    produce,
     read_routed,
     router_settings,
+    run_available_now,
+    subscription_event,
 )
 
-from integration.test_router_metrics import SUBSCRIPTIONS, batch_frame, records
+from integration.test_router_metrics import KEYS, SUBSCRIPTIONS, batch_frame, records
 from routing import delta_tables
 from routing.router.pipeline import Router
 from routing.router.snapshot_files import DEFAULT_DIRECTORY
@@ -46,12 +49,12 @@ STABLE_COLUMNS = {
 }
 
 
-def named_settings(base: Settings, root: Path, database: str) -> Settings:
+def named_settings(base: Settings, root: Path, database: str, topics: tuple[str, ...] = ("catalog",)) -> Settings:
     """``router_settings`` with every table setting a name in ``database`` (one of them three-part)."""
     local = router_settings(
         base,
         root,
-        ["catalog"],
+        topics,
         deliveries_path=f"spark_catalog.{database}.deliveries",
         dead_letters_path=f"{database}.dead_letters",
         unrouted_path=f"{database}.unrouted",
@@ -139,6 +142,36 @@ def test_named_tables_route_exactly_what_paths_route_and_replays_write_nothing(
     assert any((snapshots / DEFAULT_DIRECTORY).glob("*.frozen"))
 
 
+def test_the_whole_pipeline_runs_on_named_tables(
+    spark: Any, settings: Settings, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Events on Kafka -> the refresh job's stream -> named subscription table; messages on Kafka -> the router's
+    stream -> named output tables; every record's fate as the regex oracle says."""
+    from jobs.refresh_subscriptions import refresh_from_kafka
+
+    events, messages = topic_factory(partitions=1), topic_factory(partitions=2)
+    named = named_settings(settings, tmp_path, f"router_{uuid.uuid4().hex[:10]}", (messages,))
+    named = named.replace(subscriptions=dataclasses.replace(named.subscriptions, events_topic=events))
+    produce(
+        named,
+        events,
+        [(None, subscription_event("subscribe", pattern, subscriber), []) for pattern, subscriber in SUBSCRIPTIONS]
+        + [(None, b"{not json", [])],
+    )
+    summary = refresh_from_kafka(spark, named)
+    pairs = read_active(spark, named.subscriptions.table_path)
+    assert pairs == sorted(SUBSCRIPTIONS) and summary.table_version >= 1
+    rejects = delta_tables.read(spark, named.subscriptions.rejects_path).select("reason").collect()
+    assert [row["reason"] for row in rejects] == ["malformed_json"]
+
+    records = produce(named, messages, [(key, b"payload", []) for key in KEYS * 20], partitions=2)
+    router = run_available_now(spark, named)
+    routed = read_routed(spark, named)
+    assert routed.outcomes() == expected_outcomes(records, named.router, named.validator(), pairs)
+    assert_ids_exact(routed)
+    assert {report.snapshot_version for report in router.reports.values()} == {summary.table_version}
+
+
 def test_another_process_finds_a_named_table_of_the_session_catalog(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
@@ -154,13 +187,16 @@ def test_another_process_finds_a_named_table_of_the_session_catalog(
     assert sorted((entry["pattern"], entry["subscriber"]) for entry in listed["subscriptions"]) == sorted(SUBSCRIPTIONS)
 
 
-def test_a_missing_named_table_is_a_clear_error(settings: Settings, tmp_path: Path) -> None:
+def test_a_missing_named_table_is_a_clear_error(spark: Any, settings: Settings, tmp_path: Path) -> None:
+    """``list`` in this process (its session is the test's): a name with no files is refused, nothing is created."""
+    from routing.__main__ import main
+
     database = f"router_{uuid.uuid4().hex[:10]}"
     named = named_settings(settings, tmp_path, database)
-    command = [sys.executable, "-m", "routing", "list", *job_flags(named)]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=WAIT_TIMEOUT_S)
-    assert done.returncode == 2, (done.stdout, done.stderr[-3000:])
-    assert f"Delta table '{named.subscriptions.table_path}' cannot be read" in done.stderr
+    errors: list[str] = []
+    assert main(["list", *job_flags(named)], out=errors.append, err=errors.append) == 2
+    assert f"Delta table '{named.subscriptions.table_path}' cannot be read" in errors[-1]
     # Delta's own condition for a name with no table (the session catalog registered nothing: no files).
-    assert "DELTA_MISSING_DELTA_TABLE" in done.stderr
-    assert not list(Path(settings.spark.warehouse_dir).glob(f"{database}.db")), "a read created the database"
+    assert "DELTA_MISSING_DELTA_TABLE" in errors[-1]
+    assert not spark.catalog.databaseExists(database), "a read registered the database"
+    assert not list(Path(settings.spark.warehouse_dir).glob(f"{database}.db")), "a read created its directory"
