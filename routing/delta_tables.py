@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -78,8 +79,10 @@ def _session_scoped(spark: SparkSession, name: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-#: Names this process registered (or found registered), per session: registration costs catalog round trips.
-_registered: dict[int, set[str]] = {}
+#: Names registered (or found registered) in each session, and their locations: both cost catalog round trips.
+#: Weak keys, because ``foreachBatch`` hands every batch a session object of its own.
+_registered: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
+_locations: weakref.WeakKeyDictionary[SparkSession, dict[str, str]] = weakref.WeakKeyDictionary()
 _registered_lock = threading.Lock()
 
 
@@ -106,7 +109,7 @@ def register(spark: SparkSession, table: str) -> None:
     if not is_table_name(table):
         return
     with _registered_lock:
-        if table in _registered.get(id(spark), ()):
+        if table in _registered.get(spark, ()):
             return
     scoped = _session_scoped(spark, table)
     if scoped is not None and not spark.catalog.tableExists(table):
@@ -119,7 +122,7 @@ def register(spark: SparkSession, table: str) -> None:
         _create_database(spark, schema)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_identifier(table)} USING delta LOCATION {_sql_string(location)}")
     with _registered_lock:
-        _registered.setdefault(id(spark), set()).add(table)
+        _registered.setdefault(spark, set()).add(table)
 
 
 def exists(spark: SparkSession, table: str) -> bool:
@@ -216,21 +219,16 @@ def delta_table(spark: SparkSession, table: str) -> DeltaTable:
     return DeltaTable.forPath(spark, table)
 
 
-#: Locations of names, per session: a table's location does not change while it exists.
-_locations: dict[tuple[int, str], str] = {}
-
-
 def location(spark: SparkSession, table: str) -> str:
     """Where the table's files are: the path itself, or the location the catalog gives a name."""
     if not is_table_name(table):
         return table
-    key = (id(spark), table)
     with _registered_lock:
-        known = _locations.get(key)
+        known = _locations.get(spark, {}).get(table)
     if known is None:
         detail = delta_table(spark, table).detail().select("location").head()
         assert detail is not None, f"DESCRIBE DETAIL {table} returned no row"
         known = str(detail["location"])
         with _registered_lock:
-            _locations[key] = known
+            _locations.setdefault(spark, {})[table] = known
     return known
