@@ -79,11 +79,18 @@ def _session_scoped(spark: SparkSession, name: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-#: Names registered (or found registered) in each session, and their locations: both cost catalog round trips.
-#: Weak keys, because ``foreachBatch`` hands every batch a session object of its own.
-_registered: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
-_locations: weakref.WeakKeyDictionary[SparkSession, dict[str, str]] = weakref.WeakKeyDictionary()
+#: Names registered (or found registered) in each catalog, and their locations: both cost catalog round trips.
+#: Kept per :func:`_catalog_owner`, weakly, so a stopped context takes its entries with it.
+_registered: weakref.WeakKeyDictionary[object, set[str]] = weakref.WeakKeyDictionary()
+_locations: weakref.WeakKeyDictionary[object, dict[str, str]] = weakref.WeakKeyDictionary()
 _registered_lock = threading.Lock()
+
+
+def _catalog_owner(spark: SparkSession) -> object:
+    """What holds the catalog of ``spark``: its SparkContext, whose catalog every session of it shares
+    (``foreachBatch`` hands each batch a session object of its own, which must not repeat the lookups),
+    or the session itself where there is no context (Spark Connect)."""
+    return getattr(spark, "_sc", None) or spark
 
 
 def _managed_location(spark: SparkSession, schema: str, table: str) -> str:
@@ -109,7 +116,7 @@ def register(spark: SparkSession, table: str) -> None:
     if not is_table_name(table):
         return
     with _registered_lock:
-        if table in _registered.get(spark, ()):
+        if table in _registered.get(_catalog_owner(spark), ()):
             return
     scoped = _session_scoped(spark, table)
     if scoped is not None and not spark.catalog.tableExists(table):
@@ -122,7 +129,7 @@ def register(spark: SparkSession, table: str) -> None:
         _create_database(spark, schema)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_identifier(table)} USING delta LOCATION {_sql_string(location)}")
     with _registered_lock:
-        _registered.setdefault(spark, set()).add(table)
+        _registered.setdefault(_catalog_owner(spark), set()).add(table)
 
 
 def exists(spark: SparkSession, table: str) -> bool:
@@ -224,11 +231,11 @@ def location(spark: SparkSession, table: str) -> str:
     if not is_table_name(table):
         return table
     with _registered_lock:
-        known = _locations.get(spark, {}).get(table)
+        known = _locations.get(_catalog_owner(spark), {}).get(table)
     if known is None:
         detail = delta_table(spark, table).detail().select("location").head()
         assert detail is not None, f"DESCRIBE DETAIL {table} returned no row"
         known = str(detail["location"])
         with _registered_lock:
-            _locations.setdefault(spark, {})[table] = known
+            _locations.setdefault(_catalog_owner(spark), {})[table] = known
     return known

@@ -202,22 +202,18 @@ def test_a_missing_named_table_is_a_clear_error(spark: Any, settings: Settings, 
     assert not list(Path(settings.spark.warehouse_dir).glob(f"{database}.db")), "a read created its directory"
 
 
-def test_registrations_do_not_outlive_the_session_objects_of_batches(spark: Any, settings: Settings) -> None:
-    """``foreachBatch`` wraps each batch in a new session object: what ``delta_tables`` caches per session must go
-    with it, or a long-running router would keep one entry per batch."""
-    import gc
-
+def test_registrations_are_kept_per_spark_context_not_per_batch_session(spark: Any, settings: Settings) -> None:
+    """``foreachBatch`` wraps each batch in a new session object of the same context, whose catalog they all share:
+    a name registered once must not be looked up again, nor cached again, for each batch."""
     from pyspark.sql import SparkSession
 
     table = f"router_{uuid.uuid4().hex[:10]}.deliveries"
     delta_tables.create_if_absent(spark, table, "a INT")
-    before = len(delta_tables._registered)
+    location = delta_tables.location(spark, table)
+    owners, locations = len(delta_tables._registered), len(delta_tables._locations)
     for _ in range(5):
         per_batch = SparkSession(spark.sparkContext, spark._jsparkSession)  # what foreachBatch hands a batch
         assert delta_tables.exists(per_batch, table)
-        delta_tables.location(per_batch, table)
-    del per_batch
-    gc.collect()
-    # PySpark keeps the newest session object as the active one: at most that one stays, never one per batch.
-    assert len(delta_tables._registered) <= before + 1 and spark in delta_tables._registered
-    assert len(delta_tables._locations) <= 2
+        assert delta_tables.location(per_batch, table) == location
+    assert (len(delta_tables._registered), len(delta_tables._locations)) == (owners, locations)
+    assert table in delta_tables._registered[spark.sparkContext]
