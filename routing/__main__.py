@@ -144,6 +144,15 @@ def is_delta_table(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / "_delta_log").is_dir()
 
 
+def missing_local_table(table: str) -> bool:
+    """Whether table setting ``table`` is a local path with no Delta table: the one case checked before Spark
+    starts (a URI or a catalog table name is checked by reading it)."""
+    from routing.delta_tables import is_table_name
+    from routing.settings import is_uri
+
+    return not is_uri(table) and not is_table_name(table) and not is_delta_table(table)
+
+
 def subscriptions_from_files(
     paths: Sequence[str], validator: Validator, *, max_event_bytes: int, report: Callable[[str], None]
 ) -> frozenset[tuple[str, str]]:
@@ -475,8 +484,7 @@ def apply_now(
 
 def run_list(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
     """``list``: the active subscriptions of the table (latest or ``--version``), of one subscriber or all."""
-    from routing.delta_tables import is_table_name
-    from routing.settings import is_uri, settings_from_args
+    from routing.settings import settings_from_args
     from routing.subscriptions import read_rows
 
     try:
@@ -485,8 +493,7 @@ def run_list(args: argparse.Namespace, out: Callable[[str], None], err: Callable
         err(f"list: {error}")
         return 2
     path = settings.subscriptions.table_path
-    # Only a local path can be checked before Spark starts; a URI or a table name is checked by reading it.
-    if not is_uri(path) and not is_table_name(path) and not is_delta_table(path):
+    if missing_local_table(path):
         err(f"list: no subscription table at {path!r} (subscriptions.table_path; the refresh job creates it)")
         return 2
     try:
@@ -530,8 +537,7 @@ def run_tail(args: argparse.Namespace, out: Callable[[str], None], err: Callable
     import threading
 
     from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy, CheckpointLease
-    from routing.delta_tables import is_table_name
-    from routing.settings import is_uri, settings_from_args
+    from routing.settings import settings_from_args
     from routing.tail import default_checkpoint, json_line, row_line, tail
 
     try:
@@ -543,7 +549,7 @@ def run_tail(args: argparse.Namespace, out: Callable[[str], None], err: Callable
         err(f"tail: --limit must be at least 1, not {args.limit}")
         return 2
     table = settings.router.deliveries_path
-    if not is_uri(table) and not is_table_name(table) and not is_delta_table(table):
+    if missing_local_table(table):
         err(f"tail: no deliveries table at {table!r} (router.deliveries_path; the router creates it)")
         return 2
     checkpoint = args.checkpoint or default_checkpoint(settings.router.checkpoint_path, args.subscriber)
