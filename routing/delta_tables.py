@@ -29,6 +29,12 @@ NOT EXISTS``. Every process of a deployment computes the same place, so the refr
 router, ``tail`` and ``list`` share one table as they would through a metastore. Dropping such a
 table keeps its files. With a persistent catalog names are used as they are.
 
+**Spark Connect.** A Connect session (``spark.remote``) has no JVM in the process, so nothing here
+may use Delta's Python ``DeltaTable`` there (it drives the JVM; its Connect flavour needs a server
+plugin Delta does not publish for Spark 4.2): existence, creation, :func:`detail` and
+:func:`latest_version` are SQL (``DESCRIBE DETAIL``, ``DESCRIBE HISTORY``, ``CREATE TABLE``), the same
+statements in both modes, MERGE is SQL too (:func:`merge`), and only :func:`delta_table` is classic-only.
+
 Spark and Delta are imported inside the functions, so importing this module stays cheap.
 """
 
@@ -104,6 +110,27 @@ def _managed_location(spark: SparkSession, schema: str, table: str) -> str:
     return f"{root.rstrip('/')}/{table.lower()}"
 
 
+def _connect(spark: SparkSession) -> bool:
+    from routing.spark import is_connect
+
+    return is_connect(spark)
+
+
+def is_delta_location(spark: SparkSession, path: str) -> bool:
+    """Whether a Delta table is at ``path`` (a path or URI, not a name)."""
+    if not _connect(spark):
+        from delta.tables import DeltaTable
+
+        return bool(DeltaTable.isDeltaTable(spark, path))
+    from pyspark.errors import AnalysisException
+
+    try:
+        row = spark.sql(f"DESCRIBE DETAIL {sql_identifier(path)}").select("format").head()
+    except AnalysisException:  # DELTA_MISSING_DELTA_TABLE, PATH_NOT_FOUND
+        return False
+    return row is not None and str(row["format"]).lower() == "delta"
+
+
 def _create_database(spark: SparkSession, schema: str) -> None:
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{schema}`")
 
@@ -120,11 +147,9 @@ def register(spark: SparkSession, table: str) -> None:
             return
     scoped = _session_scoped(spark, table)
     if scoped is not None and not spark.catalog.tableExists(table):
-        from delta.tables import DeltaTable
-
         schema, name = scoped
         location = _managed_location(spark, schema, name)
-        if not DeltaTable.isDeltaTable(spark, location):
+        if not is_delta_location(spark, location):
             return  # nothing to register yet: create_if_absent makes it, readers get Spark's TABLE_OR_VIEW_NOT_FOUND
         _create_database(spark, schema)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_identifier(table)} USING delta LOCATION {_sql_string(location)}")
@@ -134,10 +159,8 @@ def register(spark: SparkSession, table: str) -> None:
 
 def exists(spark: SparkSession, table: str) -> bool:
     """Whether there is a Delta table at the path, or a table of that name."""
-    from delta.tables import DeltaTable
-
     if not is_table_name(table):
-        return bool(DeltaTable.isDeltaTable(spark, table))
+        return is_delta_location(spark, table)
     register(spark, table)
     return bool(spark.catalog.tableExists(table))
 
@@ -151,15 +174,15 @@ def create_if_absent(
     properties: Mapping[str, str] | None = None,
 ) -> None:
     """An empty Delta table with the columns of ``ddl`` (nullability kept), unless the table exists."""
-    from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
     if exists(spark, table):
         return
     schema = StructType.fromDDL(ddl)
     assert isinstance(schema, StructType)
-    if is_table_name(table):
-        # SQL, not DeltaTable's builder: its table name parser stops at two parts (no catalog).
+    if is_table_name(table) or _connect(spark):
+        # SQL, not DeltaTable's builder: its table name parser stops at two parts (no catalog), and it
+        # needs the JVM (Spark Connect has none here).
         columns = ", ".join(
             f"`{field.name}` {field.dataType.simpleString()}{'' if field.nullable else ' NOT NULL'}"
             for field in schema.fields
@@ -170,12 +193,14 @@ def create_if_absent(
         if properties:
             pairs = ", ".join(f"{_sql_string(key)} = {_sql_string(value)}" for key, value in properties.items())
             statement.append(f"TBLPROPERTIES ({pairs})")
-        scoped = _session_scoped(spark, table)
+        scoped = _session_scoped(spark, table) if is_table_name(table) else None
         if scoped is not None:
             statement.append(f"LOCATION {_sql_string(_managed_location(spark, *scoped))}")
             _create_database(spark, scoped[0])
         spark.sql(" ".join(statement))
     else:
+        from delta.tables import DeltaTable
+
         builder = DeltaTable.createIfNotExists(spark).location(table)
         for field in schema.fields:
             builder = builder.addColumn(field.name, field.dataType, nullable=field.nullable)
@@ -216,9 +241,30 @@ def save(spark: SparkSession, writer: DataFrameWriter, table: str) -> None:
         writer.save(table)
 
 
+def merge(table: str, source: DataFrame, clauses: str) -> None:
+    """``MERGE INTO <table> AS t USING <source> AS s <clauses>``, in the source's session.
+
+    SQL rather than ``DeltaTable.merge``, so that one statement serves classic sessions and Spark Connect
+    alike; ``source`` becomes a temporary view for the statement's length (a unique name, dropped after).
+    """
+    import uuid
+
+    spark = source.sparkSession
+    view = f"merge_source_{uuid.uuid4().hex}"
+    register(spark, table)
+    source.createOrReplaceTempView(view)
+    try:
+        spark.sql(f"MERGE INTO {sql_identifier(table)} AS t USING `{view}` AS s {clauses}")
+    finally:
+        spark.catalog.dropTempView(view)
+
+
 def delta_table(spark: SparkSession, table: str) -> DeltaTable:
-    """The ``DeltaTable`` handle (merge, history, detail)."""
+    """The ``DeltaTable`` handle (classic sessions only: see the module docs; :func:`merge` serves both)."""
     from delta.tables import DeltaTable
+
+    if _connect(spark):
+        raise NotImplementedError(f"Delta's DeltaTable API for {table} needs a classic Spark session")
 
     if is_table_name(table):
         register(spark, table)
@@ -233,9 +279,23 @@ def location(spark: SparkSession, table: str) -> str:
     with _registered_lock:
         known = _locations.get(_catalog_owner(spark), {}).get(table)
     if known is None:
-        detail = delta_table(spark, table).detail().select("location").head()
-        assert detail is not None, f"DESCRIBE DETAIL {table} returned no row"
-        known = str(detail["location"])
+        known = str(detail(spark, table)["location"])
         with _registered_lock:
             _locations.setdefault(_catalog_owner(spark), {})[table] = known
     return known
+
+
+def detail(spark: SparkSession, table: str) -> Any:
+    """The table's ``DESCRIBE DETAIL`` row (location, properties, partition columns, ...)."""
+    register(spark, table)
+    row = spark.sql(f"DESCRIBE DETAIL {sql_identifier(table)}").head()
+    assert row is not None, f"DESCRIBE DETAIL {table} returned no row"
+    return row
+
+
+def latest_version(spark: SparkSession, table: str) -> int:
+    """The table's newest Delta version (``DESCRIBE HISTORY ... LIMIT 1``)."""
+    register(spark, table)
+    newest = spark.sql(f"DESCRIBE HISTORY {sql_identifier(table)} LIMIT 1").select("version").head()
+    assert newest is not None, f"Delta table {table} has no history"
+    return int(newest[0])

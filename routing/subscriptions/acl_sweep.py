@@ -159,23 +159,12 @@ def deactivate_forbidden(spark: SparkSession, *, table_path: str, rejects_path: 
             rejects_path,
         )
         changes = forbidden.select("subscriber_id", "pattern", "change_id", new_change_id.alias("new_change_id"))
-        (
-            delta_tables.delta_table(spark, table_path)
-            .alias("t")
-            .merge(
-                changes.alias("s"),
-                "t.subscriber_id = s.subscriber_id AND t.pattern = s.pattern AND t.change_id = s.change_id",
-            )
-            .whenMatchedUpdate(
-                condition="t.active",
-                set={
-                    "active": F.lit(False),
-                    "change_id": F.col("s.new_change_id"),
-                    "source": F.lit(SOURCE_ACL),
-                    "applied_at": F.current_timestamp(),
-                },
-            )
-            .execute()
+        delta_tables.merge(
+            table_path,
+            changes,
+            "ON t.subscriber_id = s.subscriber_id AND t.pattern = s.pattern AND t.change_id = s.change_id "
+            "WHEN MATCHED AND t.active THEN UPDATE SET active = false, change_id = s.new_change_id, "
+            f"source = '{SOURCE_ACL}', applied_at = current_timestamp()",
         )
         return count
     finally:

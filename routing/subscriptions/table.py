@@ -200,8 +200,7 @@ def create_table_if_absent(spark: SparkSession, path: str) -> None:
 
 
 def change_feed_enabled(spark: SparkSession, path: str) -> bool:
-    detail = delta_tables.delta_table(spark, path).detail().select("properties").head()
-    properties = {} if detail is None else (detail["properties"] or {})
+    properties = delta_tables.detail(spark, path)["properties"] or {}
     return str(properties.get(CHANGE_FEED_PROPERTY, "false")).lower() == "true"
 
 
@@ -223,9 +222,7 @@ def create_rejects_table_if_absent(spark: SparkSession, path: str) -> None:
 
 def latest_version(spark: SparkSession, path: str) -> int:
     """The table's newest Delta version: the snapshot version the router broadcasts."""
-    newest = delta_tables.delta_table(spark, path).history(1).select("version").head()
-    assert newest is not None, f"Delta table {path} has no history"
-    return int(newest[0])
+    return delta_tables.latest_version(spark, path)
 
 
 def _read(spark: SparkSession, path: str, version: int | None) -> DataFrame:
@@ -430,6 +427,14 @@ def _applies_over(ts: Column, change_id: Column, row_ts: Column, row_change_id: 
     """An event overrides the row: newer by :func:`_ordered_after`, and not a copy of the row's own change (a
     retried keyed event has the row's change id and a later ts)."""
     return _ordered_after(ts, change_id, row_ts, row_change_id) & (change_id != row_change_id)
+
+
+#: :func:`_applies_over` of a MERGE's event ``s`` over its row ``t``, in SQL (``tests/test_subscription_table``
+#: holds the two equal on every ordering case).
+APPLIES_OVER_SQL = (
+    "(s.updated_at > t.updated_at OR (s.updated_at = t.updated_at AND s.change_id > t.change_id)) "
+    "AND s.change_id != t.change_id"
+)
 
 
 def match_cost_column(pattern: Column, max_key_words: int) -> Column:
@@ -666,17 +671,12 @@ def apply_validated(
                 # lease) could make them wrong, so decide again. One after the MERGE has started is Delta's conflict.
                 if latest_version(spark, table_path) != version:
                     raise ConcurrentTableChange(f"{table_path} changed after version {version}, which this batch read")
-                target = delta_tables.delta_table(spark, table_path).alias("t")
-                (
-                    target.merge(changes.alias("s"), "t.subscriber_id = s.subscriber_id AND t.pattern = s.pattern")
-                    # Re-checked here, not only in decide(): a concurrent writer can never be overwritten by older data.
-                    .whenMatchedUpdateAll(
-                        condition=_applies_over(
-                            F.col("s.updated_at"), F.col("s.change_id"), F.col("t.updated_at"), F.col("t.change_id")
-                        )
-                    )
-                    .whenNotMatchedInsertAll()
-                    .execute()
+                # Re-checked here, not only in decide(): a concurrent writer can never be overwritten by older data.
+                delta_tables.merge(
+                    table_path,
+                    changes,
+                    "ON t.subscriber_id = s.subscriber_id AND t.pattern = s.pattern "
+                    f"WHEN MATCHED AND ({APPLIES_OVER_SQL}) THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
                 )
                 merged = True
                 if crash is not None:

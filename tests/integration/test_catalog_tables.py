@@ -196,8 +196,8 @@ def test_a_missing_named_table_is_a_clear_error(spark: Any, settings: Settings, 
     errors: list[str] = []
     assert main(["list", *job_flags(named)], out=errors.append, err=errors.append) == 2
     assert f"Delta table '{named.subscriptions.table_path}' cannot be read" in errors[-1]
-    # Delta's own condition for a name with no table (the session catalog registered nothing: no files).
-    assert "DELTA_MISSING_DELTA_TABLE" in errors[-1]
+    # Spark's own condition for a name with no table (the session catalog registered nothing: no files).
+    assert "TABLE_OR_VIEW_NOT_FOUND" in errors[-1]
     assert not spark.catalog.databaseExists(database), "a read registered the database"
     assert not list(Path(settings.spark.warehouse_dir).glob(f"{database}.db")), "a read created its directory"
 

@@ -348,3 +348,30 @@ def test_set_based_decisions_match_the_model(spark: SparkSession) -> None:
             key: (row.active, row.ts_millis, row.change_id) for model in models for key, row in model.rows.items()
         }
         assert table == expected
+
+
+def test_the_merge_condition_in_sql_is_the_one_decide_uses(spark: SparkSession) -> None:
+    """``APPLIES_OVER_SQL`` (the MERGE's) and ``_applies_over`` (decide's) agree on every ordering case."""
+    import datetime as dt
+    import itertools
+
+    from pyspark.sql import functions as F
+
+    from routing.subscriptions.table import APPLIES_OVER_SQL, _applies_over
+
+    moments = [dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 1, 2, tzinfo=dt.UTC)]
+    ids = ["a", "b"]
+    rows = [(*event, *row) for event, row in itertools.product(itertools.product(moments, ids), repeat=2)]
+    frame = spark.createDataFrame(rows, "s_ts TIMESTAMP, s_id STRING, t_ts TIMESTAMP, t_id STRING").select(
+        F.struct(F.col("s_ts").alias("updated_at"), F.col("s_id").alias("change_id")).alias("s"),
+        F.struct(F.col("t_ts").alias("updated_at"), F.col("t_id").alias("change_id")).alias("t"),
+    )
+    judged = frame.select(
+        _applies_over(F.col("s.updated_at"), F.col("s.change_id"), F.col("t.updated_at"), F.col("t.change_id")).alias(
+            "columns"
+        ),
+        F.expr(APPLIES_OVER_SQL).alias("sql"),
+    ).collect()
+    assert len(judged) == 16
+    assert [row["columns"] for row in judged] == [row["sql"] for row in judged]
+    assert sum(row["sql"] for row in judged) == 4  # strictly newer (6 pairs), minus the row's own change id (2)
