@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         say("summary")
         total = int(produced["produced"]) + int(oversized["produced"])
-        conserved = print_summary(spark, settings, summarize(router.reports), total)
+        conserved = print_summary(spark, settings, summarize(router.batch_reports()), total)
         spark.stop()
     finally:
         say("cleaning up")

@@ -62,6 +62,7 @@ from routing.streaming import (
     AfterWrites,
     CrashHook,
     QueryIdentity,
+    checkpoint_query_id,
     crash_after_writes_from_env,
     kafka_exit_status,
     kafka_source,
@@ -200,47 +201,16 @@ def refresh_from_kafka(
     (a :class:`routing.streaming.CrashHook` can also kill the job inside the MERGE). ``lease`` (``main()``'s)
     is checked before every batch and learns the query id.
     """
-    from routing.subscriptions.table import apply_validated, latest_version, validate_kafka_batch
+    from routing.spark import is_connect
+    from routing.subscriptions.table import latest_version
 
     subscriptions = settings.subscriptions
-    validator = settings.validator()
     deactivated = prepare_tables(spark, settings)
-    summaries: list[BatchSummary] = []
     # The reject appends' txnAppId is refresh_subscriptions:<query id> (stable across runs sharing a checkpoint,
     # new for a new checkpoint whose batch ids restart at 0); batches wait until start() has bound it.
     identity = QueryIdentity(TXN_APP_PREFIX)
-
-    def apply_batch(batch: DataFrame, batch_id: int) -> None:
-        writes_as = identity.wait()
-        if lease is not None:
-            lease.check()  # another run took the checkpoint over: write nothing more
-        validated = validate_kafka_batch(batch, validator, max_event_bytes=subscriptions.max_event_bytes)
-        summary = retry_delta_conflicts(
-            lambda: apply_validated(
-                spark,
-                validated,
-                table_path=subscriptions.table_path,
-                rejects_path=subscriptions.rejects_path,
-                validator=validator,
-                txn_app_id=writes_as,
-                txn_version=batch_id,
-                batch_id=batch_id,
-                crash=after_writes.at_batch(batch_id) if isinstance(after_writes, CrashHook) else None,
-            ),
-            f"batch {batch_id} of {subscriptions.table_path}",
-        )
-        if after_writes is not None:
-            after_writes(batch_id)
-        summaries.append(summary)
-        LOG.info(
-            "batch %d: %d event(s) %s, rejected %s, table version %d",
-            batch_id,
-            summary.events,
-            {kind: summary.counts[kind] for kind in APPLIED_KINDS},
-            summary.rejected,
-            summary.table_version,
-        )
-
+    connect = is_connect(spark)
+    apply_batch = EventBatches(settings, None if connect else identity, None if connect else lease, after_writes)
     events = kafka_source(
         spark,
         settings,
@@ -260,7 +230,98 @@ def refresh_from_kafka(
         "reading %s from checkpoint %s (query %s)", subscriptions.events_topic, subscriptions.checkpoint_path, query.id
     )
     query.awaitTermination()
+    # On Spark Connect the batches ran in the server's worker, which left their summaries in the checkpoint.
+    summaries = apply_batch.summaries if not connect else read_batch_summaries(spark, settings, str(query.id))
     return RunSummary(summaries, latest_version(spark, subscriptions.table_path), deactivated)
+
+
+#: Where a refresh run on Spark Connect leaves each batch's summary: ``<checkpoint>/<this>/<query id>/<batch id>``.
+SUMMARIES_DIRECTORY = "refresh_summaries"
+
+
+def _summary_files(spark: SparkSession, settings: Settings) -> Any:
+    from routing.checkpoints import CheckpointFiles
+
+    return CheckpointFiles(spark, f"{settings.subscriptions.checkpoint_path.rstrip('/')}/{SUMMARIES_DIRECTORY}")
+
+
+def read_batch_summaries(spark: SparkSession, settings: Settings, query_id: str) -> list[BatchSummary]:
+    """The summaries a run on Spark Connect left (see :class:`EventBatches`), in batch order."""
+    from routing.subscriptions.table import BatchSummary
+
+    files = _summary_files(spark, settings)
+    summaries = []
+    for name in sorted((name for name in files.list_names(query_id) if name.isdigit()), key=int):
+        text = files.read(query_id, name)
+        if text is not None:
+            entry = json.loads(text)
+            counts = collections.Counter(entry["counts"])
+            summaries.append(BatchSummary(entry["batch_id"], counts, entry["table_version"], entry["merged"]))
+    return summaries
+
+
+@dataclasses.dataclass
+class EventBatches:
+    """The refresh job's ``foreachBatch`` function: validate one batch of events, MERGE it, append its rejects.
+
+    In a classic session it runs in this process, with the run's query identity and lease, and keeps each
+    batch's summary in :attr:`summaries`. On Spark Connect it is pickled to the server and runs in the
+    query's ``foreachBatch`` worker (``identity`` and ``lease`` None: neither pickles, and the lease stays
+    with the client): the worker learns the query id from the checkpoint and leaves each summary there
+    for the client (:func:`read_batch_summaries`).
+    """
+
+    settings: Settings
+    identity: QueryIdentity | None
+    lease: CheckpointLease | None
+    after_writes: AfterWrites | None = None
+    summaries: list[BatchSummary] = dataclasses.field(default_factory=list)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from routing.subscriptions.table import apply_validated, validate_kafka_batch
+
+        spark = batch.sparkSession
+        subscriptions = self.settings.subscriptions
+        if self.identity is not None:
+            query_id = None
+            writes_as = self.identity.wait()
+        else:
+            query_id = checkpoint_query_id(spark, subscriptions.checkpoint_path)
+            writes_as = txn_app_id(TXN_APP_PREFIX, query_id)
+        if self.lease is not None:
+            self.lease.check()  # another run took the checkpoint over: write nothing more
+        validator = self.settings.validator()
+        validated = validate_kafka_batch(batch, validator, max_event_bytes=subscriptions.max_event_bytes)
+        after_writes = self.after_writes
+        summary = retry_delta_conflicts(
+            lambda: apply_validated(
+                spark,
+                validated,
+                table_path=subscriptions.table_path,
+                rejects_path=subscriptions.rejects_path,
+                validator=validator,
+                txn_app_id=writes_as,
+                txn_version=batch_id,
+                batch_id=batch_id,
+                crash=after_writes.at_batch(batch_id) if isinstance(after_writes, CrashHook) else None,
+            ),
+            f"batch {batch_id} of {subscriptions.table_path}",
+        )
+        if after_writes is not None:
+            after_writes(batch_id)
+        if query_id is None:
+            self.summaries.append(summary)
+        else:
+            entry = {**dataclasses.asdict(summary), "counts": dict(summary.counts)}
+            _summary_files(spark, self.settings).create_once(json.dumps(entry).encode(), query_id, str(batch_id))
+        LOG.info(
+            "batch %d: %d event(s) %s, rejected %s, table version %d",
+            batch_id,
+            summary.events,
+            {kind: summary.counts[kind] for kind in APPLIED_KINDS},
+            summary.rejected,
+            summary.table_version,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

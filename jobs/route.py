@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def summarize(reports: dict[int, Any]) -> dict[str, Any]:
-    """Totals over the batches this run processed."""
+def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Totals over the batches this run processed (:meth:`Router.batch_reports`)."""
     totals: dict[str, Any] = {
         "batches": len(reports),
         "input_rows": 0,
@@ -75,8 +75,7 @@ def summarize(reports: dict[int, Any]) -> dict[str, Any]:
         "dead_letters_by_reason": {},
         "snapshot_versions": [],
     }
-    for report in reports.values():
-        row = report.as_dict()
+    for row in reports.values():
         for name in ("input_rows", "deliveries", "unmatched", "dead_letters"):
             totals[name] += row[name]
         for reason, count in row["dead_letters_by_reason"].items():
@@ -144,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lost = router.lease.lost if router.lease is not None else None
     finally:
         router.close()
-    summary = summarize(router.reports)
+    summary = summarize(router.batch_reports())
     if lost is not None:
         print(
             f"route: lost the lease on checkpoint {settings.router.checkpoint_path} after {summary['batches']} "

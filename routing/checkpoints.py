@@ -3,7 +3,8 @@
 Both jobs keep their progress in a checkpoint directory that may be local, HDFS, S3 or ABFS, so the
 files they add there go through Hadoop's ``FileSystem`` too, never Python's ``open``:
 :class:`CheckpointFiles` is Spark's own ``CheckpointFileManager`` (via the JVM gateway) for one
-directory, the API Spark writes its offset and commit logs with. The router's replay ledger
+directory, the API Spark writes its offset and commit logs with (pyarrow's filesystems in a Spark
+Connect session, which has no JVM: :class:`ArrowFiles`). The router's replay ledger
 (:mod:`routing.router.ledger`) and the lease below are built on it.
 
 The lease: one job per checkpoint
@@ -54,6 +55,7 @@ Spark is imported only inside the functions, so importing this module stays chea
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -78,6 +80,43 @@ EXIT_CHECKPOINT_BUSY = 3
 
 
 class CheckpointFiles:
+    """Write-once and replaceable files in one directory, on the checkpoint's filesystem.
+
+    Hadoop's FileSystem through Spark's ``CheckpointFileManager`` (:class:`HadoopFiles`) in a classic
+    session; where the process has no JVM (a Spark Connect session) pyarrow's filesystems instead
+    (:class:`ArrowFiles`). Both give the same atomic write-once files on local disks and HDFS.
+    """
+
+    def __init__(self, spark: SparkSession, directory: str) -> None:
+        from routing.spark import is_connect
+
+        self._backend: HadoopFiles | ArrowFiles = (
+            ArrowFiles(directory) if is_connect(spark) else HadoopFiles(spark, directory)
+        )
+
+    def path(self, *names: str) -> str:
+        return self._backend.path(*names)
+
+    def read(self, *names: str) -> str | None:
+        """The file's text, or None when it does not exist."""
+        return self._backend.read(*names)
+
+    def create_once(self, data: bytes, *names: str) -> bool:
+        """Write ``data`` unless the file exists (atomically: temp file, rename without overwrite)."""
+        return self._backend.create_once(data, *names)
+
+    def replace(self, data: bytes, *names: str) -> None:
+        """Write ``data`` over the file (atomically where the FS can: readers see the old or the new bytes)."""
+        self._backend.replace(data, *names)
+
+    def delete(self, *names: str) -> None:
+        self._backend.delete(*names)
+
+    def list_names(self, *names: str) -> list[str]:
+        return self._backend.list_names(*names)
+
+
+class HadoopFiles:
     """Spark's ``CheckpointFileManager`` for one directory (atomic write-once files on any Hadoop FS)."""
 
     def __init__(self, spark: SparkSession, directory: str) -> None:
@@ -88,14 +127,17 @@ class CheckpointFiles:
         manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
         self._manager = manager.create(self._directory, conf)
 
-    def path(self, *names: str) -> Any:
+    def _path(self, *names: str) -> Any:
         path = self._directory
         for name in names:
             path = self._jvm.org.apache.hadoop.fs.Path(path, name)
         return path
 
+    def path(self, *names: str) -> str:
+        return str(self._path(*names))
+
     def read(self, *names: str) -> str | None:
-        path = self.path(*names)
+        path = self._path(*names)
         if not self._manager.exists(path):
             return None
         try:
@@ -110,8 +152,7 @@ class CheckpointFiles:
             stream.close()
 
     def create_once(self, data: bytes, *names: str) -> bool:
-        """Write ``data`` unless the file exists (atomically: temp file, rename without overwrite)."""
-        path = self.path(*names)
+        path = self._path(*names)
         if self._manager.exists(path):
             return False
         self._manager.mkdirs(path.getParent())
@@ -127,8 +168,7 @@ class CheckpointFiles:
         return True
 
     def replace(self, data: bytes, *names: str) -> None:
-        """Write ``data`` over the file (atomically where the FS can: readers see the old or the new bytes)."""
-        path = self.path(*names)
+        path = self._path(*names)
         stream = self._manager.createAtomic(path, True)
         try:
             stream.write(bytearray(data))
@@ -138,13 +178,94 @@ class CheckpointFiles:
             raise
 
     def delete(self, *names: str) -> None:
-        self._manager.delete(self.path(*names))
+        self._manager.delete(self._path(*names))
 
     def list_names(self, *names: str) -> list[str]:
-        path = self.path(*names)
+        path = self._path(*names)
         if not self._manager.exists(path):
             return []
         return sorted(str(status.getPath().getName()) for status in self._manager.list(path))
+
+
+class ArrowFiles:
+    """The same files through ``pyarrow.fs`` (:func:`routing.filesystems.arrow_filesystem`), for Spark Connect.
+
+    Write-once is a temporary file then a hard link to the final name on a local disk (``link`` fails if
+    the name exists: atomic, like HDFS's rename), and a temporary file then an exists-check and a move
+    elsewhere: on object stores two writers within the same instant could both win, the hole S3's
+    rename has for Hadoop's FileSystem too (see "Limits" above).
+    """
+
+    def __init__(self, directory: str) -> None:
+        import pyarrow.fs as pafs
+
+        from routing.filesystems import arrow_filesystem
+
+        self._fs, self._root = arrow_filesystem(directory)
+        self._local = isinstance(self._fs, pafs.LocalFileSystem)
+
+    def path(self, *names: str) -> str:
+        return "/".join([self._root.rstrip("/"), *names])
+
+    def _exists(self, path: str) -> bool:
+        import pyarrow.fs as pafs
+
+        return bool(self._fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+    def read(self, *names: str) -> str | None:
+        try:
+            with self._fs.open_input_stream(self.path(*names)) as stream:
+                return bytes(stream.read()).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def _write_temporary(self, data: bytes, final: str) -> str:
+        parent, _, name = final.rpartition("/")
+        self._fs.create_dir(parent, recursive=True)
+        temporary = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+        with self._fs.open_output_stream(temporary) as stream:
+            stream.write(data)
+        return temporary
+
+    def create_once(self, data: bytes, *names: str) -> bool:
+        final = self.path(*names)
+        if self._exists(final):
+            return False
+        temporary = self._write_temporary(data, final)
+        try:
+            if self._local:
+                try:
+                    os.link(temporary, final)
+                except FileExistsError:
+                    return False
+                return True
+            if self._exists(final):
+                return False
+            self._fs.move(temporary, final)
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self._fs.delete_file(temporary)
+
+    def replace(self, data: bytes, *names: str) -> None:
+        final = self.path(*names)
+        temporary = self._write_temporary(data, final)
+        try:
+            self._fs.move(temporary, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                self._fs.delete_file(temporary)
+            raise
+
+    def delete(self, *names: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete_file(self.path(*names))
+
+    def list_names(self, *names: str) -> list[str]:
+        import pyarrow.fs as pafs
+
+        infos = self._fs.get_file_info(pafs.FileSelector(self.path(*names), allow_not_found=True))
+        return sorted(info.base_name for info in infos)
 
 
 # -- the lease ----------------------------------------------------------------------------

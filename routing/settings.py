@@ -334,6 +334,9 @@ class SparkSettings:
 
     #: ``local[N]`` runs in this process's JVM; N = cores.
     master: str = "local[2]"
+    #: A Spark Connect server (``sc://host:port``) to run on instead of a JVM in this process; empty: classic
+    #: Spark. The server brings its own jars and static configuration (``python -m jobs.connect_server``).
+    remote: str = ""
     #: The web UI (port 4040+); off for tests and small machines.
     ui_enabled: bool = False
     #: ``spark.sql.shuffle.partitions``: Spark's 200 is far too many for micro-batches on 2 cores.
@@ -362,6 +365,10 @@ class SparkSettings:
         section = self.SECTION
         if not self.master:
             raise ConfigError(f"setting {section}.master must not be empty")
+        if self.remote and not self.remote.startswith("sc://"):
+            raise ConfigError(
+                f"setting {section}.remote must be a Spark Connect URL sc://host:port, got {self.remote!r}"
+            )
         _check_integers(self)
         _check_memory(section, "driver_memory", self.driver_memory)
         if self.log_level.upper() not in {"ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"}:

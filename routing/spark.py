@@ -18,6 +18,11 @@ submitter's choice (``spark.pyspark.python``/``PYSPARK_PYTHON``, e.g. ``./enviro
 a packed environment), never this driver's interpreter path, which does not exist on other nodes.
 The loopback driver address is for local masters only: on a cluster Spark picks the host's own.
 
+With ``spark.remote = "sc://host:port"`` the session is a Spark Connect client instead: no JVM in
+this process, and the server (``python -m jobs.connect_server`` starts one with this project's jars and
+settings) owns every static setting. Only the runtime SQL settings (:func:`runtime_conf`, then
+``[spark.conf]``) are set on the session; :func:`is_connect` tells the two kinds apart.
+
 Where the runtime itself provides Delta and the Kafka source (a managed Spark, or an image with them in
 ``$SPARK_HOME/jars``), ``spark.jars_provided = true`` skips the jar check and adds nothing to
 ``spark.jars``: loading the open-source jars beside the runtime's own would shadow them.
@@ -41,6 +46,11 @@ DEFAULT_APP_NAME = "spark-topic-router"
 REQUIRED_JARS = ("delta-spark_", "delta-storage-", "spark-sql-kafka-0-10_", "kafka-clients-")
 #: Run-time dependency resolution: never (see module docstring).
 FORBIDDEN_CONF = ("spark.jars.packages", "spark.jars.repositories", "spark.jars.excludes")
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 class SparkJarsMissingError(RuntimeError):
@@ -72,6 +82,18 @@ def submitted_conf() -> dict[str, str]:
 
     SparkContext._ensure_initialized()
     return {key: value for key, value in SparkConf().getAll()}
+
+
+def runtime_conf(settings: Settings) -> dict[str, str]:
+    """The SQL settings a session may change after it started: part of :func:`spark_conf`, and all a Spark
+    Connect session sets on itself (the server owns the static rest)."""
+    return {
+        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        # Delta's defaults assume a cluster: 50 partitions to replay a table's log is slow on 2 cores.
+        "spark.databricks.delta.snapshotPartitions": str(settings.spark.delta_snapshot_partitions),
+    }
 
 
 def spark_conf(
@@ -112,17 +134,13 @@ def spark_conf(
         # Loopback: no hostname lookups, nothing listens on other interfaces.
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
+        **runtime_conf(settings),
         "spark.default.parallelism": str(spark.shuffle_partitions),
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.session.timeZone": "UTC",
         "spark.sql.warehouse.dir": spark.warehouse_dir,
         "spark.local.dir": spark.local_dir,
         # Python workers run this interpreter (the project's virtualenv), not whatever is on PATH.
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
-        # Delta's defaults assume a cluster: 50 partitions to replay a table's log is slow on 2 cores.
-        "spark.databricks.delta.snapshotPartitions": str(spark.delta_snapshot_partitions),
     }
     if submitted:
         # The submitter picks the executors' Python (see module docstring).
@@ -154,6 +172,8 @@ def get_spark(
     from pyspark.sql import SparkSession
 
     settings = settings or load_settings()
+    if settings.spark.remote:
+        return _connect_session(settings, extra_conf)
     conf = spark_conf(settings, app_name=app_name, master=master, extra_conf=extra_conf, submitted=submitted_conf())
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -170,4 +190,22 @@ def get_spark(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(settings.spark.log_level.upper())
+    return session
+
+
+def _connect_session(settings: Settings, extra_conf: Mapping[str, str] | None) -> SparkSession:
+    """A Spark Connect session to ``spark.remote`` with this project's runtime settings."""
+    from pyspark.sql import SparkSession
+
+    runtime = runtime_conf(settings)
+    runtime.update(settings.spark.conf)
+    runtime.update(extra_conf or {})
+    session = SparkSession.builder.remote(settings.spark.remote).getOrCreate()
+    for key, value in runtime.items():
+        try:
+            session.conf.set(key, value)
+        except Exception as error:  # a static setting: the server's to set
+            raise ValueError(
+                f"{key} cannot be set on a Spark Connect session (start the server with it instead): {error}"
+            ) from error
     return session

@@ -48,6 +48,7 @@ Spark is imported only inside the functions, so importing this module stays chea
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import random
@@ -242,6 +243,20 @@ def start_query(
     return query
 
 
+def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
+    """The id of the query whose checkpoint this is (Spark writes ``<checkpoint>/metadata`` before the first batch).
+
+    What a ``foreachBatch`` function running in a Spark Connect server's worker binds instead of
+    :meth:`QueryIdentity.bind`: the client's ``start()`` returns the same id, but the worker cannot be told.
+    """
+    from routing.checkpoints import CheckpointFiles
+
+    metadata = CheckpointFiles(spark, checkpoint).read("metadata")
+    if metadata is None:
+        raise RuntimeError(f"no query metadata in checkpoint {checkpoint}: cannot tell which query this is")
+    return str(json.loads(metadata.splitlines()[0])["id"])
+
+
 # -- Delta tables ----------------------------------------------------------------------
 
 #: An empty Delta table (a path or a catalog name) from a DDL string, unless one is there; see the module docs.
@@ -294,6 +309,10 @@ def warm_append_state(spark: SparkSession, table: str) -> bool:
     logged once and only loses the head start; the next append computes the state itself.
     """
     global _warm_failure_logged
+    from routing.spark import is_connect
+
+    if is_connect(spark):
+        return False  # no JVM here to reach DeltaLog: the next append computes the state itself
     try:
         path = delta_tables.location(spark, table)
         jvm: Any = spark.sparkContext._jvm

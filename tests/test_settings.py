@@ -616,3 +616,11 @@ def test_sasl_port_is_the_local_scram_listener_and_the_jobs_default_address() ->
     for kafka, message in refused:
         with pytest.raises(ConfigError, match=message):
             load_settings(env={}, overrides={"kafka": kafka})
+
+
+def test_spark_remote_must_be_a_spark_connect_url() -> None:
+    base = load_settings()
+    assert base.spark.remote == ""  # classic Spark unless configured
+    assert dataclasses.replace(base.spark, remote="sc://127.0.0.1:15002").remote == "sc://127.0.0.1:15002"
+    with pytest.raises(ConfigError, match=r"spark\.remote must be a Spark Connect URL"):
+        dataclasses.replace(base.spark, remote="http://localhost:15002")

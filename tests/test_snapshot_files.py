@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import pickle
 import time
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from routing.matchers import FrozenMatcher
 from routing.router.snapshot_files import (
     DEFAULT_DIRECTORY,
     STALE_TEMP_S,
+    SnapshotFileMissing,
+    SnapshotFileRef,
     SnapshotFiles,
     SnapshotFilesUnavailable,
     file_name,
@@ -128,3 +131,32 @@ def test_the_directory_defaults_beside_the_table_and_can_be_turned_off(
         SnapshotFiles(str(tmp_path), keep=0)
     with pytest.raises(ConfigError, match="snapshot_files_keep"):
         RouterSettings(snapshot_files_keep=0)
+
+
+def test_pruning_keeps_the_versions_batches_still_use(tmp_path: Path) -> None:
+    files = SnapshotFiles(str(tmp_path), keep=1)
+    for version in range(1, 5):
+        files.write(version, frozen_bytes(("a", f"s{version}")), protect={1, 2})
+    assert sorted(file.version for file in files.files()) == [1, 2, 4]  # the newest, and the protected
+    files.prune()
+    assert [file.version for file in files.files()] == [4]
+
+
+def test_a_snapshot_file_reference_reads_the_bytes_only_if_they_match_their_name(tmp_path: Path) -> None:
+    data = frozen_bytes(("stock.#", "all"))
+    name = SnapshotFiles(str(tmp_path), keep=3).write(7, data)
+    assert name is not None
+    reference = SnapshotFileRef(str(tmp_path), name)
+    assert reference.value == data
+    assert pickle.loads(pickle.dumps(reference)).value == data  # what the UDF's closure carries to the workers
+    reference.destroy()  # retention is the directory's: the file stays
+    assert (tmp_path / name).read_bytes() == data
+
+    (tmp_path / name).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(SnapshotFileMissing, match="does not match the digest"):
+        _ = reference.value
+    (tmp_path / name).unlink()
+    with pytest.raises(SnapshotFileMissing, match="cannot read snapshot file"):
+        _ = reference.value
+    with pytest.raises(SnapshotFileMissing, match="not a snapshot file name"):
+        _ = SnapshotFileRef(str(tmp_path), "../etc/passwd").value

@@ -34,6 +34,12 @@ rows, each skipped by Delta if that write had committed.
 Conservation: every input record becomes exactly one of {one or more
 deliveries, one dead letter, one unrouted record}.
 
+On Spark Connect (``spark.remote``) the same batch runs in the server's ``foreachBatch`` worker: the
+job's :meth:`Router.start` holds the lease and starts the query with :class:`ConnectBatches`, which
+builds a router in that worker at its first batch. There the snapshot travels as its snapshot file (no
+broadcasts), the UDF's figures stay 0 (no accumulators), nothing is warmed (no JVM access), and each
+batch leaves its report in the checkpoint for the job (:func:`report_files`).
+
 One router per checkpoint: :meth:`Router.start` takes a lease on the checkpoint
 (:mod:`routing.checkpoints`), so a second router there, in any process on any
 machine, fails to start with :class:`routing.checkpoints.CheckpointBusy`; and a
@@ -55,7 +61,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from routing import delta_tables
-from routing.checkpoints import CheckpointLease
+from routing.checkpoints import CheckpointFiles, CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.classify import classify_projections, project
 from routing.router.ledger import Ledger, ledger_directory
@@ -71,6 +77,7 @@ from routing.router.tables import (
 from routing.streaming import (
     AfterWrites,
     QueryIdentity,
+    checkpoint_query_id,
     create_delta_table_if_absent,
     idempotent_append,
     kafka_source,
@@ -383,6 +390,13 @@ def _as_counts(row: dict[str, Any]) -> dict[str, int]:
 
 def _completed(observation: Any) -> dict[str, int] | None:
     """The observation's counts, or None when its action never ran (Delta skipped a committed write)."""
+    if not hasattr(observation, "_jo"):
+        # Spark Connect: the write's response carried the metrics, or (a skipped write) nothing at all.
+        observed = observation.get
+        if not observed:
+            log.warning("no observed metrics after the write (already committed?): counting instead")
+            return None
+        return _as_counts(observed)
     deadline = time.monotonic() + OBSERVATION_WAIT_S
     future = observation._jo.future()
     while not future.isCompleted():
@@ -490,8 +504,13 @@ class Router:
         self.reports: dict[int, BatchReport] = {}
         #: The hot path's column expressions, built once (see :class:`BatchPlan`).
         self.plan = BatchPlan(router, self.validator)
-        #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task.
-        self.udf_stats = spark.sparkContext.accumulator((0, 0, 0, 0), UdfStatsParam())
+        from routing.spark import is_connect
+
+        #: A Spark Connect session: batches run in the server's ``foreachBatch`` worker (:class:`ConnectBatches`).
+        self.connect = is_connect(spark)
+        #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task; Spark Connect has no
+        #: accumulators, so there the metrics' ``match_ms`` and ``distinct_keys_per_arrow_batch_sum`` stay 0.
+        self.udf_stats = None if self.connect else spark.sparkContext.accumulator((0, 0, 0, 0), UdfStatsParam())
         self._lock = threading.Lock()
         #: The query the router writes as (``txnAppId`` = app id:query id), known once it has started.
         self.identity = QueryIdentity(router.app_id)
@@ -525,6 +544,18 @@ class Router:
             self.lease.release()
             self.lease = None
 
+    def batch_reports(self) -> dict[int, dict[str, Any]]:
+        """Every batch this router processed, as :meth:`BatchReport.as_dict`, by batch id.
+
+        On Spark Connect the batches ran in the server's worker: their reports come from :func:`report_files`.
+        """
+        if self.connect:
+            return (
+                read_reports(self.spark, self.settings.router, self.identity.query_id) if self.identity.query_id else {}
+            )
+        with self._lock:
+            return {batch_id: report.as_dict() for batch_id, report in self.reports.items()}
+
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
 
@@ -533,7 +564,7 @@ class Router:
             self.lease.check()  # another router took the checkpoint over: write nothing more
         started = time.perf_counter()
         timer = StageTimer()
-        udf_before = self.udf_stats.value
+        udf_before = self.udf_figures()
         router = self.settings.router
         with timer("ledger"):
             recorded = self.ledger.recorded_version(batch_id)
@@ -573,7 +604,7 @@ class Router:
                     with timer("write_deliveries"):
                         self._append(plan.deliveries(judged, version, batch_id), router.deliveries_path, batch_id)
                     written.append(router.deliveries_path)
-            udf_after = self.udf_stats.value  # the figures of the first pass over the input
+            udf_after = self.udf_figures()  # the figures of the first pass over the input
             # The UDF counts distinct keys per Arrow batch; summed, a key in two Arrow batches counts twice.
             names = ("match_ns", "distinct_keys_per_arrow_batch_sum", "python_ns", "udf_rows")
             deltas = zip(names, udf_before, udf_after, strict=True)
@@ -616,6 +647,15 @@ class Router:
                 warm_append_state(self.spark, router.metrics_path)
         with self._lock:
             self.reports[batch_id] = report
+        if self.connect and self.identity.query_id:
+            # The job's client process has no other way to learn it (see ConnectBatches).
+            report_files(self.spark, router).create_once(
+                json.dumps(report.as_dict(), sort_keys=True).encode(), self.identity.query_id, str(batch_id)
+            )
+
+    def udf_figures(self) -> tuple[int, int, int, int]:
+        """The UDF's figures summed so far (zeros on Spark Connect, which has no accumulators)."""
+        return (0, 0, 0, 0) if self.udf_stats is None else self.udf_stats.value
 
     def _route_udf(self, published: Published) -> Callable[[Column], Column]:
         """The scalar Arrow UDF matching with the broadcast snapshot ``published``."""
@@ -720,6 +760,15 @@ class Router:
         self.lease = CheckpointLease.acquire(self.spark, router.checkpoint_path, job="router", name=router.app_id)
         try:
             self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(router.arrow_batch_rows))
+            if self.connect:
+                return start_query(
+                    kafka_stream(self.spark, self.settings),
+                    ConnectBatches(self.settings, self.make_route),
+                    checkpoint=router.checkpoint_path,
+                    bind=self.bind_query,
+                    trigger_interval=None if router.trigger == "available_now" else router.trigger_interval,
+                    query_name=f"router:{router.app_id}",
+                )
             # The first snapshot builds on the refresh thread while the query starts (source, offsets, the
             # first batch's plan): the first batch waits for it in current_version, and a failed build fails
             # that batch, so the job exits 1 naming it. Waiting here put the whole build (seconds at a
@@ -752,6 +801,60 @@ class Router:
         if self.lease is not None:
             self.lease.bind(query_id)
         self.identity.bind(query_id)
+
+
+def report_files(spark: SparkSession, router: RouterSettings) -> CheckpointFiles:
+    """Where a router on Spark Connect leaves each batch's :class:`BatchReport` for its client:
+    ``<checkpoint>/router_reports/<query id>/<batch id>``, JSON, written once."""
+    return CheckpointFiles(spark, f"{router.checkpoint_path.rstrip('/')}/{REPORTS_DIRECTORY}")
+
+
+def read_reports(spark: SparkSession, router: RouterSettings, query_id: str) -> dict[int, dict[str, Any]]:
+    """The reports :func:`report_files` holds for one query, by batch id (:meth:`BatchReport.as_dict` form)."""
+    files = report_files(spark, router)
+    reports = {}
+    for name in files.list_names(query_id):
+        text = files.read(query_id, name) if name.isdigit() else None
+        if text is not None:
+            reports[int(name)] = json.loads(text)
+    return reports
+
+
+#: The reports' directory inside the checkpoint (:func:`report_files`).
+REPORTS_DIRECTORY = "router_reports"
+#: The routers of this process's ``foreachBatch`` worker (Spark Connect), by checkpoint.
+_connect_routers: dict[str, Router] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectBatches:
+    """The ``foreachBatch`` function of a router on Spark Connect: pickled to the server, where it runs.
+
+    Spark Connect runs ``foreachBatch`` in a Python worker the server starts for the query (one process for
+    the query's life), with a Connect session of its own; a :class:`Router` holds threads, a lock and the
+    live trie, none of which pickle. So the client sends only the settings, and the worker builds its own
+    router at its first batch and keeps it for the next ones: it refreshes the snapshot on its thread,
+    ships each version as a snapshot file (no broadcasts over Connect), records the ledger and writes the
+    same tables. Its txnAppId binds the query id Spark keeps in ``<checkpoint>/metadata``, the id the
+    client's query has. The client holds the checkpoint lease, and reads each batch's report from
+    :func:`report_files`.
+    """
+
+    settings: Settings
+    make_route: RouterFactory = make_router
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        router = _connect_routers.get(self.settings.router.checkpoint_path)
+        if router is None:
+            router = self._worker_router(batch.sparkSession)
+            _connect_routers[self.settings.router.checkpoint_path] = router
+        router.process_batch(batch, batch_id)
+
+    def _worker_router(self, spark: SparkSession) -> Router:
+        router = Router(spark, self.settings, make_route=self.make_route)
+        router.bind_query(checkpoint_query_id(spark, self.settings.router.checkpoint_path))
+        router.snapshots.request_refresh()
+        return router
 
 
 class _ProgressListener(StreamingQueryListener):

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from routing.settings import is_uri
+from routing.filesystems import FilesystemUnavailable, arrow_filesystem
 
 if TYPE_CHECKING:
     from routing.settings import RouterSettings
@@ -97,19 +97,11 @@ def file_name(version: int, data: bytes) -> str:
     return f"{version}-{hashlib.sha256(data).hexdigest()}.frozen"
 
 
-def _filesystem(directory: str) -> tuple[object, str]:
-    import pyarrow.fs as pafs
-
-    if not is_uri(directory):
-        return pafs.LocalFileSystem(), os.path.abspath(directory)
-    scheme, rest = directory.split(":", 1)
-    # Hadoop's S3 connectors name the same buckets s3a:// (and the old s3n://).
-    uri = f"s3:{rest}" if scheme.lower() in ("s3a", "s3n") else directory
+def _filesystem(directory: str) -> tuple[Any, str]:
     try:
-        filesystem, path = pafs.FileSystem.from_uri(uri)
-    except Exception as error:  # pyarrow raises ArrowInvalid / ArrowNotImplementedError / OSError
-        raise SnapshotFilesUnavailable(f"pyarrow cannot open snapshot files at {directory!r}: {error}") from error
-    return filesystem, path
+        return arrow_filesystem(directory)
+    except FilesystemUnavailable as error:
+        raise SnapshotFilesUnavailable(f"snapshot files: {error}") from error
 
 
 class SnapshotFiles:
@@ -132,7 +124,7 @@ class SnapshotFiles:
         """Every well-named file, newest version first (no contents read)."""
         import pyarrow.fs as pafs
 
-        infos = self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True))  # type: ignore[attr-defined]
+        infos = self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True))
         found = []
         for info in infos:
             match = _NAME.match(info.base_name)
@@ -150,11 +142,11 @@ class SnapshotFiles:
         for file in candidates:
             path = self._path(file.name)
             try:
-                size = self._fs.get_file_info(path).size  # type: ignore[attr-defined]
+                size = self._fs.get_file_info(path).size
                 if size is None or size > MAX_FILE_BYTES:
                     log.warning("ignoring snapshot file %s: size %s is over %d bytes", path, size, MAX_FILE_BYTES)
                     continue
-                with self._fs.open_input_stream(path) as stream:  # type: ignore[attr-defined]
+                with self._fs.open_input_stream(path) as stream:
                     data = bytes(stream.read())
             except Exception as error:
                 log.warning("cannot read snapshot file %s (%s); trying the next one", path, error)
@@ -165,39 +157,41 @@ class SnapshotFiles:
             return data
         return None
 
-    def write(self, version: int, data: bytes) -> str | None:
+    def write(self, version: int, data: bytes, *, protect: Collection[int] = ()) -> str | None:
         """Store ``data`` as the snapshot of ``version`` (unless that exact file exists), then prune.
 
         Returns the file's name, or None when it could not be written (logged; nothing else happens).
+        Pruning keeps the files of the versions in ``protect`` too (snapshots batches still read).
         """
         name = file_name(version, data)
         final = self._path(name)
         temporary = self._path(f".{name}.{uuid.uuid4().hex}.tmp")
         try:
-            if self._fs.get_file_info(final).size != len(data):  # type: ignore[attr-defined]
-                self._fs.create_dir(self._root, recursive=True)  # type: ignore[attr-defined]
-                with self._fs.open_output_stream(temporary) as stream:  # type: ignore[attr-defined]
+            if self._fs.get_file_info(final).size != len(data):
+                self._fs.create_dir(self._root, recursive=True)
+                with self._fs.open_output_stream(temporary) as stream:
                     stream.write(data)
-                self._fs.move(temporary, final)  # type: ignore[attr-defined]
+                self._fs.move(temporary, final)
         except Exception as error:
             log.warning("cannot write snapshot file %s (%s); routing is unaffected", final, error)
             self._delete_quietly(temporary)
             return None
-        self.prune()
+        self.prune(protect=protect)
         return name
 
-    def prune(self) -> list[str]:
-        """Delete all but the newest ``keep`` versions' files, and stale temporary files; the names deleted."""
+    def prune(self, *, protect: Collection[int] = ()) -> list[str]:
+        """Delete all but the newest ``keep`` versions' files (and those of ``protect``), and stale temporary
+        files; the names deleted."""
         import pyarrow.fs as pafs
 
         try:
             files = self.files()
-            infos = self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True))  # type: ignore[attr-defined]
+            infos = self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True))
         except Exception:
             log.warning("cannot list the snapshot files in %s to prune them", self.directory, exc_info=True)
             return []
         kept_versions = sorted({file.version for file in files}, reverse=True)[: self.keep]
-        doomed = [file.name for file in files if file.version not in kept_versions]
+        doomed = [file.name for file in files if file.version not in kept_versions and file.version not in protect]
         now = time.time()
         for info in infos:
             modified = info.mtime.timestamp() if info.mtime is not None else now
@@ -209,8 +203,50 @@ class SnapshotFiles:
 
     def _delete_quietly(self, path: str) -> None:
         try:
-            self._fs.delete_file(path)  # type: ignore[attr-defined]
+            self._fs.delete_file(path)
         except FileNotFoundError:
             pass
         except Exception as error:
             log.warning("cannot delete %s (%s)", path, error)
+
+
+class SnapshotFileMissing(RuntimeError):
+    """A snapshot file a batch routes with is gone or damaged (the message names it)."""
+
+
+@dataclass(frozen=True)
+class SnapshotFileRef:
+    """One snapshot file as the UDF's matcher source where there is no broadcast (Spark Connect).
+
+    Pickled into the UDF in place of a broadcast: ``value`` reads the file on the Python worker (the
+    worker's matcher cache, ``udfs.route.WORKER_CACHE``, calls it once per version) and returns its
+    bytes only if they hash to the digest in its name. ``destroy`` does nothing: the file's
+    retention is :meth:`SnapshotFiles.prune`'s, which keeps the versions batches still use.
+    """
+
+    directory: str
+    name: str
+
+    @property
+    def value(self) -> bytes:
+        match = _NAME.match(self.name)
+        if match is None:
+            raise SnapshotFileMissing(f"not a snapshot file name: {self.name!r}")
+        filesystem, root = _filesystem(self.directory)
+        path = f"{root.rstrip('/')}/{self.name}"
+        try:
+            size = filesystem.get_file_info(path).size
+            if size is None:
+                raise SnapshotFileMissing(f"cannot read snapshot file {path}: it does not exist")
+            if size > MAX_FILE_BYTES:
+                raise SnapshotFileMissing(f"snapshot file {path}: size {size} (limit {MAX_FILE_BYTES} bytes)")
+            with filesystem.open_input_stream(path) as stream:
+                data = bytes(stream.read())
+        except (OSError, FileNotFoundError) as error:
+            raise SnapshotFileMissing(f"cannot read snapshot file {path}: {error}") from error
+        if hashlib.sha256(data).hexdigest() != match.group(2):
+            raise SnapshotFileMissing(f"snapshot file {path} does not match the digest in its name")
+        return data
+
+    def destroy(self) -> None:
+        pass

@@ -38,6 +38,11 @@ How a new subscription-table version reaches the stream, off the batch path:
   changes. Replays read the file of their version before falling back to time
   travel.
 
+* On Spark Connect, which has no broadcasts, the snapshot file *is* the transport: it is written
+  before the version is published, and the UDF gets a
+  :class:`~routing.router.snapshot_files.SnapshotFileRef` that each Python worker reads once per
+  version, checking the digest. Pruning then keeps every version still published or pinned.
+
 Every publish logs the snapshot's memory (serialized bytes, pairs, patterns,
 subscribers) and how it was built, and appends the same to :attr:`history`.
 Tests wait for a publish with :meth:`~SnapshotBroadcasts.wait_published`
@@ -54,15 +59,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from routing.matchers.native import BulkRowError, CSTrieMatcher, FrozenMatcher
-from routing.router.snapshot_files import SnapshotFiles
+from routing.router.snapshot_files import SnapshotFileRef, SnapshotFiles, file_name
 from routing.subscriptions import ChangesUnavailable, latest_version, read_active_arrow, read_changes
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark import Broadcast
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -71,12 +75,25 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 300.0
 
 
+class Carrier(Protocol):
+    """How a snapshot's bytes reach the UDF: a Spark broadcast, or a snapshot file (Spark Connect)."""
+
+    @property
+    def value(self) -> bytes: ...
+
+    def destroy(self) -> None: ...
+
+
 @dataclasses.dataclass
 class Published:
-    """One broadcast snapshot: what the UDF receives is ``broadcast.value`` (the matcher bytes)."""
+    """One shipped snapshot: what the UDF receives is ``broadcast.value`` (the matcher bytes).
+
+    ``broadcast`` is a Spark broadcast in a classic session; in a Spark Connect session, which has no
+    broadcasts, the snapshot file of the version (:class:`~routing.router.snapshot_files.SnapshotFileRef`).
+    """
 
     version: int
-    broadcast: Broadcast[bytes]
+    broadcast: Carrier
     subscriptions: int
     serialized_bytes: int
     users: int = 0
@@ -109,6 +126,15 @@ class SnapshotBroadcasts:
         self._files = files
         self._thread_nice = thread_nice
         self._clock = clock
+        from routing.spark import is_connect
+
+        #: Spark Connect has no broadcasts: the snapshot files carry the snapshots to the UDF instead.
+        self._files_carry = is_connect(spark)
+        if self._files_carry and files is None:
+            raise ValueError(
+                "a Spark Connect session ships snapshots as snapshot files: set router.snapshot_files = true "
+                "and a snapshot_files_path pyarrow can open"
+            )
         # Guards everything below except the trie, which only the refresh thread touches.
         self._cond = threading.Condition()
         self._current: Published | None = None
@@ -176,7 +202,7 @@ class SnapshotBroadcasts:
                 published.users += 1
                 return published
         data, pairs = self._time_travel(version)
-        broadcast = self._spark.sparkContext.broadcast(data)
+        broadcast = self._ship(version, data, written=False)
         with self._cond:
             published = self._published.get(version)
             if published is None:
@@ -305,7 +331,7 @@ class SnapshotBroadcasts:
             frozen = self._trie.snapshot().freeze()
             data = frozen.to_bytes()
         frozen_at = time.perf_counter()
-        broadcast = self._spark.sparkContext.broadcast(data)
+        broadcast = self._ship(version, data, written=loaded is not None)
         with self._cond:
             if self._closed:
                 broadcast.destroy()
@@ -333,11 +359,29 @@ class SnapshotBroadcasts:
             self.history.append(entry)
             self._cond.notify_all()
         log.info("published snapshot %s", entry)
-        if loaded is None and self._files is not None:
+        if loaded is None and self._files is not None and not self._files_carry:
             # After the publish, so batches never wait for it; the next start of a router loads it.
             written_at = time.perf_counter()
             entry["file"] = self._files.write(version, data)
             entry["file_write_s"] = round(time.perf_counter() - written_at, 3)
+
+    def _ship(self, version: int, data: bytes, *, written: bool) -> Carrier:
+        """What carries ``data`` to the UDF: a broadcast, or (Spark Connect) the version's snapshot file.
+
+        A file is written first unless it was just read (``written``); one that cannot be written fails the
+        refresh (or the replay), as a failed broadcast would.
+        """
+        if not self._files_carry:
+            return self._spark.sparkContext.broadcast(data)
+        assert self._files is not None
+        if written:
+            return SnapshotFileRef(self._files.directory, file_name(version, data))
+        with self._cond:
+            protect = {version, *self._published}
+        name = self._files.write(version, data, protect=protect)
+        if name is None:
+            raise RefreshFailed(f"could not write the snapshot file of version {version} to {self._files.directory}")
+        return SnapshotFileRef(self._files.directory, name)
 
     def _read_file(self, version: int, entry: dict[str, Any]) -> tuple[bytes, FrozenMatcher] | None:
         """The bytes and matcher of ``version``'s snapshot file, if a valid one exists (see ``snapshot_files``)."""

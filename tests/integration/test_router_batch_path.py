@@ -67,11 +67,11 @@ def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings
 
         # Dead letters judged in the JVM: one more commit, written without the UDF (still one pass through it).
         before = [table_version(spark, path) for path in outputs]
-        udf_rows = router.udf_stats.value[3]
+        udf_rows = router.udf_figures()[3]
         router.process_batch(batch_frame(spark, [b"a.b", None, b"\xff", b"a"] * 25), 1)
         assert [table_version(spark, path) - old for path, old in zip(outputs, before, strict=True)] == [1, 1, 0]
         dirty = router.reports[1].metrics
-        assert dirty["udf_rows"] == dirty["input_rows"] == router.udf_stats.value[3] - udf_rows == 100
+        assert dirty["udf_rows"] == dirty["input_rows"] == router.udf_figures()[3] - udf_rows == 100
         assert (dirty["deliveries"], dirty["unmatched"], dirty["dead_letters"]) == (75, 0, 50)
 
         # The ledger is a file: recording a batch runs no Spark job.

@@ -1,0 +1,223 @@
+"""The router on a real Spark Connect server: exactly the deliveries classic Spark writes, row for row.
+
+The server is ``jobs.connect_server`` (pyspark's SparkConnectServer with the project's jars) on a free
+loopback port, started once for this file. The router runs unchanged as ``python -m jobs.route
+--set spark.remote=sc://...``: its batches run in the server's ``foreachBatch`` worker, the snapshot
+reaches the UDF as a snapshot file (Connect has no broadcast), the ledger and the lease go through
+pyarrow's filesystem (no JVM in the client). The oracle is the same router in classic mode over the same
+topic and the same subscription table, and the regex matcher's outcome for every record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from router_support import (
+    WAIT_TIMEOUT_S,
+    apply_subscriptions,
+    assert_ids_exact,
+    expected_outcomes,
+    job_flags,
+    produce,
+    read_routed,
+    router_settings,
+    run_available_now,
+    subscription_event,
+)
+
+from jobs.cluster import free_ports
+from jobs.connect_server import ConnectServer
+from routing import delta_tables
+from routing.router.ledger import ledger_entries
+from routing.router.snapshot_files import DEFAULT_DIRECTORY
+from routing.settings import REPO_ROOT, Settings
+
+pytestmark = pytest.mark.slow
+
+SUBSCRIPTIONS = [
+    ("stock.*.msft", "msft"),
+    ("stock.#", "all-stock"),
+    ("forex.usd", "fx"),
+    ("#.eur", "eur"),
+    ("#", "audit"),
+]
+#: Deliveries, unmatched keys (none here: ``#`` matches every valid key), and dead letters of several reasons.
+KEYS: list[bytes | None] = [
+    b"stock.nasdaq.msft",
+    b"stock.nyse.ibm",
+    b"forex.usd",
+    b"forex.eur",
+    b"weather.paris",
+    None,
+    b"\xff.bad",
+    b"a..b",
+    b"k" * 300,
+]
+#: Every column of a delivery except ``routed_at`` (the wall clock of the write).
+DELIVERY_COLUMNS = [
+    "delivery_id",
+    "subscriber_id",
+    "routing_key",
+    "source_topic",
+    "source_partition",
+    "source_offset",
+    "kafka_timestamp",
+    "payload",
+    "headers",
+    "snapshot_version",
+    "batch_id",
+]
+DEAD_LETTER_COLUMNS = [
+    "dead_letter_id",
+    "reason",
+    "rule",
+    "fanout",
+    "source_topic",
+    "source_partition",
+    "source_offset",
+    "raw_key",
+    "payload",
+    "headers",
+    "snapshot_version",
+    "batch_id",
+]
+
+
+@pytest.fixture(scope="module")
+def connect_server(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    log = tmp_path_factory.mktemp("connect") / "connect-server.log"
+    with ConnectServer(settings, port=free_ports(1)[0], log_path=log) as server:
+        yield server
+
+
+def messages(count: int) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes | None]]]]:
+    return [
+        (KEYS[index % len(KEYS)], f"payload-{index}".encode() * (1 + index % 3), [("n", str(index).encode())])
+        for index in range(count)
+    ]
+
+
+def test_connect_router_writes_exactly_the_classic_deliveries(
+    spark: Any, settings: Settings, kafka_broker: Any, topic_factory: Any, tmp_path: Path, connect_server: ConnectServer
+) -> None:
+    from pyspark.testing import assertDataFrameEqual
+
+    topic = topic_factory(partitions=2)
+    records = produce(settings, topic, messages(400), partitions=2)
+    # Several batches per run, the same ones in both modes (max offsets per trigger).
+    classic = router_settings(settings, tmp_path / "classic", [topic], max_offsets_per_trigger=150)
+    version = apply_subscriptions(spark, classic, tmp_path / "subscriptions.jsonl", subscribe=SUBSCRIPTIONS)
+    connect = router_settings(settings, tmp_path / "connect", [topic], max_offsets_per_trigger=150)
+    connect = connect.replace(subscriptions=classic.subscriptions)
+
+    classic_reports = run_available_now(spark, classic).batch_reports()
+    flags = [*job_flags(connect), "--set", f"spark.remote={connect_server.url}"]
+    job = subprocess.run(
+        [sys.executable, "-m", "jobs.route", "--available-now", "--json", "--topics", topic, *flags],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_TIMEOUT_S,
+    )
+    assert job.returncode == 0, f"{job.stderr[-3000:]}\n--- server log ---\n{connect_server.log_tail(60)}"
+    summary = json.loads(job.stdout.strip().splitlines()[-1])
+
+    for setting, columns in (("deliveries_path", DELIVERY_COLUMNS), ("dead_letters_path", DEAD_LETTER_COLUMNS)):
+        expected = delta_tables.read(spark, getattr(classic.router, setting)).select(*columns)
+        actual = delta_tables.read(spark, getattr(connect.router, setting)).select(*columns)
+        assert actual.count() > 0
+        assertDataFrameEqual(actual, expected)
+    # And both are what the regex oracle says of every record.
+    routed = read_routed(spark, connect)
+    assert_ids_exact(routed)
+    assert routed.outcomes() == expected_outcomes(records, connect.router, connect.validator(), SUBSCRIPTIONS)
+    assert {row["snapshot_version"] for row in routed.deliveries} == {version}
+
+    # The client's summary comes from the worker's reports: the same counts as the classic run's.
+    totals = {name: sum(report[name] for report in classic_reports.values()) for name in ("input_rows", "deliveries")}
+    assert summary["batches"] == len(classic_reports) >= 3
+    assert {name: summary[name] for name in totals} == totals == {"input_rows": 400, "deliveries": totals["deliveries"]}
+    assert summary["dead_letters"] == sum(report["dead_letters"] for report in classic_reports.values()) > 0
+    # The snapshot travelled as a file beside the table; every batch is in the ledger with that version.
+    snapshot_files = list((Path(classic.subscriptions.table_path) / DEFAULT_DIRECTORY).glob(f"{version}-*.frozen"))
+    assert len(snapshot_files) == 1
+    assert {entry[2] for entry in ledger_entries(spark, connect.router.ledger_path)} == {version}
+    assert len(ledger_entries(spark, connect.router.ledger_path)) == summary["batches"]
+
+
+def test_connect_session_reads_the_settings_of_the_server(settings: Settings, connect_server: ConnectServer) -> None:
+    """A job's Connect session: runtime settings set on it, the static ones (warehouse) the server's."""
+    code = (
+        "import dataclasses, json, sys\n"
+        "from routing.settings import load_settings\n"
+        "from routing.spark import get_spark, is_connect\n"
+        "base = load_settings()\n"
+        f"spark_settings = dataclasses.replace(base.spark, remote={connect_server.url!r}, shuffle_partitions=3)\n"
+        "s = base.replace(spark=spark_settings)\n"
+        "spark = get_spark(s)\n"
+        "print(json.dumps([is_connect(spark), spark.conf.get('spark.sql.shuffle.partitions'),"
+        " spark.conf.get('spark.sql.warehouse.dir')]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    connected, partitions, warehouse = json.loads(done.stdout.strip().splitlines()[-1])
+    assert connected is True and partitions == "3"
+    assert warehouse.removeprefix("file:").rstrip("/") == str(Path(settings.spark.warehouse_dir)).rstrip("/")
+
+
+def test_connect_refresh_job_applies_exactly_what_classic_does(
+    spark: Any, settings: Settings, kafka_broker: Any, topic_factory: Any, tmp_path: Path, connect_server: ConnectServer
+) -> None:
+    """Subscription events through the refresh job's stream: the same table and rejects on Connect as classic."""
+    from pyspark.testing import assertDataFrameEqual
+
+    from jobs.refresh_subscriptions import refresh_from_kafka
+
+    topic = topic_factory()
+    events = [subscription_event("subscribe", pattern, subscriber) for pattern, subscriber in SUBSCRIPTIONS]
+    events += [subscription_event("unsubscribe", "forex.usd", "fx"), subscription_event("subscribe", "a.#.#", "x")]
+    events += [b"not json", subscription_event("subscribe", "stock.*.msft", "msft")]  # a bad event, a repeat
+    produce(settings, topic, [(None, event, []) for event in events])
+
+    def refresh_settings(name: str) -> Settings:
+        subscriptions = dataclasses.replace(
+            settings.subscriptions,
+            table_path=str(tmp_path / name / "subscriptions"),
+            rejects_path=str(tmp_path / name / "rejects"),
+            checkpoint_path=str(tmp_path / name / "checkpoint"),
+            events_topic=topic,
+            max_offsets_per_trigger=4,  # three batches
+        )
+        return settings.replace(subscriptions=subscriptions)
+
+    classic, connect = refresh_settings("classic"), refresh_settings("connect")
+    expected = refresh_from_kafka(spark, classic)
+    flags = [*job_flags(connect), "--set", f"spark.remote={connect_server.url}"]
+    job = subprocess.run(
+        [sys.executable, "-m", "jobs.refresh_subscriptions", "--json", *flags],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_TIMEOUT_S,
+    )
+    assert job.returncode == 0, f"{job.stderr[-3000:]}\n--- server log ---\n{connect_server.log_tail(60)}"
+    summary = json.loads(job.stdout.strip().splitlines()[-1])
+    assert len(expected.batches) == 3
+    assert summary == expected.as_dict()
+    assert expected.rejected  # the bad event and the invalid pattern
+
+    for table, columns in (
+        ("table_path", ["subscriber_id", "pattern", "active", "updated_at", "change_id", "source"]),
+        ("rejects_path", ["reason", "subscriber_id", "pattern", "kafka_offset", "raw"]),
+    ):
+        assertDataFrameEqual(
+            delta_tables.read(spark, getattr(connect.subscriptions, table)).select(*columns),
+            delta_tables.read(spark, getattr(classic.subscriptions, table)).select(*columns),
+        )
