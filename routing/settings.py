@@ -419,6 +419,7 @@ class SubscriptionSettings:
 KEY_SOURCES = frozenset({"key", "header", "json"})
 TRIGGERS = frozenset({"processing_time", "available_now"})
 KAFKA_SINKS = frozenset({"none", "single", "per_subscriber"})
+SNAPSHOT_TRANSPORTS = frozenset({"file", "broadcast"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,6 +503,11 @@ class RouterSettings:
     snapshot_files_path: str = ""
     #: Versions whose files are kept; older ones are deleted as new ones are written.
     snapshot_files_keep: int = 3
+    #: How a snapshot reaches the UDF: ``file`` (its snapshot file, read once per version by each Python
+    #: worker; measured faster than a broadcast, ``bench/results/snapshot_transport.md``, and the only way on
+    #: Spark Connect) or ``broadcast`` (classic sessions; for executors that cannot open the snapshot
+    #: directory with pyarrow). Without snapshot files (``snapshot_files = false``) a classic session broadcasts.
+    snapshot_transport: str = "file"
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -510,6 +516,7 @@ class RouterSettings:
             ("trigger", self.trigger, TRIGGERS),
             ("key_source", self.key_source, KEY_SOURCES),
             ("kafka_sink", self.kafka_sink, KAFKA_SINKS),
+            ("snapshot_transport", self.snapshot_transport, SNAPSHOT_TRANSPORTS),
         ):
             if value not in allowed:
                 choices = ", ".join(sorted(allowed))

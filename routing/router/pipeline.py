@@ -499,6 +499,7 @@ class Router:
             refresh_interval_s=router.refresh_interval_s,
             # Beside the table's files, wherever its path or the catalog puts them.
             files=open_snapshot_files(router, delta_tables.location(spark, settings.subscriptions.table_path)),
+            transport=router.snapshot_transport,
             thread_nice=router.refresh_thread_nice,
         )
         self.reports: dict[int, BatchReport] = {}

@@ -157,17 +157,19 @@ class SnapshotFiles:
             return data
         return None
 
-    def write(self, version: int, data: bytes, *, protect: Collection[int] = ()) -> str | None:
+    def write(self, version: int, data: bytes, *, protect: Collection[int] = (), verify: bool = False) -> str | None:
         """Store ``data`` as the snapshot of ``version`` (unless that exact file exists), then prune.
 
         Returns the file's name, or None when it could not be written (logged; nothing else happens).
         Pruning keeps the files of the versions in ``protect`` too (snapshots batches still read).
+        ``verify``: a file of that name and size is rewritten unless its bytes are ``data`` (for a file the
+        UDF will read, which a damaged one would fail).
         """
         name = file_name(version, data)
         final = self._path(name)
         temporary = self._path(f".{name}.{uuid.uuid4().hex}.tmp")
         try:
-            if self._fs.get_file_info(final).size != len(data):
+            if self._fs.get_file_info(final).size != len(data) or (verify and not self._holds(final, data)):
                 self._fs.create_dir(self._root, recursive=True)
                 with self._fs.open_output_stream(temporary) as stream:
                     stream.write(data)
@@ -178,6 +180,13 @@ class SnapshotFiles:
             return None
         self.prune(protect=protect)
         return name
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        try:
+            with self._fs.open_input_stream(path) as stream:
+                return bytes(stream.read()) == data
+        except OSError:
+            return False
 
     def prune(self, *, protect: Collection[int] = ()) -> list[str]:
         """Delete all but the newest ``keep`` versions' files (and those of ``protect``), and stale temporary
@@ -242,8 +251,11 @@ class SnapshotFileRef:
                 raise SnapshotFileMissing(f"snapshot file {path}: size {size} (limit {MAX_FILE_BYTES} bytes)")
             with filesystem.open_input_stream(path) as stream:
                 data = bytes(stream.read())
-        except (OSError, FileNotFoundError) as error:
-            raise SnapshotFileMissing(f"cannot read snapshot file {path}: {error}") from error
+        except OSError as error:
+            raise SnapshotFileMissing(
+                f"cannot read snapshot file {path}: {error} (executors that cannot open the snapshot directory with "
+                "pyarrow need router.snapshot_transport = broadcast, in classic sessions)"
+            ) from error
         if hashlib.sha256(data).hexdigest() != match.group(2):
             raise SnapshotFileMissing(f"snapshot file {path} does not match the digest in its name")
         return data

@@ -117,6 +117,7 @@ class SnapshotBroadcasts:
         *,
         refresh_interval_s: float,
         files: SnapshotFiles | None = None,
+        transport: str = "broadcast",
         thread_nice: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -128,13 +129,15 @@ class SnapshotBroadcasts:
         self._clock = clock
         from routing.spark import is_connect
 
-        #: Spark Connect has no broadcasts: the snapshot files carry the snapshots to the UDF instead.
-        self._files_carry = is_connect(spark)
-        if self._files_carry and files is None:
+        #: Spark Connect has no broadcasts: there the snapshot files must carry the snapshots to the UDF.
+        self._connect = is_connect(spark)
+        if self._connect and (files is None or transport != "file"):
             raise ValueError(
-                "a Spark Connect session ships snapshots as snapshot files: set router.snapshot_files = true "
-                "and a snapshot_files_path pyarrow can open"
+                "a Spark Connect session ships snapshots as snapshot files: set router.snapshot_files = true, "
+                "router.snapshot_transport = file and a snapshot_files_path pyarrow can open"
             )
+        #: The snapshot files carry the snapshots (``router.snapshot_transport = file``), else broadcasts.
+        self._files_carry = files is not None and transport == "file"
         # Guards everything below except the trie, which only the refresh thread touches.
         self._cond = threading.Condition()
         self._current: Published | None = None
@@ -368,20 +371,25 @@ class SnapshotBroadcasts:
     def _ship(self, version: int, data: bytes, *, written: bool) -> Carrier:
         """What carries ``data`` to the UDF: a broadcast, or (Spark Connect) the version's snapshot file.
 
-        A file is written first unless it was just read (``written``); one that cannot be written fails the
-        refresh (or the replay), as a failed broadcast would.
+        A file is written first unless it was just read and verified (``written``). One that cannot be written
+        fails the refresh (or the replay) on Spark Connect, as a failed broadcast would; a classic session
+        broadcasts that version instead (logged).
         """
-        if not self._files_carry:
-            return self._spark.sparkContext.broadcast(data)
-        assert self._files is not None
-        if written:
-            return SnapshotFileRef(self._files.directory, file_name(version, data))
-        with self._cond:
-            protect = {version, *self._published}
-        name = self._files.write(version, data, protect=protect)
-        if name is None:
-            raise RefreshFailed(f"could not write the snapshot file of version {version} to {self._files.directory}")
-        return SnapshotFileRef(self._files.directory, name)
+        if self._files_carry:
+            assert self._files is not None
+            if written:
+                return SnapshotFileRef(self._files.directory, file_name(version, data))
+            with self._cond:
+                protect = {version, *self._published}
+            name = self._files.write(version, data, protect=protect, verify=True)
+            if name is not None:
+                return SnapshotFileRef(self._files.directory, name)
+            if self._connect:
+                raise RefreshFailed(
+                    f"could not write the snapshot file of version {version} to {self._files.directory}"
+                )
+            log.warning("broadcasting snapshot version %s: its file could not be written", version)
+        return self._spark.sparkContext.broadcast(data)
 
     def _read_file(self, version: int, entry: dict[str, Any]) -> tuple[bytes, FrozenMatcher] | None:
         """The bytes and matcher of ``version``'s snapshot file, if a valid one exists (see ``snapshot_files``)."""
