@@ -15,7 +15,8 @@ setup(
     packages=find_packages(include=["routing", "routing.*", "udfs", "udfs.*", "jobs", "jobs.*"]),
     package_data={"routing": ["py.typed", "*.pyi"]},
     install_requires=[
-        "pyspark==4.2.0",
+        # [connect]: the Spark Connect client (grpcio, protobuf, zstandard) for spark.remote (README "Spark Connect").
+        "pyspark[connect]==4.2.0",
         "delta-spark==4.4.1",
         "pyarrow>=18",
         "pyroaring>=1.0",
