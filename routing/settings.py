@@ -553,6 +553,13 @@ class Settings:
                 f"matcher call, which refuses more than limits.max_batch_rows rows; lower router.arrow_batch_rows "
                 f"or raise limits.max_batch_rows"
             )
+        if self.spark.remote and (not self.router.snapshot_files or self.router.snapshot_transport != "file"):
+            raise ConfigError(
+                f"settings spark.remote={self.spark.remote!r} and router.snapshot_files={self.router.snapshot_files}, "
+                f"router.snapshot_transport={self.router.snapshot_transport!r} disagree: Spark Connect has no "
+                "broadcasts, so snapshots reach the UDF as snapshot files; set router.snapshot_files = true and "
+                "router.snapshot_transport = file"
+            )
 
     def validator(self) -> Validator:
         """The validation layer configured by ``[limits]``, ``[validation]`` and ``[acl]``."""

@@ -624,3 +624,16 @@ def test_spark_remote_must_be_a_spark_connect_url() -> None:
     assert dataclasses.replace(base.spark, remote="sc://127.0.0.1:15002").remote == "sc://127.0.0.1:15002"
     with pytest.raises(ConfigError, match=r"spark\.remote must be a Spark Connect URL"):
         dataclasses.replace(base.spark, remote="http://localhost:15002")
+
+
+@pytest.mark.parametrize("router", [{"snapshot_files": False}, {"snapshot_transport": "broadcast"}])
+def test_spark_connect_needs_the_snapshot_files_as_the_transport(router: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="Spark Connect has no broadcasts"):
+        load_settings(overrides={"spark": {"remote": "sc://127.0.0.1:15002"}, "router": router})
+    load_settings(overrides={"router": router})  # classic: either is fine
+
+
+def test_the_snapshot_transport_is_file_or_broadcast() -> None:
+    assert load_settings().router.snapshot_transport == "file"
+    with pytest.raises(ConfigError, match="snapshot_transport must be one of broadcast, file"):
+        load_settings(overrides={"router": {"snapshot_transport": "carrier-pigeon"}})
