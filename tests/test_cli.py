@@ -574,6 +574,10 @@ def test_tail_argument_errors(tmp_path: Path) -> None:
     code, out, err = run("tail", "--subscriber", "s1", *table)
     assert code == 2 and out == []
     assert err == [f"tail: no deliveries table at {str(tmp_path)!r} (router.deliveries_path; the router creates it)"]
+    # On Spark Connect the batches would print in the server's worker: refused before any session starts.
+    code, out, err = run("tail", "--subscriber", "s1", *table, "--set", "spark.remote=sc://127.0.0.1:1")
+    assert code == 2 and out == [] and len(err) == 1
+    assert err[0].startswith("tail: spark.remote='sc://127.0.0.1:1': tail prints each batch from this process")
 
 
 def test_tail_default_checkpoint_is_per_subscriber_beside_the_routers() -> None:
