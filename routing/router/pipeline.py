@@ -522,6 +522,8 @@ class Router:
         #: This router's hold on its checkpoint (:mod:`routing.checkpoints`), from :meth:`start` to :meth:`close`.
         self.lease: CheckpointLease | None = None
         self.logged_batches: set[int] = set()
+        #: On Spark Connect: the first batch id this run processes (see :func:`first_batch_of_run`).
+        self._first_batch = 0
         #: The query progress's ``durationMs`` per batch id (filled by the listener, asynchronously).
         self.durations_ms: dict[int, dict[str, int]] = {}
 
@@ -551,9 +553,11 @@ class Router:
         On Spark Connect the batches ran in the server's worker: their reports come from :func:`report_files`.
         """
         if self.connect:
-            return (
-                read_reports(self.spark, self.settings.router, self.identity.query_id) if self.identity.query_id else {}
-            )
+            if not self.identity.query_id:
+                return {}
+            reports = read_reports(self.spark, self.settings.router, self.identity.query_id)
+            # The query's earlier runs left theirs too: this run's batches are those after its last commit.
+            return {batch_id: report for batch_id, report in reports.items() if batch_id >= self._first_batch}
         with self._lock:
             return {batch_id: report.as_dict() for batch_id, report in self.reports.items()}
 
@@ -650,7 +654,8 @@ class Router:
             self.reports[batch_id] = report
         if self.connect and self.identity.query_id:
             # The job's client process has no other way to learn it (see ConnectBatches).
-            report_files(self.spark, router).create_once(
+            # Replaced, not written once: a batch Spark re-executes belongs to the run that re-executed it.
+            report_files(self.spark, router).replace(
                 json.dumps(report.as_dict(), sort_keys=True).encode(), self.identity.query_id, str(batch_id)
             )
 
@@ -762,6 +767,7 @@ class Router:
         try:
             self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(router.arrow_batch_rows))
             if self.connect:
+                self._first_batch = first_batch_of_run(self.spark, router.checkpoint_path)
                 return start_query(
                     kafka_stream(self.spark, self.settings),
                     ConnectBatches(self.settings, self.make_route),
@@ -819,6 +825,12 @@ def read_reports(spark: SparkSession, router: RouterSettings, query_id: str) -> 
         if text is not None:
             reports[int(name)] = json.loads(text)
     return reports
+
+
+def first_batch_of_run(spark: SparkSession, checkpoint: str) -> int:
+    """The first batch id a query started now on ``checkpoint`` processes: the one after its last commit."""
+    commits = [int(name) for name in CheckpointFiles(spark, checkpoint).list_names("commits") if name.isdigit()]
+    return max(commits) + 1 if commits else 0
 
 
 #: The reports' directory inside the checkpoint (:func:`report_files`).

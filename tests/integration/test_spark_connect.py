@@ -151,6 +151,31 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     assert {entry[2] for entry in ledger_entries(spark, connect.router.ledger_path)} == {version}
     assert len(ledger_entries(spark, connect.router.ledger_path)) == summary["batches"]
 
+    # Spark re-executes a batch whose commit is missing: the worker's router finds its version in the ledger
+    # (through pyarrow), takes the careful path (Delta skips the write: no observed metrics over Connect) and
+    # writes nothing twice; the run's summary is that one batch, as the query's report of it now says.
+    last = max(classic_reports)
+    commits = Path(connect.router.checkpoint_path) / "commits"
+    for name in (str(last), f".{last}.crc"):
+        (commits / name).unlink(missing_ok=True)
+    rerun = subprocess.run(
+        [sys.executable, "-m", "jobs.route", "--available-now", "--json", "--topics", topic, *flags],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_TIMEOUT_S,
+    )
+    assert rerun.returncode == 0, f"{rerun.stderr[-3000:]}\n--- server log ---\n{connect_server.log_tail(60)}"
+    replayed = json.loads(rerun.stdout.strip().splitlines()[-1])
+    assert replayed["batches"] == 1
+    assert {name: replayed[name] for name in ("input_rows", "deliveries", "dead_letters")} == {
+        name: classic_reports[last][name] for name in ("input_rows", "deliveries", "dead_letters")
+    }
+    assert replayed["snapshot_versions"] == [version]
+    expected = delta_tables.read(spark, classic.router.deliveries_path).select(*DELIVERY_COLUMNS)
+    assertDataFrameEqual(delta_tables.read(spark, connect.router.deliveries_path).select(*DELIVERY_COLUMNS), expected)
+    assert len(ledger_entries(spark, connect.router.ledger_path)) == summary["batches"]
+
 
 def test_connect_session_reads_the_settings_of_the_server(settings: Settings, connect_server: ConnectServer) -> None:
     """A job's Connect session: runtime settings set on it, the static ones (warehouse) the server's."""
