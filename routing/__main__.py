@@ -548,13 +548,6 @@ def run_tail(args: argparse.Namespace, out: Callable[[str], None], err: Callable
     if args.limit is not None and args.limit < 1:
         err(f"tail: --limit must be at least 1, not {args.limit}")
         return 2
-    if settings.spark.remote:
-        # Its foreachBatch would run in the server's worker and print there, not here.
-        err(
-            f"tail: spark.remote={settings.spark.remote!r}: tail prints each batch from this process, which a Spark "
-            "Connect query cannot; run it with a classic session (no spark.remote), or read the deliveries table"
-        )
-        return 2
     table = settings.router.deliveries_path
     if missing_local_table(table):
         err(f"tail: no deliveries table at {table!r} (router.deliveries_path; the router creates it)")

@@ -23,6 +23,12 @@ streaming read of its own::
   and keeps the subscriber's. :attr:`TailSummary.rows_read` (the streaming progress's
   ``numInputRows``) reports how many, and the README gives the measured figure.
 
+* **On Spark Connect** ``foreachBatch`` runs in the server's worker, not here, so the rows are
+  handed over through the checkpoint (:class:`HandoffBatches`): the worker writes a batch's rows as
+  ``<checkpoint>/handoff/<batch id>.rows`` (atomically: temp file, then rename) and waits until this
+  process has printed and flushed them and written ``<batch id>.done``; only then does the batch
+  return and commit. The same guarantees hold: a batch is printed before its commit, whole, in order.
+
 Spark is imported only inside the functions, so importing this module stays cheap.
 """
 
@@ -36,6 +42,7 @@ import json
 import posixpath
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -152,10 +159,12 @@ def tail(
     Returns once the table is drained (``available_now``), ``limit`` rows were emitted (at a batch
     boundary), or ``stop`` is set; raises what the query failed with. The caller holds the lease.
     """
+    from routing.spark import is_connect
     from routing.streaming import start_query
 
     summary = TailSummary(subscriber=subscriber, table=table, checkpoint=checkpoint)
     stop = stop or threading.Event()
+    handoff = _Handoff(spark, checkpoint, emit, flush, summary) if is_connect(spark) else None
 
     def print_batch(batch: DataFrame, _batch_id: int) -> None:
         row: Row
@@ -170,23 +179,30 @@ def tail(
 
     query = start_query(
         subscriber_stream(spark, table, subscriber),
-        print_batch,
+        print_batch if handoff is None else HandoffBatches(handoff.directory),
         checkpoint=checkpoint,
         bind=lambda _query_id: None,
         trigger_interval=None if available_now else trigger_interval,
     )
+    # batchId/numInputRows as properties: on Spark Connect the progress may lack the total, which the
+    # property then sums over the sources.
     progress: dict[int, int] = {}
     try:
         while query.isActive:
+            if handoff is not None and handoff.serve() and limit is not None and summary.rows >= limit:
+                stop.set()
             for update in query.recentProgress:
-                progress[update["batchId"]] = int(update["numInputRows"])
+                progress[int(update.batchId)] = int(update.numInputRows)
             # Stop between batches only, so that a printed batch is also committed.
             if stop.is_set() and not query.status["isTriggerActive"]:
                 query.stop()
                 break
-            query.awaitTermination(POLL_S)
+            if handoff is None:
+                query.awaitTermination(POLL_S)
+            else:
+                time.sleep(HANDOFF_POLL_S)  # a batch waits for this loop: poll more often
         for update in query.recentProgress:
-            progress[update["batchId"]] = int(update["numInputRows"])
+            progress[int(update.batchId)] = int(update.numInputRows)
         failure = query.exception()
     finally:
         if query.isActive:
@@ -200,3 +216,112 @@ def tail(
 
 def json_line(row: dict[str, Any]) -> str:
     return json.dumps(row_json(row), sort_keys=True, ensure_ascii=False)
+
+
+#: The handoff directory's name inside a tail's checkpoint (Spark Connect; see the module doc).
+HANDOFF_DIRECTORY = "handoff"
+#: Seconds between checks for a handed-over batch (the job) or its acknowledgement (the server's worker).
+HANDOFF_POLL_S = 0.2
+#: Seconds the server's worker waits for the job to print a batch before it fails the batch (the job died).
+HANDOFF_TIMEOUT_S = 600.0
+
+
+def _encode(value: Any) -> Any:
+    """A row value as JSON that :func:`_decode` turns back into the same Python value (tagged objects)."""
+    if isinstance(value, bytes | bytearray):
+        return {"$b": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, dt.datetime):
+        # Naive in the worker's local time zone (as PySpark hands them over): carried as UTC.
+        return {"$t": value.astimezone(dt.UTC).isoformat()}
+    if isinstance(value, dt.date):
+        return {"$d": value.isoformat()}
+    if isinstance(value, dict):
+        return {"$m": {key: _encode(item) for key, item in value.items()}}
+    if isinstance(value, list | tuple):
+        return [_encode(item) for item in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) != 1:
+        raise ValueError(f"not a handed-over value: {value!r}")
+    ((tag, inner),) = value.items()
+    if tag == "$b":
+        return base64.b64decode(inner)
+    if tag == "$t":
+        return dt.datetime.fromisoformat(inner).astimezone().replace(tzinfo=None)  # naive local, as PySpark's
+    if tag == "$d":
+        return dt.date.fromisoformat(inner)
+    if tag == "$m":
+        return {key: _decode(item) for key, item in inner.items()}
+    raise ValueError(f"unknown tag {tag!r} in a handed-over value")
+
+
+@dataclasses.dataclass(frozen=True)
+class HandoffBatches:
+    """A tail's ``foreachBatch`` on Spark Connect, run by the server's worker: hand the batch to the job.
+
+    Writes the batch's rows, in print order, as JSON lines to ``<batch id>.rows`` in ``directory``
+    (atomically), then waits for the job's ``<batch id>.done`` (:class:`_Handoff`), so that the batch
+    commits only once it was printed. A batch Spark re-executes is handed over again (at least once).
+    """
+
+    directory: str
+    timeout_s: float = HANDOFF_TIMEOUT_S
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from routing.checkpoints import CheckpointFiles
+
+        files = CheckpointFiles(batch.sparkSession, self.directory)
+        ordered = batch.repartition(1).sortWithinPartitions(*ROW_ORDER).toLocalIterator()
+        lines = [json.dumps(_encode(row.asDict(recursive=True)), ensure_ascii=False) for row in ordered]
+        files.replace("\n".join(lines).encode(), f"{batch_id}.rows")
+        deadline = time.monotonic() + self.timeout_s
+        while files.read(f"{batch_id}.done") is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no tail printed batch {batch_id} within {self.timeout_s:g} s (did it stop?)")
+            time.sleep(HANDOFF_POLL_S)
+        files.delete(f"{batch_id}.rows")
+        files.delete(f"{batch_id}.done")
+
+
+class _Handoff:
+    """The job's side of :class:`HandoffBatches`: print each handed-over batch, flush, acknowledge it."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        checkpoint: str,
+        emit: Callable[[dict[str, Any]], None],
+        flush: Callable[[], None],
+        summary: TailSummary,
+    ) -> None:
+        from routing.checkpoints import CheckpointFiles
+
+        self.directory = f"{checkpoint.rstrip('/')}/{HANDOFF_DIRECTORY}"
+        self._files = CheckpointFiles(spark, self.directory)
+        self._emit, self._flush, self._summary = emit, flush, summary
+
+    def serve(self) -> bool:
+        """Print every batch waiting for this process, in batch order; True if there was one."""
+        names = set(self._files.list_names())
+        waiting = sorted(
+            int(name.removesuffix(".rows"))
+            for name in names
+            if name.endswith(".rows") and name.removesuffix(".rows").isdigit() and f"{name[:-5]}.done" not in names
+        )
+        for batch_id in waiting:
+            text = self._files.read(f"{batch_id}.rows")
+            if text is None:
+                continue
+            for line in text.split("\n"):  # not splitlines(): a row's text may hold U+2028 and its kin
+                if line:
+                    self._emit(_decode(json.loads(line)))
+                    self._summary.rows += 1
+            self._flush()  # printed and flushed before the worker may commit the batch
+            self._files.create_once(b"printed", f"{batch_id}.done")
+        return bool(waiting)

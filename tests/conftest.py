@@ -12,6 +12,8 @@ are marked ``integration`` by folder (:func:`pytest_collection_modifyitems`); ``
 * ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
   end of the session only if it started it (a watchdog stops it even if the run is killed).
 * ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
+* ``connect_server`` is a Spark Connect server (``jobs.connect_server``) on a free port, started the
+  first time a test asks for it and stopped at the end of the session.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
     from pyspark.sql import SparkSession
 
+    from jobs.connect_server import ConnectServer
     from jobs.local_kafka import Broker
 
 #: Seconds an AdminClient operation in a fixture may take.
@@ -154,3 +157,12 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    from jobs.connect_server import ConnectServer
+
+    log = tmp_path_factory.mktemp("connect") / "connect-server.log"
+    with ConnectServer(settings, port=free_ports(1)[0], log_path=log) as server:
+        yield server

@@ -57,15 +57,24 @@ def test_notebooks_are_committed_without_outputs(path: Path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["classic", "connect"])
 def test_explore_notebook_runs_top_to_bottom(
-    settings: Settings, kafka_broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mode: str,
+    settings: Settings,
+    kafka_broker: Broker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """The notebook as it is, in a classic session and (``spark.remote``) on a real Spark Connect server."""
     import nbformat
     from nbclient import NotebookClient
 
     from jobs.local_kafka import answers
 
     kafka = settings.kafka
+    if mode == "connect":
+        monkeypatch.setenv("ROUTER__SPARK__REMOTE", request.getfixturevalue("connect_server").url)
     for name, value in {
         "ROUTER__KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
         "ROUTER__KAFKA__CLIENT_PORT": str(kafka.client_port),

@@ -1,11 +1,12 @@
 """The router on a real Spark Connect server: exactly the deliveries classic Spark writes, row for row.
 
 The server is ``jobs.connect_server`` (pyspark's SparkConnectServer with the project's jars) on a free
-loopback port, started once for this file. The router runs unchanged as ``python -m jobs.route
---set spark.remote=sc://...``: its batches run in the server's ``foreachBatch`` worker, the snapshot
-reaches the UDF as a snapshot file (Connect has no broadcast), the ledger and the lease go through
-pyarrow's filesystem (no JVM in the client). The oracle is the same router in classic mode over the same
-topic and the same subscription table, and the regex matcher's outcome for every record.
+loopback port (the ``connect_server`` fixture, started once per test session). The router runs
+unchanged as ``python -m jobs.route --set spark.remote=sc://...``: its batches run in the server's
+``foreachBatch`` worker, the snapshot reaches the UDF as a snapshot file (Connect has no broadcast),
+the ledger and the lease go through pyarrow's filesystem (no JVM in the client). The oracle is the
+same router in classic mode over the same topic and the same subscription table, and the regex
+matcher's outcome for every record. The refresh job and ``tail`` are compared with classic runs too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import dataclasses
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from router_support import (
     subscription_event,
 )
 
-from jobs.cluster import free_ports
 from jobs.connect_server import ConnectServer
 from routing import delta_tables
 from routing.router.ledger import ledger_entries
@@ -88,13 +87,6 @@ DEAD_LETTER_COLUMNS = [
     "snapshot_version",
     "batch_id",
 ]
-
-
-@pytest.fixture(scope="module")
-def connect_server(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    log = tmp_path_factory.mktemp("connect") / "connect-server.log"
-    with ConnectServer(settings, port=free_ports(1)[0], log_path=log) as server:
-        yield server
 
 
 def messages(count: int) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes | None]]]]:
@@ -175,6 +167,27 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     expected = delta_tables.read(spark, classic.router.deliveries_path).select(*DELIVERY_COLUMNS)
     assertDataFrameEqual(delta_tables.read(spark, connect.router.deliveries_path).select(*DELIVERY_COLUMNS), expected)
     assert len(ledger_entries(spark, connect.router.ledger_path)) == summary["batches"]
+
+    # tail on Connect: the server's worker hands each batch over through the tail's checkpoint, the job
+    # prints it; the same rows in the same order as tail in classic mode prints from the classic table.
+    from routing.tail import row_json, tail
+
+    classic_rows: list[dict[str, Any]] = []
+    tail(spark, classic.router.deliveries_path, "msft", str(tmp_path / "tail"), classic_rows.append, available_now=True)
+    tailed = subprocess.run(
+        [sys.executable, "-m", "routing", "tail", "--subscriber", "msft", "--available-now", "--json", *flags],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_TIMEOUT_S,
+    )
+    assert tailed.returncode == 0, f"{tailed.stderr[-3000:]}\n--- server log ---\n{connect_server.log_tail(60)}"
+    printed = [json.loads(line) for line in tailed.stdout.splitlines() if line]
+    assert len(printed) == len(classic_rows) > 0
+    assert [{**row, "routed_at": None} for row in printed] == [
+        {**row_json(row), "routed_at": None} for row in classic_rows
+    ]
+    assert not list((Path(connect.router.checkpoint_path).parent / "tail").rglob("*.rows"))  # all handed over
 
 
 def test_connect_session_reads_the_settings_of_the_server(settings: Settings, connect_server: ConnectServer) -> None:
