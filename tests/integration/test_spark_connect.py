@@ -32,10 +32,12 @@ from router_support import (
     subscription_event,
 )
 
+from integration.test_router_metrics import KEYS as METRICS_KEYS
 from jobs.connect_server import ConnectServer
 from routing import delta_tables
 from routing.router.ledger import ledger_entries
 from routing.router.snapshot_files import DEFAULT_DIRECTORY
+from routing.router.tables import DEAD_LETTERS_DDL, DELIVERIES_DDL
 from routing.settings import REPO_ROOT, Settings
 
 pytestmark = pytest.mark.slow
@@ -47,46 +49,27 @@ SUBSCRIPTIONS = [
     ("#.eur", "eur"),
     ("#", "audit"),
 ]
-#: Deliveries, unmatched keys (none here: ``#`` matches every valid key), and dead letters of several reasons.
-KEYS: list[bytes | None] = [
-    b"stock.nasdaq.msft",
-    b"stock.nyse.ibm",
-    b"forex.usd",
-    b"forex.eur",
-    b"weather.paris",
-    None,
-    b"\xff.bad",
-    b"a..b",
-    b"k" * 300,
-]
-#: Every column of a delivery except ``routed_at`` (the wall clock of the write).
-DELIVERY_COLUMNS = [
-    "delivery_id",
-    "subscriber_id",
-    "routing_key",
-    "source_topic",
-    "source_partition",
-    "source_offset",
-    "kafka_timestamp",
-    "payload",
-    "headers",
-    "snapshot_version",
-    "batch_id",
-]
-DEAD_LETTER_COLUMNS = [
-    "dead_letter_id",
-    "reason",
-    "rule",
-    "fanout",
-    "source_topic",
-    "source_partition",
-    "source_offset",
-    "raw_key",
-    "payload",
-    "headers",
-    "snapshot_version",
-    "batch_id",
-]
+#: Deliveries and dead letters of several reasons (no unmatched keys: ``#`` matches every valid key).
+KEYS: list[bytes | None] = [*METRICS_KEYS, b"a..b"]
+
+
+def stable_columns(ddl: str) -> list[str]:
+    """Every column of an output table but ``routed_at`` (the wall clock of the write)."""
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)
+    return [name for name in schema.fieldNames() if name != "routed_at"]
+
+
+def run_job(server: ConnectServer, *argv: str) -> list[str]:
+    """``python -m <argv>`` to completion, which must exit 0 (else the job's and the server's last lines); its
+    stdout lines."""
+    done = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=WAIT_TIMEOUT_S
+    )
+    assert done.returncode == 0, f"{done.stderr[-3000:]}\n--- server log ---\n{server.log_tail(60)}"
+    return done.stdout.strip().splitlines()
 
 
 def messages(count: int) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes | None]]]]:
@@ -111,17 +94,13 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
 
     classic_reports = run_available_now(spark, classic).batch_reports()
     flags = [*job_flags(connect), "--set", f"spark.remote={connect_server.url}"]
-    job = subprocess.run(
-        [sys.executable, "-m", "jobs.route", "--available-now", "--json", "--topics", topic, *flags],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_TIMEOUT_S,
-    )
-    assert job.returncode == 0, f"{job.stderr[-3000:]}\n--- server log ---\n{connect_server.log_tail(60)}"
-    summary = json.loads(job.stdout.strip().splitlines()[-1])
+    route = ["jobs.route", "--available-now", "--json", "--topics", topic, *flags]
+    summary = json.loads(run_job(connect_server, *route)[-1])
 
-    for setting, columns in (("deliveries_path", DELIVERY_COLUMNS), ("dead_letters_path", DEAD_LETTER_COLUMNS)):
+    for setting, columns in (
+        ("deliveries_path", stable_columns(DELIVERIES_DDL)),
+        ("dead_letters_path", stable_columns(DEAD_LETTERS_DDL)),
+    ):
         expected = delta_tables.read(spark, getattr(classic.router, setting)).select(*columns)
         actual = delta_tables.read(spark, getattr(connect.router, setting)).select(*columns)
         assert actual.count() > 0
@@ -150,22 +129,16 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     commits = Path(connect.router.checkpoint_path) / "commits"
     for name in (str(last), f".{last}.crc"):
         (commits / name).unlink(missing_ok=True)
-    rerun = subprocess.run(
-        [sys.executable, "-m", "jobs.route", "--available-now", "--json", "--topics", topic, *flags],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_TIMEOUT_S,
-    )
-    assert rerun.returncode == 0, f"{rerun.stderr[-3000:]}\n--- server log ---\n{connect_server.log_tail(60)}"
-    replayed = json.loads(rerun.stdout.strip().splitlines()[-1])
+    replayed = json.loads(run_job(connect_server, *route)[-1])
     assert replayed["batches"] == 1
     assert {name: replayed[name] for name in ("input_rows", "deliveries", "dead_letters")} == {
         name: classic_reports[last][name] for name in ("input_rows", "deliveries", "dead_letters")
     }
     assert replayed["snapshot_versions"] == [version]
-    expected = delta_tables.read(spark, classic.router.deliveries_path).select(*DELIVERY_COLUMNS)
-    assertDataFrameEqual(delta_tables.read(spark, connect.router.deliveries_path).select(*DELIVERY_COLUMNS), expected)
+    expected = delta_tables.read(spark, classic.router.deliveries_path).select(*stable_columns(DELIVERIES_DDL))
+    assertDataFrameEqual(
+        delta_tables.read(spark, connect.router.deliveries_path).select(*stable_columns(DELIVERIES_DDL)), expected
+    )
     assert len(ledger_entries(spark, connect.router.ledger_path)) == summary["batches"]
 
     # tail on Connect: the server's worker hands each batch over through the tail's checkpoint, the job
@@ -174,15 +147,8 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
 
     classic_rows: list[dict[str, Any]] = []
     tail(spark, classic.router.deliveries_path, "msft", str(tmp_path / "tail"), classic_rows.append, available_now=True)
-    tailed = subprocess.run(
-        [sys.executable, "-m", "routing", "tail", "--subscriber", "msft", "--available-now", "--json", *flags],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_TIMEOUT_S,
-    )
-    assert tailed.returncode == 0, f"{tailed.stderr[-3000:]}\n--- server log ---\n{connect_server.log_tail(60)}"
-    printed = [json.loads(line) for line in tailed.stdout.splitlines() if line]
+    tail_command = ["routing", "tail", "--subscriber", "msft", "--available-now", "--json", *flags]
+    printed = [json.loads(line) for line in run_job(connect_server, *tail_command) if line]
     assert len(printed) == len(classic_rows) > 0
     assert [{**row, "routed_at": None} for row in printed] == [
         {**row_json(row), "routed_at": None} for row in classic_rows
@@ -238,15 +204,7 @@ def test_connect_refresh_job_applies_exactly_what_classic_does(
     classic, connect = refresh_settings("classic"), refresh_settings("connect")
     expected = refresh_from_kafka(spark, classic)
     flags = [*job_flags(connect), "--set", f"spark.remote={connect_server.url}"]
-    job = subprocess.run(
-        [sys.executable, "-m", "jobs.refresh_subscriptions", "--json", *flags],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_TIMEOUT_S,
-    )
-    assert job.returncode == 0, f"{job.stderr[-3000:]}\n--- server log ---\n{connect_server.log_tail(60)}"
-    summary = json.loads(job.stdout.strip().splitlines()[-1])
+    summary = json.loads(run_job(connect_server, "jobs.refresh_subscriptions", "--json", *flags)[-1])
     assert len(expected.batches) == 3
     assert summary == expected.as_dict()
     assert expected.rejected  # the bad event and the invalid pattern
