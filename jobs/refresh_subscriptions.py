@@ -64,6 +64,7 @@ from routing.streaming import (
     QueryIdentity,
     checkpoint_query_id,
     crash_after_writes_from_env,
+    first_batch_of_run,
     kafka_exit_status,
     kafka_source,
     retry_delta_conflicts,
@@ -225,13 +226,23 @@ def refresh_from_kafka(
             lease.bind(query_id)
         identity.bind(query_id)
 
+    first_batch = first_batch_of_run(spark, subscriptions.checkpoint_path) if connect else 0
     query = start_query(events, apply_batch, checkpoint=subscriptions.checkpoint_path, bind=bind)
     LOG.info(
         "reading %s from checkpoint %s (query %s)", subscriptions.events_topic, subscriptions.checkpoint_path, query.id
     )
     query.awaitTermination()
     # On Spark Connect the batches ran in the server's worker, which left their summaries in the checkpoint.
-    summaries = apply_batch.summaries if not connect else read_batch_summaries(spark, settings, str(query.id))
+    # Earlier runs on the checkpoint left theirs too: this run's batches are those after its last commit.
+    summaries = (
+        apply_batch.summaries
+        if not connect
+        else [
+            summary
+            for summary in read_batch_summaries(spark, settings, str(query.id))
+            if (summary.batch_id or 0) >= first_batch
+        ]
+    )
     return RunSummary(summaries, latest_version(spark, subscriptions.table_path), deactivated)
 
 
@@ -313,7 +324,8 @@ class EventBatches:
             self.summaries.append(summary)
         else:
             entry = {**dataclasses.asdict(summary), "counts": dict(summary.counts)}
-            _summary_files(spark, self.settings).create_once(json.dumps(entry).encode(), query_id, str(batch_id))
+            # Replaced, not written once: a batch Spark re-executes belongs to the run that re-executed it.
+            _summary_files(spark, self.settings).replace(json.dumps(entry).encode(), query_id, str(batch_id))
         LOG.info(
             "batch %d: %d event(s) %s, rejected %s, table version %d",
             batch_id,

@@ -257,6 +257,17 @@ def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
     return str(json.loads(metadata.splitlines()[0])["id"])
 
 
+def first_batch_of_run(spark: SparkSession, checkpoint: str) -> int:
+    """The first batch id a query started now on ``checkpoint`` processes: the one after its last commit.
+
+    What a job on Spark Connect counts its own batches from, among the records its earlier runs left.
+    """
+    from routing.checkpoints import CheckpointFiles
+
+    commits = [int(name) for name in CheckpointFiles(spark, checkpoint).list_names("commits") if name.isdigit()]
+    return max(commits) + 1 if commits else 0
+
+
 # -- Delta tables ----------------------------------------------------------------------
 
 #: An empty Delta table (a path or a catalog name) from a DDL string, unless one is there; see the module docs.

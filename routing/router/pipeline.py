@@ -79,6 +79,7 @@ from routing.streaming import (
     QueryIdentity,
     checkpoint_query_id,
     create_delta_table_if_absent,
+    first_batch_of_run,
     idempotent_append,
     kafka_source,
     start_query,
@@ -825,12 +826,6 @@ def read_reports(spark: SparkSession, router: RouterSettings, query_id: str) -> 
         if text is not None:
             reports[int(name)] = json.loads(text)
     return reports
-
-
-def first_batch_of_run(spark: SparkSession, checkpoint: str) -> int:
-    """The first batch id a query started now on ``checkpoint`` processes: the one after its last commit."""
-    commits = [int(name) for name in CheckpointFiles(spark, checkpoint).list_names("commits") if name.isdigit()]
-    return max(commits) + 1 if commits else 0
 
 
 #: The reports' directory inside the checkpoint (:func:`report_files`).

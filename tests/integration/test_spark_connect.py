@@ -209,6 +209,13 @@ def test_connect_refresh_job_applies_exactly_what_classic_does(
     assert summary == expected.as_dict()
     assert expected.rejected  # the bad event and the invalid pattern
 
+    # A later run on the same checkpoints (the same query ids) sums only its own batch, in both modes.
+    produce(settings, topic, [(None, subscription_event("subscribe", "news.#", "press"), [])])
+    later = refresh_from_kafka(spark, classic)
+    later_summary = json.loads(run_job(connect_server, "jobs.refresh_subscriptions", "--json", *flags)[-1])
+    assert later_summary == later.as_dict()
+    assert (later_summary["batches"], later_summary["events"]) == (1, 1)
+
     for table, columns in (
         ("table_path", ["subscriber_id", "pattern", "active", "updated_at", "change_id", "source"]),
         ("rejects_path", ["reason", "subscriber_id", "pattern", "kafka_offset", "raw"]),
