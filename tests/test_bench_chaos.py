@@ -45,6 +45,22 @@ def test_the_fault_order_holds_each_fault_as_often_as_planned(monkeypatch: pytes
     assert order == plan.fault_order(random.Random(plan.seed))  # the seed repeats it
 
 
+def test_a_run_drained_in_process_ends_with_its_router_kill(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chaos
+
+    for seed in range(20):
+        plan = chaos.ChaosPlan(seed=seed, router_kills=1, broker_kills=2, refresh_kills=2, drain_in_process=True)
+        order = plan.fault_order(random.Random(seed))
+        assert collections.Counter(order) == {chaos.ROUTER_KILL: 1, chaos.BROKER_KILL: 2, chaos.REFRESH_KILL: 2}
+        assert order[-1] == chaos.ROUTER_KILL, (seed, order)
+    orders = {
+        tuple(chaos.ChaosPlan(seed, 1, 2, 2, drain_in_process=True).fault_order(random.Random(seed)))
+        for seed in range(20)
+    }
+    assert len(orders) > 1  # the faults before it still come in a seeded random order
+
+
 def test_committed_offsets_are_the_last_committed_batchs_end(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Read from a checkpoint laid out as Spark 4 writes it (files copied from a router's checkpoint): batch 2 was
     planned (``offsets/2``) but never committed, so the committed end is batch 1's."""
