@@ -1,11 +1,14 @@
 """Refresh runs that die inside a MERGE, overlap, or find their checkpoint held: real processes, the model as oracle.
 
-* :func:`test_a_run_killed_inside_its_merge_ends_like_an_uninterrupted_one` SIGKILLs the job with the
-  test-only crash hook (``routing.streaming.CRASH_AFTER_WRITES_ENV``) at two points no other test reaches:
-  ``0:in_merge``, from the executor that reads batch 0's MERGE source, so the process group dies inside
-  Delta's MERGE command before its commit; then ``1:after_merge``, after batch 1's MERGE committed and
-  before its rejects append. A last run completes. The table and the rejects must equal the sequential
-  model's and those of an uninterrupted run over the same topic into tables of its own.
+* :func:`test_a_run_killed_inside_its_merge_ends_like_an_uninterrupted_one` stops the job at two points no
+  other test reaches. First it SIGKILLs a job process with the test-only crash hook
+  (``routing.streaming.CRASH_AFTER_WRITES_ENV``) at ``0:in_merge``, from the executor that reads batch 0's
+  MERGE source, so the process group dies inside Delta's MERGE command before its commit. Then a run on the
+  shared session takes the checkpoint over and fails at ``1:after_merge``, after batch 1's MERGE committed
+  and before its rejects append (a :class:`~routing.streaming.CrashHook` that raises: what Spark and Delta
+  keep of that batch is what a SIGKILL there leaves, the offset log entry and the MERGE's commit, and it
+  spares a JVM start). A last run completes. The table and the rejects must equal the sequential model's
+  and those of an uninterrupted run over the same topic into tables of its own.
 * :func:`test_two_concurrent_runs_leave_the_sequential_models_table`: a Kafka run (its own thread) and an
   import run (this thread) MERGE the same rows at the same time, on two checkpoints so that no lease
   serializes them (two deployments sharing one table: the case the lease cannot cover). Delta's
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from router_support import WAIT_TIMEOUT_S, job_flags, kill_group, start_job
+from router_support import WAIT_TIMEOUT_S, BatchDied, assert_planned_not_committed, job_flags, kill_group, start_job
 
 from integration.test_refresh_job import (  # the refresh job's own test helpers and fixture
     MAX_EVENT_BYTES,
@@ -39,7 +42,7 @@ from integration.test_refresh_job import (  # the refresh job's own test helpers
 )
 from jobs.refresh_subscriptions import main, prepare_tables, refresh_from_kafka
 from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointLease
-from routing.streaming import CRASH_AFTER_WRITES_ENV
+from routing.streaming import AFTER_MERGE, AFTER_WRITES, CRASH_AFTER_WRITES_ENV, CrashHook
 from routing.subscriptions.events import read_import_file
 from routing.subscriptions.model import apply_events_model
 from routing.subscriptions.table import latest_version, read_rows
@@ -61,6 +64,14 @@ def run_refresh(settings: Settings, log_path: Path, *args: str, env: dict[str, s
         finally:
             kill_group(job)
     return job.returncode, log_path.read_text(errors="replace")
+
+
+class FailAt(CrashHook):
+    """A :class:`CrashHook` that raises :class:`router_support.BatchDied` at its point instead of killing."""
+
+    def __call__(self, batch_id: int, point: str = AFTER_WRITES) -> None:
+        if (batch_id, point) == (self.batch_id, self.point):
+            raise BatchDied(f"batch {batch_id} dies after its MERGE, before its rejects append")
 
 
 def elsewhere(settings: Settings, root: Path, **paths: str) -> Settings:
@@ -102,10 +113,11 @@ def test_a_run_killed_inside_its_merge_ends_like_an_uninterrupted_one(
     assert latest_version(spark, settings.subscriptions.table_path) == created  # the MERGE never committed
     assert rejects_in_table(spark, settings) == []
 
-    # The restart takes the dead run's checkpoint over at once, replays batch 0, and dies after batch 1's MERGE.
-    status, output = run_refresh(settings, tmp_path / "after-merge.log", env={CRASH_AFTER_WRITES_ENV: "1:after_merge"})
-    assert status == -9, output[-3000:]
-    assert "killing the job at after_merge of batch 1" in output
+    # The next run replays batch 0 and dies after batch 1's MERGE.
+    with pytest.raises(Exception, match="batch 1 dies after its MERGE") as died:
+        refresh_from_kafka(spark, settings, after_writes=FailAt(1, AFTER_MERGE))
+    assert died.type.__name__ == "StreamingQueryException", died.value
+    assert_planned_not_committed(settings.subscriptions.checkpoint_path, 1)
     expected_rows = {key: (row.active, row.ts_millis, row.change_id) for key, row in model.rows.items()}
     assert read_rows(spark, settings.subscriptions.table_path) == expected_rows
     batch_1_rejects = {received[7].change_id}
