@@ -464,7 +464,12 @@ class SubscriberLimits:
 
 
 def decide(
-    current: DataFrame, validated: DataFrame, limit: int | SubscriberLimits, table_limit: int | None = None
+    current: DataFrame,
+    validated: DataFrame,
+    limit: int | SubscriberLimits,
+    table_limit: int | None = None,
+    *,
+    redecide: bool = True,
 ) -> DataFrame:
     """Each valid event's fate against the table snapshot ``current``, in column ``_kind``.
 
@@ -476,6 +481,11 @@ def decide(
 
     ``limit`` is ``max_subscriptions_per_subscriber`` (a bare int leaves match cost unchecked) or
     :class:`SubscriberLimits`; ``table_limit`` (None: unchecked) is ``max_subscriptions_per_table``.
+
+    ``_cost_contended`` marks the activations of subscribers the running totals gave a match-cost
+    rejection (those the re-decision below is for). ``redecide=False`` skips that re-decision, and with it
+    a Spark job that evaluates the whole plan: the result is exact when no row is ``_cost_contended``, which
+    the caller checks on the result it computes anyway (:func:`apply_validated`), deciding again only then.
 
     Set-based, yet equal to the model's sequential rule (table checked first, then the subscriber's
     count, then its match cost, in ``(ts, change_id)`` order, a rejected subscribe holding nothing):
@@ -517,7 +527,7 @@ def decide(
         .when(was_active, UNSUBSCRIBED)
         .otherwise(TOMBSTONED)
     )
-    classified = joined.withColumn("_kind", kind)
+    classified = joined.withColumn("_kind", kind).withColumn("_cost_contended", F.lit(False))
     for column in ("_holds", "_cost_holds", "_table_holds"):
         classified = classified.withColumn(column, F.lit(None).cast("long"))
 
@@ -551,7 +561,10 @@ def decide(
         .otherwise(SUBSCRIBED),
     )
     if limits.match_cost is not None:
-        candidates = _redecide_cost_rejections(candidates, limits)
+        contended_subscriber = F.max(F.col("_kind") == MATCH_COST_EXCEEDED).over(Window.partitionBy("subscriber_id"))
+        candidates = candidates.withColumn("_cost_contended", contended_subscriber)
+        if redecide:
+            candidates = _redecide_cost_rejections(candidates, limits)
     candidates = candidates.drop("_held", "_released", "_held_cost", "_released_cost", "_base", "_base_cost", "_cost")
     if table_limit is not None:
         table_held = current.where("active").agg(F.count(F.lit(1)).alias("_table_held"))
@@ -583,8 +596,7 @@ def _redecide_cost_rejections(candidates: DataFrame, limits: SubscriberLimits) -
     from pyspark.sql import functions as F
 
     columns = ["subscriber_id", "pattern", "ts_millis", "change_id", "_base", "_base_cost", "_cost"]
-    contended = candidates.where(F.col("_kind") == MATCH_COST_EXCEEDED).select("subscriber_id").distinct()
-    rows = candidates.join(contended, "subscriber_id", "left_semi").select(*columns).collect()
+    rows = candidates.where("_cost_contended").select(*columns).collect()
     if not rows:
         return candidates
     assert limits.match_cost is not None
@@ -639,11 +651,18 @@ def apply_validated(
     try:
         version = latest_version(spark, table_path)
         current = _read(spark, table_path, version)
-        decided = decide(current, validated, limit, table_limit).persist()
+        # Decided without the match-cost re-decision first: exact unless a subscriber is cost-contended (rare),
+        # and then decided again with it. The common batch is spared a job that evaluates the whole plan.
+        decided = decide(current, validated, limit, table_limit, redecide=False).persist()
         try:
+            by_kind = decided.groupBy("_kind", "_cost_contended").count().collect()
+            if any(row["_cost_contended"] for row in by_kind):
+                decided.unpersist()
+                decided = decide(current, validated, limit, table_limit).persist()
+                by_kind = decided.groupBy("_kind", "_cost_contended").count().collect()
             counts: collections.Counter[str] = collections.Counter()
-            for row in decided.groupBy("_kind").count().collect():
-                counts[row["_kind"]] = row["count"]
+            for row in by_kind:
+                counts[row["_kind"]] += row["count"]
             # decide() keeps one winner per row; every other valid event was superseded.
             winners = sum(counts.values())
             for row in validated.groupBy("reject_reason").count().collect():

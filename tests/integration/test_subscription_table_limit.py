@@ -6,6 +6,7 @@ without Spark in ``tests/test_subscription_table_limit.py``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import random
@@ -76,6 +77,7 @@ def test_set_based_limits_match_the_model(spark: SparkSession) -> None:
     rng = random.Random(20261123)
     offsets = iter(range(10**6))
     contended: set[str] = set()
+    rounds_by_need = collections.Counter[bool]()
     for scenario in range(4):
         # Costs with max_key_words = 4: a, b, c = 1; d.* = 2; # = 5; e.#.f = 11; #.# = 10. Budget 13.
         # Even scenarios: the table and the count limits bind first; odd ones: match cost does.
@@ -120,8 +122,27 @@ def test_set_based_limits_match_the_model(spark: SparkSession) -> None:
                 SubscriberLimits.of(limits),
                 limits.max_subscriptions_per_table,
             )
+            # Without the re-decision (apply_validated's first try): the same fates unless a row is cost-contended.
+            quick = decide(
+                current,
+                validated_frame(spark, outcomes),
+                SubscriberLimits.of(limits),
+                limits.max_subscriptions_per_table,
+                redecide=False,
+            )
+            columns = ["subscriber_id", "pattern", "op", "ts_millis", "change_id", "_kind", "_cost_contended"]
+            decided_rows = decided.select(*columns).collect()
+            quick_fates = {row["change_id"]: (row["_kind"], row["_cost_contended"]) for row in quick.collect()}
+            exact_fates = {row["change_id"]: (row["_kind"], row["_cost_contended"]) for row in decided_rows}
+            needs_redecision = any(flag for _, flag in quick_fates.values())
+            rounds_by_need[needs_redecision] += 1
+            assert {change: flag for change, (_, flag) in quick_fates.items()} == {
+                change: flag for change, (_, flag) in exact_fates.items()
+            }
+            if not needs_redecision:
+                assert quick_fates == exact_fates, (scenario, round_number)
             rejected: dict[str, str] = {}
-            for row in decided.select("subscriber_id", "pattern", "op", "ts_millis", "change_id", "_kind").collect():
+            for row in decided_rows:
                 if row["_kind"] in APPLIED_KINDS:
                     table[(row["subscriber_id"], row["pattern"])] = (
                         row["op"] == "subscribe",
@@ -144,6 +165,7 @@ def test_set_based_limits_match_the_model(spark: SparkSession) -> None:
         MATCH_COST_EXCEEDED,
         SUBSCRIPTION_TABLE_FULL,
     }  # every rule was exercised
+    assert rounds_by_need[True] and rounds_by_need[False]  # both of apply_validated's paths
 
 
 def test_the_refresh_job_rejects_subscribes_past_the_table_limit(
@@ -202,3 +224,34 @@ def test_the_refresh_job_rejects_subscribes_past_the_table_limit(
         "the subscription table would hold 4 active subscriptions (limit max_subscriptions_per_table=3)"
         " [reason=subscription_table_full]"
     )
+
+
+def test_the_refresh_job_redecides_a_match_cost_rejection_one_activation_at_a_time(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    """Through the job (apply_validated): its first try, without the re-decision, finds s1 cost-contended and
+    decides the batch again. Costs with max_key_words = 32: ``x.#`` and ``y.#`` 34 each, ``z`` 1; budget 40.
+    Running totals would reject ``z`` too (34 + 34 + 1); the rule charges nothing for the rejected ``y.#``."""
+    subscriptions = dataclasses.replace(
+        settings.subscriptions,
+        table_path=str(tmp_path / "subscriptions"),
+        rejects_path=str(tmp_path / "subscription_rejects"),
+        checkpoint_path=str(tmp_path / "checkpoint"),
+    )
+    limits = settings.limits.replace(max_key_words=32, max_match_cost_per_subscriber=40)
+    job = settings.replace(subscriptions=subscriptions, limits=limits)
+    validator = job.validator()
+    changes = tmp_path / "changes.jsonl"
+    events = [ev("subscribe", "s1", "x.#", 10), ev("subscribe", "s1", "y.#", 20), ev("subscribe", "s1", "z", 30)]
+    changes.write_bytes(b"\n".join([*events, ev("subscribe", "s2", "x.#", 40)]) + b"\n")
+    model = apply_events_model([], validator, max_event_bytes=job.subscriptions.max_event_bytes)
+    model.apply_batch(read_import_file(changes, validator, max_event_bytes=job.subscriptions.max_event_bytes)[1])
+
+    summary = import_files(spark, job, [str(changes)])
+    assert summary.rejected == {MATCH_COST_EXCEEDED: 1}
+    assert set(read_active(spark, job.subscriptions.table_path)) == {("x.#", "s1"), ("z", "s1"), ("x.#", "s2")}
+    table = read_rows(spark, job.subscriptions.table_path)
+    assert table == {key: (row.active, row.ts_millis, row.change_id) for key, row in model.rows.items()}
+    rejects = spark.read.format("delta").load(job.subscriptions.rejects_path).collect()
+    assert [(row["pattern"], row["reason"]) for row in rejects] == [("y.#", MATCH_COST_EXCEEDED)]
+    assert sorted((row["change_id"], row["reason"]) for row in rejects) == sorted(model.rejects.items())
