@@ -60,6 +60,7 @@ from routing.errors import ForbiddenPatternError
 from routing.settings import MAX_SECONDS, Settings, add_settings_arguments, ascii_number, settings_from_args
 from routing.streaming import (
     AfterWrites,
+    BatchRecords,
     CrashHook,
     QueryIdentity,
     checkpoint_query_id,
@@ -237,11 +238,7 @@ def refresh_from_kafka(
     summaries = (
         apply_batch.summaries
         if not connect
-        else [
-            summary
-            for summary in read_batch_summaries(spark, settings, str(query.id))
-            if (summary.batch_id or 0) >= first_batch
-        ]
+        else read_batch_summaries(spark, settings, str(query.id), from_batch=first_batch)
     )
     return RunSummary(summaries, latest_version(spark, subscriptions.table_path), deactivated)
 
@@ -250,25 +247,21 @@ def refresh_from_kafka(
 SUMMARIES_DIRECTORY = "refresh_summaries"
 
 
-def _summary_files(spark: SparkSession, settings: Settings) -> Any:
-    from routing.checkpoints import CheckpointFiles
+def batch_records(spark: SparkSession, settings: Settings) -> BatchRecords:
+    """Where a run on Spark Connect leaves each batch's summary for its client (see :class:`EventBatches`)."""
+    return BatchRecords(spark, settings.subscriptions.checkpoint_path, SUMMARIES_DIRECTORY)
 
-    return CheckpointFiles(spark, f"{settings.subscriptions.checkpoint_path.rstrip('/')}/{SUMMARIES_DIRECTORY}")
 
-
-def read_batch_summaries(spark: SparkSession, settings: Settings, query_id: str) -> list[BatchSummary]:
-    """The summaries a run on Spark Connect left (see :class:`EventBatches`), in batch order."""
+def read_batch_summaries(
+    spark: SparkSession, settings: Settings, query_id: str, *, from_batch: int = 0
+) -> list[BatchSummary]:
+    """The summaries a run on Spark Connect left, in batch order, from batch ``from_batch`` on."""
     from routing.subscriptions.table import BatchSummary
 
-    files = _summary_files(spark, settings)
-    summaries = []
-    for name in sorted((name for name in files.list_names(query_id) if name.isdigit()), key=int):
-        text = files.read(query_id, name)
-        if text is not None:
-            entry = json.loads(text)
-            counts = collections.Counter(entry["counts"])
-            summaries.append(BatchSummary(entry["batch_id"], counts, entry["table_version"], entry["merged"]))
-    return summaries
+    return [
+        BatchSummary(entry["batch_id"], collections.Counter(entry["counts"]), entry["table_version"], entry["merged"])
+        for entry in batch_records(spark, settings).read(query_id, from_batch=from_batch).values()
+    ]
 
 
 @dataclasses.dataclass
@@ -324,8 +317,7 @@ class EventBatches:
             self.summaries.append(summary)
         else:
             entry = {**dataclasses.asdict(summary), "counts": dict(summary.counts)}
-            # Replaced, not written once: a batch Spark re-executes belongs to the run that re-executed it.
-            _summary_files(spark, self.settings).replace(json.dumps(entry).encode(), query_id, str(batch_id))
+            batch_records(spark, self.settings).write(query_id, batch_id, entry)
         LOG.info(
             "batch %d: %d event(s) %s, rejected %s, table version %d",
             batch_id,

@@ -169,6 +169,7 @@ class HadoopFiles:
 
     def replace(self, data: bytes, *names: str) -> None:
         path = self._path(*names)
+        self._manager.mkdirs(path.getParent())  # as ArrowFiles does: a first record creates its directory
         stream = self._manager.createAtomic(path, True)
         try:
             stream.write(bytearray(data))

@@ -268,6 +268,42 @@ def first_batch_of_run(spark: SparkSession, checkpoint: str) -> int:
     return max(commits) + 1 if commits else 0
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchRecords:
+    """One JSON record per batch, left beside a checkpoint by a job's ``foreachBatch`` for the job's client.
+
+    On Spark Connect ``foreachBatch`` runs in the server's Python worker, so the process that started the
+    query learns what each batch did only from files: ``<checkpoint>/<directory>/<query id>/<batch id>``
+    (through :class:`routing.checkpoints.CheckpointFiles`, so any filesystem the checkpoint is on). A batch
+    Spark re-executes replaces its record: it belongs to the run that re-executed it. The router's batch
+    reports and the refresh job's batch summaries are both kept here.
+    """
+
+    spark: SparkSession
+    checkpoint: str
+    directory: str
+
+    def _files(self) -> Any:
+        from routing.checkpoints import CheckpointFiles
+
+        return CheckpointFiles(self.spark, f"{self.checkpoint.rstrip('/')}/{self.directory}")
+
+    def write(self, query_id: str, batch_id: int, record: dict[str, Any]) -> None:
+        self._files().replace(json.dumps(record, sort_keys=True).encode(), query_id, str(batch_id))
+
+    def read(self, query_id: str, *, from_batch: int = 0) -> dict[int, dict[str, Any]]:
+        """The query's records by batch id, in batch order, from batch ``from_batch`` on (a run's own batches
+        start after the checkpoint's last commit: :func:`first_batch_of_run`)."""
+        files = self._files()
+        batch_ids = sorted(int(name) for name in files.list_names(query_id) if name.isdigit())
+        records = {}
+        for batch_id in batch_ids:
+            text = files.read(query_id, str(batch_id)) if batch_id >= from_batch else None
+            if text is not None:
+                records[batch_id] = json.loads(text)
+        return records
+
+
 # -- Delta tables ----------------------------------------------------------------------
 
 #: An empty Delta table (a path or a catalog name) from a DDL string, unless one is there; see the module docs.

@@ -38,7 +38,7 @@ On Spark Connect (``spark.remote``) the same batch runs in the server's ``foreac
 job's :meth:`Router.start` holds the lease and starts the query with :class:`ConnectBatches`, which
 builds a router in that worker at its first batch. There the snapshot travels as its snapshot file (no
 broadcasts), the UDF's figures stay 0 (no accumulators), nothing is warmed (no JVM access), and each
-batch leaves its report in the checkpoint for the job (:func:`report_files`).
+batch leaves its report in the checkpoint for the job (:func:`batch_records`).
 
 One router per checkpoint: :meth:`Router.start` takes a lease on the checkpoint
 (:mod:`routing.checkpoints`), so a second router there, in any process on any
@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from routing import delta_tables
-from routing.checkpoints import CheckpointFiles, CheckpointLease
+from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.classify import classify_projections, project
 from routing.router.ledger import Ledger, ledger_directory
@@ -76,6 +76,7 @@ from routing.router.tables import (
 )
 from routing.streaming import (
     AfterWrites,
+    BatchRecords,
     QueryIdentity,
     checkpoint_query_id,
     create_delta_table_if_absent,
@@ -551,14 +552,15 @@ class Router:
     def batch_reports(self) -> dict[int, dict[str, Any]]:
         """Every batch this router processed, as :meth:`BatchReport.as_dict`, by batch id.
 
-        On Spark Connect the batches ran in the server's worker: their reports come from :func:`report_files`.
+        On Spark Connect the batches ran in the server's worker: their reports come from :func:`batch_records`.
         """
         if self.connect:
             if not self.identity.query_id:
                 return {}
-            reports = read_reports(self.spark, self.settings.router, self.identity.query_id)
             # The query's earlier runs left theirs too: this run's batches are those after its last commit.
-            return {batch_id: report for batch_id, report in reports.items() if batch_id >= self._first_batch}
+            return batch_records(self.spark, self.settings.router).read(
+                self.identity.query_id, from_batch=self._first_batch
+            )
         with self._lock:
             return {batch_id: report.as_dict() for batch_id, report in self.reports.items()}
 
@@ -656,9 +658,7 @@ class Router:
         if self.connect and self.identity.query_id:
             # The job's client process has no other way to learn it (see ConnectBatches).
             # Replaced, not written once: a batch Spark re-executes belongs to the run that re-executed it.
-            report_files(self.spark, router).replace(
-                json.dumps(report.as_dict(), sort_keys=True).encode(), self.identity.query_id, str(batch_id)
-            )
+            batch_records(self.spark, router).write(self.identity.query_id, batch_id, report.as_dict())
 
     def udf_figures(self) -> tuple[int, int, int, int]:
         """The UDF's figures summed so far (zeros on Spark Connect, which has no accumulators)."""
@@ -811,24 +811,13 @@ class Router:
         self.identity.bind(query_id)
 
 
-def report_files(spark: SparkSession, router: RouterSettings) -> CheckpointFiles:
-    """Where a router on Spark Connect leaves each batch's :class:`BatchReport` for its client:
-    ``<checkpoint>/router_reports/<query id>/<batch id>``, JSON, written once."""
-    return CheckpointFiles(spark, f"{router.checkpoint_path.rstrip('/')}/{REPORTS_DIRECTORY}")
+def batch_records(spark: SparkSession, router: RouterSettings) -> BatchRecords:
+    """Where a router on Spark Connect leaves each batch's :class:`BatchReport` (:meth:`BatchReport.as_dict`)
+    for its client: ``<checkpoint>/router_reports/<query id>/<batch id>``."""
+    return BatchRecords(spark, router.checkpoint_path, REPORTS_DIRECTORY)
 
 
-def read_reports(spark: SparkSession, router: RouterSettings, query_id: str) -> dict[int, dict[str, Any]]:
-    """The reports :func:`report_files` holds for one query, by batch id (:meth:`BatchReport.as_dict` form)."""
-    files = report_files(spark, router)
-    reports = {}
-    for name in files.list_names(query_id):
-        text = files.read(query_id, name) if name.isdigit() else None
-        if text is not None:
-            reports[int(name)] = json.loads(text)
-    return reports
-
-
-#: The reports' directory inside the checkpoint (:func:`report_files`).
+#: The reports' directory inside the checkpoint (:func:`batch_records`).
 REPORTS_DIRECTORY = "router_reports"
 #: The routers of this process's ``foreachBatch`` worker (Spark Connect), by checkpoint.
 _connect_routers: dict[str, Router] = {}
@@ -845,7 +834,7 @@ class ConnectBatches:
     ships each version as a snapshot file (no broadcasts over Connect), records the ledger and writes the
     same tables. Its txnAppId binds the query id Spark keeps in ``<checkpoint>/metadata``, the id the
     client's query has. The client holds the checkpoint lease, and reads each batch's report from
-    :func:`report_files`.
+    :func:`batch_records`.
     """
 
     settings: Settings

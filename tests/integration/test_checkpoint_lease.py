@@ -150,3 +150,18 @@ def test_a_holder_that_was_taken_over_loses_its_lease(spark: SparkSession, tmp_p
     # A lost lease is not marked released: the file says who held it, the newer one is untouched.
     holders = read_holders(CheckpointFiles(spark, str(checkpoint)))
     assert [(holder.generation, holder.released) for holder in holders] == [(1, False), (2, False)]
+
+
+def test_batch_records_keep_each_batchs_last_record_in_batch_order(spark: SparkSession, tmp_path: Path) -> None:
+    """What a job on Spark Connect leaves for its client (:class:`routing.streaming.BatchRecords`), here through
+    Hadoop's FileSystem: one record per batch, a re-executed batch's replacing the first."""
+    from routing.streaming import BatchRecords
+
+    records = BatchRecords(spark, str(tmp_path / "checkpoint"), "reports")
+    assert records.read("query") == {}
+    for batch_id, record in [(0, {"rows": 1}), (10, {"rows": 10}), (2, {"rows": 2}), (2, {"rows": 3})]:
+        records.write("query", batch_id, record)
+    records.write("another query", 0, {"rows": 0})
+    assert list(records.read("query").items()) == [(0, {"rows": 1}), (2, {"rows": 3}), (10, {"rows": 10})]
+    assert records.read("query", from_batch=2) == {2: {"rows": 3}, 10: {"rows": 10}}
+    assert records.read("another query") == {0: {"rows": 0}}
