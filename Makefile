@@ -15,7 +15,7 @@ ifeq ($(and $(wildcard $(JARS_DIR)/spark/delta-spark_*.jar),$(wildcard $(JARS_DI
 .PHONY: $(JARS_STAMP)
 endif
 
-.PHONY: help install jars package native native-test loom fuzz fuzz-smoke lint test test-fast demo bench bench-latency chaos clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars jvm-archive package native native-test loom fuzz fuzz-smoke lint test test-fast demo bench bench-latency bench-jvm-start chaos clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
@@ -27,6 +27,8 @@ help:
 	@echo "make loom   the CS-trie's loom models (~40 s on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
 	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
+	@echo "make jvm-archive  the class-data archive that starts each Spark JVM faster (~10 s per fresh job process; var/jvm/)"
+	@echo "make bench-jvm-start  fresh Spark JVMs with and without that archive (bench/results/jvm_start.md; ~10 min)"
 	@echo "make package  the wheel, the packed environment and the jars spark-submit ships, in dist/"
 	@echo "make kafka-start | kafka-status | kafka-stop   the local KRaft broker (data in var/kafka/)"
 
@@ -47,6 +49,12 @@ $(JARS_STAMP): conf/jvm/pom.xml
 	touch $@
 
 jars: $(JARS_STAMP)
+
+# The driver JVMs' class-data archive (routing/class_archive.py): every Spark session this checkout starts maps
+# it and starts faster. Written once per JDK, pyspark version and jar set (a minute or two; var/jvm/),
+# a no-op afterwards.
+jvm-archive: install
+	$(PY) -m jobs.class_archive
 
 install: $(INSTALLED) $(JARS_STAMP)
 
@@ -123,13 +131,13 @@ lint: install
 # files, slow files first: one file's JVM start-ups, broker waits and fixed-length runs overlap with the
 # other worker's work. PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 2
-test: install native lint native-test fuzz-smoke
+test: install native lint native-test fuzz-smoke jvm-archive
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=60
 
 test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"
 
-demo: install native
+demo: install native jvm-archive
 	$(PY) -m jobs.demo
 
 bench: install native
@@ -139,6 +147,10 @@ bench: install native
 # Its own target: a real broker and Spark at fixed offered rates for minutes (bench/latency.py --help).
 bench-latency: install native
 	$(PY) bench/latency.py
+
+# Session start, first Delta write and a MERGE in fresh processes, with and without the class-data archive.
+bench-jvm-start: install jvm-archive
+	$(PY) bench/jvm_start.py
 
 # Not part of `make test` (many minutes): 20 router, 3 broker and 3 refresh-job SIGKILLs under live traffic, every
 # message checked (bench/chaos.py --help); tests/integration/test_chaos.py runs the same harness with a few kills.

@@ -26,6 +26,10 @@ settings) owns every static setting. Only the runtime SQL settings (:func:`runti
 Where the runtime itself provides Delta and the Kafka source (a managed Spark, or an image with them in
 ``$SPARK_HOME/jars``), ``spark.jars_provided = true`` skips the jar check and adds nothing to
 ``spark.jars``: loading the open-source jars beside the runtime's own would shadow them.
+
+A driver JVM this process starts (not under spark-submit) maps the class-data archive of
+``spark.class_archive`` when one was built for its JDK, pyspark and jars (:mod:`routing.class_archive`):
+the options go first in ``spark.driver.extraJavaOptions``, before any of the settings' own.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from routing import class_archive
 from routing.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -46,6 +51,7 @@ DEFAULT_APP_NAME = "spark-topic-router"
 REQUIRED_JARS = ("delta-spark_", "delta-storage-", "spark-sql-kafka-0-10_", "kafka-clients-")
 #: Run-time dependency resolution: never (see module docstring).
 FORBIDDEN_CONF = ("spark.jars.packages", "spark.jars.repositories", "spark.jars.excludes")
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -152,6 +158,11 @@ def spark_conf(
     conf.update(spark.conf)
     conf.update(extra_conf or {})
     conf.update(submitted)
+    if not submitted:
+        # This process starts the driver JVM (spark-submit started it already otherwise): map the class archive.
+        archive_options = class_archive.java_options(spark.class_archive, conf)
+        if archive_options:
+            conf[DRIVER_JAVA_OPTIONS] = class_archive.merge_java_options(archive_options, conf.get(DRIVER_JAVA_OPTIONS))
     forbidden = sorted(key for key in conf if key in FORBIDDEN_CONF)
     if forbidden:
         raise ValueError(
