@@ -21,6 +21,7 @@ import importlib
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -216,3 +217,11 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def write_report(text: str, output: Path) -> Path:
+    """Print a benchmark's Markdown report and write it to ``output`` (its folder made); the path of its chart."""
+    print(text)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    return output.with_suffix(".png")

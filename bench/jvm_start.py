@@ -36,7 +36,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table
+from harness import markdown_table, write_report
 
 from routing.config import ConfigError
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, settings_from_args
@@ -268,11 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_after=load_after,
         command=command,
     )
-    print(text)
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
-    plot(runs, medians, output.with_suffix(".png"))
+    plot(runs, medians, write_report(text, Path(args.output)))
     return 0
 
 

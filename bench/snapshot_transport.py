@@ -35,7 +35,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table
+from harness import markdown_table, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TRANSPORTS = ("broadcast", "file")
@@ -182,11 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "",
         ]
     )
-    print(text)
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
-    plot(medians, sizes, output.with_suffix(".png"))
+    plot(medians, sizes, write_report(text, Path(args.output)))
     return 0
 
 

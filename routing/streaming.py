@@ -297,8 +297,8 @@ class BatchRecords:
         files = self._files()
         batch_ids = sorted(int(name) for name in files.list_names(query_id) if name.isdigit())
         records = {}
-        for batch_id in batch_ids:
-            text = files.read(query_id, str(batch_id)) if batch_id >= from_batch else None
+        for batch_id in (batch_id for batch_id in batch_ids if batch_id >= from_batch):
+            text = files.read(query_id, str(batch_id))
             if text is not None:
                 records[batch_id] = json.loads(text)
         return records
