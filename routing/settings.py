@@ -324,6 +324,10 @@ class KafkaSettings:
         return self.security_protocol.startswith("SASL_")
 
 
+#: ``spark.jit``: the driver JVM options of each mode (:attr:`SparkSettings.jit`).
+JIT_MODES: dict[str, str] = {"full": "", "quick": "-XX:TieredStopAtLevel=1"}
+
+
 @dataclasses.dataclass(frozen=True)
 class SparkSettings:
     """The one SparkSession (:func:`routing.spark.get_spark`)."""
@@ -363,6 +367,11 @@ class SparkSettings:
     #: ``python -m jobs.class_archive`` builds and every driver JVM this process starts then maps: a session
     #: starts about 4 s and its first Delta write about 5 s sooner. Empty: off.
     class_archive: str = "var/jvm"
+    #: How the driver JVM this process starts compiles (:data:`JIT_MODES`): "full" is the JVM's own tiered
+    #: compilation, best for a stream that runs for hours; "quick" stops at the first tier (C1,
+    #: ``-XX:TieredStopAtLevel=1``), which costs a run of a minute or two about 40% less CPU: a scheduled
+    #: refresh run, an ``--available-now`` route (bench/results/jvm_start.md).
+    jit: str = "full"
     #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
     conf: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
 
@@ -376,6 +385,8 @@ class SparkSettings:
             )
         _check_integers(self)
         _check_memory(section, "driver_memory", self.driver_memory)
+        if self.jit not in JIT_MODES:
+            raise ConfigError(f"setting {section}.jit must be one of {', '.join(JIT_MODES)}, got {self.jit!r}")
         if self.log_level.upper() not in {"ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"}:
             raise ConfigError(f"setting {section}.log_level is not a log4j level: {self.log_level!r}")
         conf: dict[str, str] = {}

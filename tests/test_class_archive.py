@@ -291,3 +291,18 @@ def test_an_archive_that_is_there_is_reported_and_kept(
         flags += ["--set", f"spark.{directory}={getattr(settings.spark, directory)}"]
     assert class_archive_job.main(flags) == 0
     assert f"{archive} is up to date" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("jit", ["full", "quick"])
+def test_quick_jit_follows_the_archive_and_precedes_the_users_options(
+    fake_java: Path, tmp_path: Path, jit: str
+) -> None:
+    settings = archive_settings(tmp_path, jit=jit, conf={DRIVER_JAVA_OPTIONS: USER_OPTIONS})
+    quick = ["-XX:TieredStopAtLevel=1"] if jit == "quick" else []
+    assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == [*quick, *USER_OPTIONS.split()]
+    archive = publish(settings)
+    options = spark_conf(settings)[DRIVER_JAVA_OPTIONS].split()
+    assert options == [f"-XX:SharedArchiveFile={archive}", *class_archive.USE_OPTIONS, *quick, *USER_OPTIONS.split()]
+    # spark-submit started the JVM already: its tiers are the submitter's.
+    submitted = {"spark.master": "local[2]", DRIVER_JAVA_OPTIONS: USER_OPTIONS}
+    assert spark_conf(settings, submitted=submitted)[DRIVER_JAVA_OPTIONS] == USER_OPTIONS

@@ -637,3 +637,11 @@ def test_the_snapshot_transport_is_file_or_broadcast() -> None:
     assert load_settings().router.snapshot_transport == "file"
     with pytest.raises(ConfigError, match="snapshot_transport must be one of broadcast, file"):
         load_settings(overrides={"router": {"snapshot_transport": "carrier-pigeon"}})
+
+
+def test_spark_jit_is_full_or_quick() -> None:
+    assert load_settings(env={}).spark.jit == "full"
+    assert load_settings(env={"ROUTER__SPARK__JIT": "quick"}).spark.jit == "quick"
+    for wrong in ("c1", "QUICK", "", "fast"):
+        with pytest.raises(ConfigError, match=r"spark\.jit must be one of full, quick"):
+            load_settings(env={}, overrides=parse_overrides([f"spark.jit={wrong}"]))

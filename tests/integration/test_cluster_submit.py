@@ -52,7 +52,7 @@ from router_support import (
     with_router,
 )
 
-from routing.settings import REPO_ROOT
+from routing.settings import JIT_MODES, REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 #: Seconds one spark-submit may take before the test kills it (generous: the test machine is shared).
 SUBMIT_TIMEOUT_S = 480.0
 EXECUTOR_PYTHON = "./environment/bin/python"
+QUICK_JIT = JIT_MODES["quick"]
 REQUIRED_JAR_NAMES = (
     "delta-spark_2.13-4.4.0.jar",
     "delta-storage-4.4.0.jar",
@@ -258,6 +259,12 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
             f"spark.pyspark.python={EXECUTOR_PYTHON}",
             "--conf",
             "spark.python.worker.reuse=true",
+            # Applications of a minute or two: C1 only, as spark.jit = "quick" gives a job's own JVM (about 40%
+            # less CPU, on a machine where the other test worker competes for both cores).
+            "--driver-java-options",
+            QUICK_JIT,
+            "--conf",
+            f"spark.executor.extraJavaOptions={QUICK_JIT}",
         ]
         # The probe runs on the cluster while this process prepares the router's input.
         submissions.append(
