@@ -28,7 +28,7 @@ help:
 	@echo "make clean  remove build products (keeps .venv/)"
 	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
 	@echo "make jvm-archive  the class-data archive that starts each Spark JVM faster (~10 s per fresh job process; var/jvm/)"
-	@echo "make bench-jvm-start  fresh Spark JVMs with and without that archive (bench/results/jvm_start.md; ~10 min)"
+	@echo "make bench-jvm-start  fresh Spark JVMs: that archive and quick JIT (bench/results/jvm_start.md; ~11 min)"
 	@echo "make package  the wheel, the packed environment and the jars spark-submit ships, in dist/"
 	@echo "make kafka-start | kafka-status | kafka-stop   the local KRaft broker (data in var/kafka/)"
 

@@ -1,18 +1,23 @@
-"""Fresh Spark JVMs with and without the class-data archive (``routing.class_archive``): what a job's start costs.
+"""Fresh Spark driver JVMs with and without the class-data archive (``routing.class_archive``) and quick JIT.
 
-Each run is a new Python process, as a scheduled job or a test worker is, that times:
+Three variants: **no archive**, **archive**, and **archive + quick JIT** (the archive and ``spark.jit =
+"quick"``: ``-XX:TieredStopAtLevel=1``, the JVM compiles with C1 only); the first two run ``spark.jit =
+"full"`` (C1, then C2). Each run is a new Python process, as a scheduled job or a test worker is, that measures:
 
 * **start**: ``routing.spark.get_spark`` (the driver JVM's launch up to a usable session);
 * **first write**: the first Delta write (``spark.range(1000)`` saved as a new table: Delta's classes,
   its log and the first job);
 * **merge**: a SQL ``MERGE INTO`` of 100 rows into that table (the refresh job's kind of statement);
-* **total**: the process, from spawn to exit (interpreter and imports, the above, the JVM's shutdown).
+* **total**: the process, from spawn to exit (interpreter and imports, the above, the JVM's shutdown);
+* **JVM CPU**: the driver JVM's user + system CPU seconds up to the end of the merge (``/proc/<pid>/stat``),
+  what concurrent jobs on a small machine compete for.
 
-Runs alternate between with and without the archive (and which goes first), after one discarded warm-up
-round of each, so both see the same page cache and machine; every "with" run checks that its JVM really
-mapped the archive (``/proc/<pid>/maps``). The archive is the one of the current settings, built first
-if missing. It prints a table of medians with the ratio with / without, records the machine's load
-average, and writes ``bench/results/jvm_start.md`` and ``.png``::
+Each round runs every variant once, rotating which goes first, after one discarded warm-up round, so all
+see the same page cache and machine. Every run checks that its JVM really mapped the archive when it had
+it (``/proc/<pid>/maps``) and ran with ``-XX:TieredStopAtLevel=1`` exactly when quick (its input
+arguments). The archive is the one of the current settings, built first if missing. It prints a table of
+medians with the ratios archive / no archive and quick / archive, records the machine's load average,
+and writes ``bench/results/jvm_start.md`` and ``.png``::
 
     python bench/jvm_start.py [--runs 5] [--conf FILE] [--set SECTION.KEY=VALUE ...]
 """
@@ -42,11 +47,25 @@ from routing.config import ConfigError
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, settings_from_args
 
 RESULTS = Path(__file__).resolve().parent / "results"
-VARIANTS = ("without", "with")
-STAGES = ("start", "first write", "merge", "total")
+#: Each variant's driver JVM: whether it maps the class-data archive, and its ``spark.jit``.
+SETUPS: dict[str, tuple[bool, str]] = {
+    "no archive": (False, "full"),
+    "archive": (True, "full"),
+    "archive + quick JIT": (True, "quick"),
+}
+VARIANTS = tuple(SETUPS)
+#: The report's ratios: (column, variant, the variant it is measured against).
+COMPARISONS = (
+    ("archive / no archive", "archive", "no archive"),
+    ("quick / archive", "archive + quick JIT", "archive"),
+)
+#: Wall-clock stages, then the driver JVM's CPU time; all in seconds.
+STAGES = ("start", "first write", "merge", "total", "JVM CPU")
+#: The option ``spark.jit = "quick"`` gives the driver JVM; the report names it, so each run checks it.
+QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 
 CHILD = """
-import json, sys, time
+import json, os, sys, time
 spec = json.loads(sys.argv[1])
 from routing.settings import Settings, SparkSettings
 from routing.spark import get_spark
@@ -64,10 +83,19 @@ spark.sql(
 )
 merged = time.perf_counter()
 runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-with open(f"/proc/{runtime.getPid()}/maps") as maps:
+pid = runtime.getPid()
+with open(f"/proc/{pid}/stat") as stat:
+    # utime and stime (fields 14 and 15) in clock ticks, counted after the command name, which may hold spaces
+    ticks = stat.read().rsplit(")", 1)[1].split()[11:13]
+jvm_cpu = sum(int(tick) for tick in ticks) / os.sysconf("SC_CLK_TCK")
+with open(f"/proc/{pid}/maps") as maps:
     mapped = sorted({line.split()[-1] for line in maps.read().splitlines() if line.endswith(".jsa")})
+arguments = [str(argument) for argument in runtime.getInputArguments()]
 spark.stop()
-result = {"start": session - started, "first write": written - session, "merge": merged - written, "mapped": mapped}
+result = {
+    "start": session - started, "first write": written - session, "merge": merged - written, "JVM CPU": jvm_cpu,
+    "mapped": mapped, "arguments": arguments,
+}
 print("RESULT " + json.dumps(result), flush=True)
 """
 
@@ -76,13 +104,17 @@ def progress(message: str) -> None:
     print(f"[jvm_start {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def run_once(settings: Settings, archive: Path | None) -> dict[str, Any]:
-    """One fresh process; its stage times in seconds and whether its JVM mapped ``archive``."""
+def run_once(settings: Settings, archive: Path | None, jit: str) -> dict[str, Any]:
+    """One fresh process with ``archive`` (None: without) and ``spark.jit = jit``; its stages in seconds.
+
+    Raises if its JVM did not map ``archive`` or did not compile as ``jit`` says.
+    """
     spark = {field.name: getattr(settings.spark, field.name) for field in dataclasses.fields(settings.spark)}
     with tempfile.TemporaryDirectory(prefix="jvm-start-") as scratch:
         spark.update(
             remote="",
             class_archive=str(archive.parent) if archive else "",
+            jit=jit,
             ivy_dir=os.path.join(scratch, "ivy"),
             local_dir=os.path.join(scratch, "spark-local"),
             warehouse_dir=os.path.join(scratch, "spark-warehouse"),
@@ -106,6 +138,11 @@ def run_once(settings: Settings, archive: Path | None) -> dict[str, Any]:
     result["used archive"] = archive is not None and str(archive) in result.pop("mapped")
     if archive is not None and not result["used archive"]:
         raise RuntimeError(f"the JVM did not map {archive}: the figures would not be what they say")
+    arguments = result.pop("arguments")
+    if (QUICK_JIT_OPTION in arguments) != (jit == "quick"):
+        raise RuntimeError(
+            f"spark.jit = {jit!r} but the JVM ran with {' '.join(arguments)}: the figures would not be what they say"
+        )
     return result
 
 
@@ -127,48 +164,49 @@ def report(
     load_after: tuple[float, float, float],
     command: str,
 ) -> str:
-    without, with_ = medians["without"], medians["with"]
     rows = [
         [
             stage,
-            f"{without[stage]:.1f}",
-            f"{with_[stage]:.1f}",
-            f"{with_[stage] / without[stage]:.2f}x",
-            f"{without[stage] - with_[stage]:.1f}",
+            *(f"{medians[variant][stage]:.1f}" for variant in VARIANTS),
+            *(f"{medians[variant][stage] / medians[baseline][stage]:.2f}x" for _, variant, baseline in COMPARISONS),
         ]
         for stage in STAGES
     ]
-    table = markdown_table(["stage", "without archive s", "with archive s", "with / without", "saved s"], rows)
+    header = ["stage", *(f"{variant} s" for variant in VARIANTS), *(column for column, _, _ in COMPARISONS)]
+    table = markdown_table(header, rows)
     each = [
         [variant, *(" / ".join(f"{run[stage]:.1f}" for run in runs[variant]) for stage in STAGES)]
         for variant in VARIANTS
     ]
-    count = len(runs["with"])
-    overlapping = [stage for stage in STAGES if _overlap(runs, stage)]
-    verdict = (
-        f"Stages whose runs overlap between the variants (no clear difference): {', '.join(overlapping)}."
-        if overlapping
-        else "Every stage's runs with the archive are all faster or all slower than every run without."
+    count = len(runs[VARIANTS[0]])
+    overlaps = "; ".join(
+        f"*{variant}* against *{baseline}*: "
+        + (", ".join(stage for stage in STAGES if _overlap(runs, stage, variant, baseline)) or "none")
+        for _, variant, baseline in COMPARISONS
     )
     from routing.class_archive import pyspark_version
 
     return "\n".join(
         [
-            "# Spark JVM start with and without the class-data archive",
+            "# Fresh Spark driver JVMs: the class-data archive and quick JIT",
             "",
-            f"`{command}`: {count} fresh processes per variant, interleaved (alternating which goes first) after "
+            f"`{command}`: {count} fresh processes per variant, interleaved (rotating which goes first) after "
             f"one discarded warm-up round; medians. Python {platform.python_version()}, pyspark {pyspark_version()}, "
             f"{_java_version()}, {os.cpu_count()} CPUs, master `local[2]`. Archive `{archive.name}` "
-            f"({archive.stat().st_size / 1e6:.0f} MB), mapped by every run that had it. Load average (1 min) "
+            f"({archive.stat().st_size / 1e6:.0f} MB), mapped by every run that had it; `{QUICK_JIT_OPTION}` in the "
+            "JVM options of every quick run and of no other. Load average (1 min) "
             f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; {min(loads):.2f} to {max(loads):.2f} at the "
             "start of the runs (each run's own JVM keeps both cores busy: a load of 2 to 3 is the benchmark's own).",
             "",
             "*start* = `get_spark` until the session is usable; *first write* = the first Delta table (1,000 rows); "
-            "*merge* = a SQL MERGE INTO of 100 rows into it; *total* = the whole process, spawn to exit.",
+            "*merge* = a SQL MERGE INTO of 100 rows into it; *total* = the whole process, spawn to exit; "
+            "*JVM CPU* = the driver JVM's user + system CPU time up to the end of the merge (on a 2-core machine "
+            'CPU, not wall time, is what concurrent jobs compete for). *Quick JIT* = `spark.jit = "quick"`: '
+            f"`{QUICK_JIT_OPTION}`, the JVM compiles with C1 only, skipping C2's costlier optimizing compilations.",
             "",
             table,
             "",
-            verdict,
+            f"Stages whose runs overlap (neither variant faster in every run: no clear difference): {overlaps}.",
             "",
             "Each run (s), in order:",
             "",
@@ -178,10 +216,10 @@ def report(
     )
 
 
-def _overlap(runs: dict[str, list[dict[str, Any]]], stage: str) -> bool:
-    """Whether the two variants' runs of ``stage`` overlap (neither is faster in every run)."""
-    without, with_ = ([float(run[stage]) for run in runs[variant]] for variant in VARIANTS)
-    return max(with_) >= min(without) and max(without) >= min(with_)
+def _overlap(runs: dict[str, list[dict[str, Any]]], stage: str, a: str, b: str) -> bool:
+    """Whether variants ``a`` and ``b``'s runs of ``stage`` overlap (neither is faster in every run)."""
+    first, second = ([float(run[stage]) for run in runs[variant]] for variant in (a, b))
+    return max(first) >= min(second) and max(second) >= min(first)
 
 
 def _java_version() -> str:
@@ -201,18 +239,18 @@ def plot(runs: dict[str, list[dict[str, Any]]], medians: dict[str, dict[str, flo
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(7, 4))
-    width = 0.38
+    figure, axis = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(VARIANTS)
     for offset, variant in enumerate(VARIANTS):
-        positions = [index + (offset - 0.5) * width for index in range(len(STAGES))]
-        label = f"{variant} archive"
-        axis.bar(positions, [medians[variant][stage] for stage in STAGES], width, label=f"{label} (median)")
+        shift = (offset - (len(VARIANTS) - 1) / 2) * width  # the group centred on its stage's tick
+        positions = [index + shift for index in range(len(STAGES))]
+        axis.bar(positions, [medians[variant][stage] for stage in STAGES], width, label=f"{variant} (median)")
         for position, stage in zip(positions, STAGES, strict=True):
             values = [run[stage] for run in runs[variant]]
             axis.scatter([position] * len(values), values, color="black", s=8, zorder=3)
     axis.set_xticks(range(len(STAGES)), list(STAGES))
     axis.set_ylabel("seconds (dots: each run)")
-    axis.set_title("Fresh Spark driver JVM: with and without the class-data archive")
+    axis.set_title("Fresh Spark driver JVMs: the class-data archive and quick JIT")
     axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -245,12 +283,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     loads: list[float] = []
     runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
     for repeat in range(args.runs + 1):
-        # Interleaved, in alternating order, so neither variant gains from running after the other.
-        for variant in VARIANTS if repeat % 2 else VARIANTS[::-1]:
+        # Interleaved, the order rotated each round, so no variant always goes first.
+        rotation = repeat % len(VARIANTS)
+        for variant in VARIANTS[rotation:] + VARIANTS[:rotation]:
+            uses_archive, jit = SETUPS[variant]
             loads.append(os.getloadavg()[0])
-            run = run_once(settings, archive if variant == "with" else None)
+            run = run_once(settings, archive if uses_archive else None, jit)
             progress(
-                f"{'warm-up' if not repeat else f'run {repeat}/{args.runs}'} {variant} archive: "
+                f"{'warm-up' if not repeat else f'run {repeat}/{args.runs}'} {variant}: "
                 + ", ".join(f"{stage} {run[stage]:.1f} s" for stage in STAGES)
                 + f" (load {loads[-1]:.2f})"
             )

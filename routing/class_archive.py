@@ -9,8 +9,8 @@ writes it at exit when started with ``-XX:ArchiveClassesAtExit=FILE``, and maps 
 ``-XX:SharedArchiveFile=FILE``. Dynamic, because it needs nothing but one representative run (no class
 list to maintain, no second dump command) and it archives the classes of Spark's own class loader too
 (Delta and the Kafka source come through ``spark.jars``, not the JVM's class path). Measured here
-(``bench/results/jvm_start.md``): a session's start went from 11.9 s to 7.6 s, its first Delta write
-from 13.0 s to 8.0 s, a fresh job process from 40 s to 30 s.
+(``bench/results/jvm_start.md``): a session's start went from 10.9 s to 6.7 s, its first Delta write
+from 10.8 s to 7.4 s, a fresh job process from 34 s to 26 s.
 
 **Who uses it.** :func:`routing.spark.spark_conf` adds :func:`java_options` to
 ``spark.driver.extraJavaOptions`` when the archive file exists and the driver JVM is still to be
