@@ -11,10 +11,12 @@ are marked ``integration`` by folder (:func:`pytest_collection_modifyitems`); ``
   machine each get their own broker instead of stopping each other's.
 * ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
   end of the session only if it started it (a watchdog stops it even if the run is killed).
-* ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session. Its JVM
-  (and the ``connect_server``'s) compiles fully, since it lives as long as the session; every job a test
-  starts as a process of its own runs a minute or two, so it inherits ``ROUTER__SPARK__JIT=quick``
-  (:data:`CHILD_JIT`): about 40% less CPU each on a machine whose two cores both workers share.
+* ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
+* Every driver JVM of the tests (the sessions, the Connect server, each job a test starts as a process of
+  its own) runs ``spark.jit = "quick"`` (:data:`TEST_JIT`, through ``ROUTER__SPARK__JIT``). The suite keeps
+  both cores busy, so a compiler thread's CPU is taken from the other worker's tests; and with tiny data and
+  a new plan (new generated classes) in almost every query, C2 compiled what ran too rarely to repay it: its
+  threads took 25-40% of each session JVM's CPU in a full run (thread CPU from ``/proc``).
 * ``connect_server`` is a Spark Connect server (``jobs.connect_server``) on a free port, started the
   first time a test asks for it and stopped at the end of the session.
 """
@@ -42,9 +44,9 @@ if TYPE_CHECKING:
 
 #: Seconds an AdminClient operation in a fixture may take.
 ADMIN_TIMEOUT_S = 30.0
-#: The ``spark.jit`` of every job a test starts in a process of its own (module docstring); a test may override it.
-CHILD_JIT = "quick"
-os.environ.setdefault("ROUTER__SPARK__JIT", CHILD_JIT)
+#: The ``spark.jit`` of every driver JVM of the tests (module docstring); ``ROUTER__SPARK__JIT=full`` overrides it.
+TEST_JIT = "quick"
+os.environ.setdefault("ROUTER__SPARK__JIT", TEST_JIT)
 #: Every test under this folder is marked ``integration`` (real Kafka, Spark or Delta), so no file has to say so.
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
@@ -85,8 +87,6 @@ def make_test_settings(root: Path, *, client_port: int, controller_port: int) ->
                 "warehouse_dir": str(root / "spark-warehouse"),
                 "local_dir": str(root / "spark-local"),
                 "jars_dir": str(REPO_ROOT / "var" / "jars" / "spark"),
-                # The session's own JVM lives as long as the session: the JVM's full tiers pay off there.
-                "jit": "full",
             },
             "subscriptions": {
                 "table_path": str(root / "delta" / "subscriptions"),

@@ -298,7 +298,7 @@ def test_quick_jit_follows_the_archive_and_precedes_the_users_options(
     fake_java: Path, tmp_path: Path, jit: str
 ) -> None:
     settings = archive_settings(tmp_path, jit=jit, conf={DRIVER_JAVA_OPTIONS: USER_OPTIONS})
-    quick = ["-XX:TieredStopAtLevel=1"] if jit == "quick" else []
+    quick = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"] if jit == "quick" else []
     assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == [*quick, *USER_OPTIONS.split()]
     archive = publish(settings)
     options = spark_conf(settings)[DRIVER_JAVA_OPTIONS].split()

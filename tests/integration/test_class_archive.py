@@ -131,7 +131,7 @@ def test_a_fresh_session_maps_the_archive(built: tuple[Settings, class_archive.B
     arguments = result_of["arguments"]
     ours = f"-XX:SharedArchiveFile={result.path}"
     assert ours in arguments and arguments.index(ours) < arguments.index("-Xshare:on")
-    assert "-XX:TieredStopAtLevel=1" in arguments
+    assert "-XX:TieredStopAtLevel=1" in arguments and "-XX:ReservedCodeCacheSize=240m" in arguments
     assert str(result.path) in result_of["mapped"]
     loaded = classes.read_text().splitlines()
     from_archive = [line for line in loaded if line.endswith(FROM_ARCHIVE)]
