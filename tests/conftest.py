@@ -12,11 +12,11 @@ are marked ``integration`` by folder (:func:`pytest_collection_modifyitems`); ``
 * ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
   end of the session only if it started it (a watchdog stops it even if the run is killed).
 * ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
-* Every driver JVM of the tests (the sessions, the Connect server, each job a test starts as a process of
-  its own) runs ``spark.jit = "quick"`` (:data:`TEST_JIT`, through ``ROUTER__SPARK__JIT``). The suite keeps
-  both cores busy, so a compiler thread's CPU is taken from the other worker's tests; and with tiny data and
-  a new plan (new generated classes) in almost every query, C2 compiled what ran too rarely to repay it: its
-  threads took 25-40% of each session JVM's CPU in a full run (thread CPU from ``/proc``).
+* Every job a test starts as a process of its own runs a minute or two, so it inherits
+  ``ROUTER__SPARK__JIT=quick`` (:data:`CHILD_JIT`): about half the JVM CPU each, on a machine whose two
+  cores both workers share (pytest 44 to 38 minutes in a clean-clone run). The session's JVM and the
+  Connect server's stay "full": they live as long as the session, and with them quick too the run took
+  40 minutes, the 9M-row batch test twice as long.
 * ``connect_server`` is a Spark Connect server (``jobs.connect_server``) on a free port, started the
   first time a test asks for it and stopped at the end of the session.
 """
@@ -44,11 +44,35 @@ if TYPE_CHECKING:
 
 #: Seconds an AdminClient operation in a fixture may take.
 ADMIN_TIMEOUT_S = 30.0
-#: The ``spark.jit`` of every driver JVM of the tests (module docstring); ``ROUTER__SPARK__JIT=full`` overrides it.
-TEST_JIT = "quick"
-os.environ.setdefault("ROUTER__SPARK__JIT", TEST_JIT)
+#: The ``spark.jit`` of every job a test starts in a process of its own (module docstring).
+CHILD_JIT = "quick"
+os.environ.setdefault("ROUTER__SPARK__JIT", CHILD_JIT)
 #: Every test under this folder is marked ``integration`` (real Kafka, Spark or Delta), so no file has to say so.
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+
+
+#: The files whose tests use the ``connect_server`` fixture: :func:`pytest_xdist_make_scheduler` hands them to
+#: one worker, so a run starts one Spark Connect server, not one per worker (``tests/test_markers.py`` keeps
+#: the list whole).
+CONNECT_SERVER_FILES = (
+    "tests/integration/test_class_archive.py",
+    "tests/integration/test_notebook.py",
+    "tests/integration/test_spark_connect.py",
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the :data:`CONNECT_SERVER_FILES` one work unit instead of three."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]  # xdist ships no hints
+
+    class OneConnectServer(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no type hints
+        def _split_scope(self, nodeid: str) -> str:
+            path = str(super()._split_scope(nodeid))
+            return CONNECT_SERVER_FILES[0] if path in CONNECT_SERVER_FILES else path
+
+    return OneConnectServer(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -87,6 +111,8 @@ def make_test_settings(root: Path, *, client_port: int, controller_port: int) ->
                 "warehouse_dir": str(root / "spark-warehouse"),
                 "local_dir": str(root / "spark-local"),
                 "jars_dir": str(REPO_ROOT / "var" / "jars" / "spark"),
+                # The session's own JVM (and the Connect server's) lives as long as the session: full tiers.
+                "jit": "full",
             },
             "subscriptions": {
                 "table_path": str(root / "delta" / "subscriptions"),

@@ -1,10 +1,13 @@
-"""What ``make test-fast`` (``-m "not slow and not integration"``) runs: no integration test, no benchmark run.
+"""How the suite is selected and scheduled (``tests/conftest.py``).
 
-Tests under ``tests/integration/`` are marked by folder (``tests/conftest.py``), whatever their files say.
+What ``make test-fast`` (``-m "not slow and not integration"``) runs: no integration test, no benchmark run.
+Tests under ``tests/integration/`` are marked by folder, whatever their files say. And under ``make test``'s
+``--dist loadfile``, every file that uses the ``connect_server`` fixture goes to one worker.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +44,16 @@ def test_fast_selection_leaves_out_integration_tests_and_benchmark_runs() -> Non
     # Nothing from integration/ (every file there is marked by its folder), and of the benchmark smoke
     # tests only --help: test_matchers_bench.py holds nothing but its run.
     assert selected == ["tests/test_subscriptions_bench.py::test_help_lists_the_flags"]
+
+
+def test_every_file_that_uses_the_connect_server_is_scheduled_with_the_others() -> None:
+    from conftest import CONNECT_SERVER_FILES
+
+    # As a test parameter or through request.getfixturevalue("connect_server").
+    uses = re.compile(r"\bconnect_server: ConnectServer\b|getfixturevalue\(\"connect_server\"\)")
+    users = sorted(
+        str(path.relative_to(TESTS.parent))
+        for path in TESTS.rglob("test_*.py")
+        if path != Path(__file__) and uses.search(path.read_text(encoding="utf-8"))
+    )
+    assert users == sorted(CONNECT_SERVER_FILES)
