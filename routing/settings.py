@@ -371,8 +371,8 @@ class SparkSettings:
     class_archive: str = "var/jvm"
     #: How the driver JVM this process starts compiles (:data:`JIT_MODES`): "full" is the JVM's own tiered
     #: compilation, best for a stream that runs for hours; "quick" stops at the first tier (C1,
-    #: ``-XX:TieredStopAtLevel=1``), which costs a run of a minute or two about 40% less CPU: a scheduled
-    #: refresh run, an ``--available-now`` route (bench/results/jvm_start.md).
+    #: ``-XX:TieredStopAtLevel=1``), which costs a run of a minute or two about half the JVM's CPU: a
+    #: scheduled refresh run, an ``--available-now`` route (bench/results/jvm_start.md).
     jit: str = "full"
     #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
     conf: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)

@@ -162,8 +162,8 @@ def spark_conf(
     if not submitted:
         # This process starts the driver JVM (spark-submit started it already otherwise): map the class archive
         # and pick the compiler tiers.
-        ours = " ".join(
-            part for part in (class_archive.java_options(spark.class_archive, conf), JIT_MODES[spark.jit]) if part
+        ours = class_archive.merge_java_options(
+            class_archive.java_options(spark.class_archive, conf), JIT_MODES[spark.jit]
         )
         if ours:
             conf[DRIVER_JAVA_OPTIONS] = class_archive.merge_java_options(ours, conf.get(DRIVER_JAVA_OPTIONS))

@@ -259,8 +259,8 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
             f"spark.pyspark.python={EXECUTOR_PYTHON}",
             "--conf",
             "spark.python.worker.reuse=true",
-            # Applications of a minute or two: C1 only, as spark.jit = "quick" gives a job's own JVM (about 40%
-            # less CPU, on a machine where the other test worker competes for both cores).
+            # Applications of a minute or two: C1 only, as spark.jit = "quick" gives a job's own JVM (about half
+            # the JVM's CPU, on a machine where the other test worker competes for both cores).
             "--driver-java-options",
             QUICK_JIT,
             "--conf",
