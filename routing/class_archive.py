@@ -182,9 +182,10 @@ def java_options(directory: str, conf: Mapping[str, str]) -> str:
     return " ".join([f"-XX:SharedArchiveFile={archive}", *USE_OPTIONS])
 
 
-def merge_java_options(ours: str, theirs: str | None) -> str:
-    """Our options first, the user's last: for the JVM the last of two conflicting options wins."""
-    return " ".join(part for part in (ours.strip(), (theirs or "").strip()) if part)
+def merge_java_options(*options: str | None) -> str:
+    """The options joined in order, empty ones left out: ours first, the user's last (for the JVM the last of
+    two conflicting options wins)."""
+    return " ".join(part for part in ((option or "").strip() for option in options) if part)
 
 
 # -- building --------------------------------------------------------------------------------------------------

@@ -327,7 +327,21 @@ class KafkaSettings:
 #: ``spark.jit``: the driver JVM options of each mode (:attr:`SparkSettings.jit`). Stopping at C1 also
 #: shrinks the JVM's default code cache to 48 MB, which a Spark driver fills within minutes (then the JVM
 #: turns its compiler off and interprets whatever is new): so "quick" keeps the tiered default of 240 MB.
-JIT_MODES: dict[str, str] = {"full": "", "quick": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"}
+#: "lazy" keeps both tiers but asks ten times HotSpot's call and loop counts before C2 compiles a method:
+#: a session of many short, different queries (each with classes of its own) stops spending a third of its
+#: CPU in C2 on code that runs a few thousand times, while a hot loop still reaches C2 within a second.
+JIT_MODES: dict[str, str] = {
+    "full": "",
+    "quick": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
+    "lazy": (
+        "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+        "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+    ),
+}
+#: ``spark.gc``: the driver JVM's garbage collector (:attr:`SparkSettings.gc`). "g1" is the JVM's default
+#: (no option); "parallel" spends less CPU per byte collected and has no concurrent marking threads, for
+#: longer pauses (a full collection of a 2 GB heap is about a second).
+GC_MODES: dict[str, str] = {"g1": "", "parallel": "-XX:+UseParallelGC"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,8 +386,12 @@ class SparkSettings:
     #: How the driver JVM this process starts compiles (:data:`JIT_MODES`): "full" is the JVM's own tiered
     #: compilation, best for a stream that runs for hours; "quick" stops at the first tier (C1,
     #: ``-XX:TieredStopAtLevel=1``), which costs a run of a minute or two about half the JVM's CPU: a
-    #: scheduled refresh run, an ``--available-now`` route (bench/results/jvm_start.md).
+    #: scheduled refresh run, an ``--available-now`` route (bench/results/jvm_start.md). "lazy" keeps C2 for
+    #: the hottest code only: a long session of many short queries (a notebook, a test session).
     jit: str = "full"
+    #: The driver JVM's garbage collector (:data:`GC_MODES`): "g1", the JVM's default, with short pauses for
+    #: a stream; "parallel" for less CPU where pauses of a second are fine (a scheduled run, a notebook).
+    gc: str = "g1"
     #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
     conf: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
 
@@ -389,6 +407,8 @@ class SparkSettings:
         _check_memory(section, "driver_memory", self.driver_memory)
         if self.jit not in JIT_MODES:
             raise ConfigError(f"setting {section}.jit must be one of {', '.join(JIT_MODES)}, got {self.jit!r}")
+        if self.gc not in GC_MODES:
+            raise ConfigError(f"setting {section}.gc must be one of {', '.join(GC_MODES)}, got {self.gc!r}")
         if self.log_level.upper() not in {"ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"}:
             raise ConfigError(f"setting {section}.log_level is not a log4j level: {self.log_level!r}")
         conf: dict[str, str] = {}

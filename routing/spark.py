@@ -30,7 +30,8 @@ Where the runtime itself provides Delta and the Kafka source (a managed Spark, o
 A driver JVM this process starts (not under spark-submit) maps the class-data archive of
 ``spark.class_archive`` when one was built for its JDK, pyspark and jars (:mod:`routing.class_archive`):
 the options go first in ``spark.driver.extraJavaOptions``, before any of the settings' own. So does
-``spark.jit = "quick"`` (C1 only, for runs of a minute or two; :data:`routing.settings.JIT_MODES`).
+``spark.jit`` (``"quick"``: C1 only, for runs of a minute or two; ``"lazy"``: C2 for the hottest code only;
+:data:`routing.settings.JIT_MODES`) and ``spark.gc`` (``"parallel"``; :data:`routing.settings.GC_MODES`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from routing import class_archive
-from routing.settings import JIT_MODES, Settings, load_settings
+from routing.settings import GC_MODES, JIT_MODES, Settings, load_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -160,13 +161,16 @@ def spark_conf(
     conf.update(extra_conf or {})
     conf.update(submitted)
     if not submitted:
-        # This process starts the driver JVM (spark-submit started it already otherwise): map the class archive
-        # and pick the compiler tiers.
-        ours = class_archive.merge_java_options(
-            class_archive.java_options(spark.class_archive, conf), JIT_MODES[spark.jit]
+        # This process starts the driver JVM (spark-submit started it already otherwise): map the class archive,
+        # pick the compiler tiers and the collector; the user's options last, so theirs win.
+        options = class_archive.merge_java_options(
+            class_archive.java_options(spark.class_archive, conf),
+            JIT_MODES[spark.jit],
+            GC_MODES[spark.gc],
+            conf.get(DRIVER_JAVA_OPTIONS),
         )
-        if ours:
-            conf[DRIVER_JAVA_OPTIONS] = class_archive.merge_java_options(ours, conf.get(DRIVER_JAVA_OPTIONS))
+        if options:
+            conf[DRIVER_JAVA_OPTIONS] = options
     forbidden = sorted(key for key in conf if key in FORBIDDEN_CONF)
     if forbidden:
         raise ValueError(

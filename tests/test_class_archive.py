@@ -240,6 +240,8 @@ def test_merging_java_options() -> None:
     assert class_archive.merge_java_options("-Xa", None) == "-Xa"
     assert class_archive.merge_java_options("-Xa", "  ") == "-Xa"
     assert class_archive.merge_java_options("-Xa", " -Xb -Xc ") == "-Xa -Xb -Xc"
+    assert class_archive.merge_java_options("", "-Xa", None, " -Xb ", "") == "-Xa -Xb"
+    assert class_archive.merge_java_options() == ""
 
 
 # -- python -m jobs.class_archive ----------------------------------------------------------------------------
@@ -293,16 +295,31 @@ def test_an_archive_that_is_there_is_reported_and_kept(
     assert f"{archive} is up to date" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("jit", ["full", "quick"])
-def test_quick_jit_follows_the_archive_and_precedes_the_users_options(
-    fake_java: Path, tmp_path: Path, jit: str
+#: What each ``spark.jit`` and ``spark.gc`` mode must put on the JVM's command line, written out here.
+JIT_OPTIONS = {
+    "full": [],
+    "quick": ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"],
+    "lazy": [
+        "-XX:Tier4InvocationThreshold=50000",
+        "-XX:Tier4MinInvocationThreshold=6000",
+        "-XX:Tier4CompileThreshold=150000",
+        "-XX:Tier4BackEdgeThreshold=400000",
+    ],
+}
+GC_OPTIONS = {"g1": [], "parallel": ["-XX:+UseParallelGC"]}
+
+
+@pytest.mark.parametrize("gc", sorted(GC_OPTIONS))
+@pytest.mark.parametrize("jit", sorted(JIT_OPTIONS))
+def test_jit_and_gc_options_follow_the_archive_and_precede_the_users_options(
+    fake_java: Path, tmp_path: Path, jit: str, gc: str
 ) -> None:
-    settings = archive_settings(tmp_path, jit=jit, conf={DRIVER_JAVA_OPTIONS: USER_OPTIONS})
-    quick = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"] if jit == "quick" else []
-    assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == [*quick, *USER_OPTIONS.split()]
+    settings = archive_settings(tmp_path, jit=jit, gc=gc, conf={DRIVER_JAVA_OPTIONS: USER_OPTIONS})
+    ours = [*JIT_OPTIONS[jit], *GC_OPTIONS[gc]]
+    assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == [*ours, *USER_OPTIONS.split()]
     archive = publish(settings)
     options = spark_conf(settings)[DRIVER_JAVA_OPTIONS].split()
-    assert options == [f"-XX:SharedArchiveFile={archive}", *class_archive.USE_OPTIONS, *quick, *USER_OPTIONS.split()]
-    # spark-submit started the JVM already: its tiers are the submitter's.
+    assert options == [f"-XX:SharedArchiveFile={archive}", *class_archive.USE_OPTIONS, *ours, *USER_OPTIONS.split()]
+    # spark-submit started the JVM already: its tiers and collector are the submitter's.
     submitted = {"spark.master": "local[2]", DRIVER_JAVA_OPTIONS: USER_OPTIONS}
     assert spark_conf(settings, submitted=submitted)[DRIVER_JAVA_OPTIONS] == USER_OPTIONS

@@ -639,9 +639,18 @@ def test_the_snapshot_transport_is_file_or_broadcast() -> None:
         load_settings(overrides={"router": {"snapshot_transport": "carrier-pigeon"}})
 
 
-def test_spark_jit_is_full_or_quick() -> None:
+def test_spark_jit_is_full_quick_or_lazy() -> None:
     assert load_settings(env={}).spark.jit == "full"
-    assert load_settings(env={"ROUTER__SPARK__JIT": "quick"}).spark.jit == "quick"
+    for mode in ("quick", "lazy"):
+        assert load_settings(env={"ROUTER__SPARK__JIT": mode}).spark.jit == mode
     for wrong in ("c1", "QUICK", "", "fast"):
-        with pytest.raises(ConfigError, match=r"spark\.jit must be one of full, quick"):
+        with pytest.raises(ConfigError, match=r"spark\.jit must be one of full, quick, lazy"):
             load_settings(env={}, overrides=parse_overrides([f"spark.jit={wrong}"]))
+
+
+def test_spark_gc_is_g1_or_parallel() -> None:
+    assert load_settings(env={}).spark.gc == "g1"
+    assert load_settings(env={"ROUTER__SPARK__GC": "parallel"}).spark.gc == "parallel"
+    for wrong in ("G1", "serial", "", "-XX:+UseParallelGC"):
+        with pytest.raises(ConfigError, match=r"spark\.gc must be one of g1, parallel"):
+            load_settings(env={}, overrides=parse_overrides([f"spark.gc={wrong}"]))

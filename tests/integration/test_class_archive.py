@@ -77,7 +77,13 @@ def built(settings: Settings) -> tuple[Settings, class_archive.Built]:
 
 
 def probe(
-    settings: Settings, tmp_path: Path, java_options: str = "", *, delta_write: bool = True, jit: str = "full"
+    settings: Settings,
+    tmp_path: Path,
+    java_options: str = "",
+    *,
+    delta_write: bool = True,
+    jit: str = "full",
+    gc: str = "g1",
 ) -> tuple[dict[str, Any], str]:
     """Start a fresh Python process with ``get_spark`` (and a Delta write); what its JVM says, and its output."""
     spark: dict[str, str] = {
@@ -85,6 +91,7 @@ def probe(
         for name in ("class_archive", "jars_dir", "ivy_dir", "local_dir", "warehouse_dir")
     }
     spark["jit"] = jit
+    spark["gc"] = gc
     table = str(tmp_path / "table") if delta_write else ""
     spec = {"spark": spark, "java_options": java_options, "table": table}
     done = subprocess.run(
@@ -125,13 +132,17 @@ def test_the_builder_writes_a_whole_checked_archive_once(built: tuple[Settings, 
 def test_a_fresh_session_maps_the_archive(built: tuple[Settings, class_archive.Built], tmp_path: Path) -> None:
     settings, result = built
     classes = tmp_path / "classes.log"
-    # -Xshare:on after ours: the JVM now refuses to start unless it maps the archive (with quick JIT, as a
-    # scheduled job runs: the compiler tiers do not change which archive a JVM can map).
-    result_of, output = probe(settings, tmp_path, f"-Xshare:on -Xlog:class+load=info:file={classes}", jit="quick")
+    # -Xshare:on after ours: the JVM now refuses to start unless it maps the archive (with quick JIT and the
+    # parallel collector, as the tests' job processes run: the archive was dumped under G1, and neither the
+    # compiler tiers nor the collector change which archive a JVM can map).
+    result_of, output = probe(
+        settings, tmp_path, f"-Xshare:on -Xlog:class+load=info:file={classes}", jit="quick", gc="parallel"
+    )
     arguments = result_of["arguments"]
     ours = f"-XX:SharedArchiveFile={result.path}"
     assert ours in arguments and arguments.index(ours) < arguments.index("-Xshare:on")
     assert "-XX:TieredStopAtLevel=1" in arguments and "-XX:ReservedCodeCacheSize=240m" in arguments
+    assert "-XX:+UseParallelGC" in arguments
     assert str(result.path) in result_of["mapped"]
     loaded = classes.read_text().splitlines()
     from_archive = [line for line in loaded if line.endswith(FROM_ARCHIVE)]

@@ -52,7 +52,7 @@ from router_support import (
     with_router,
 )
 
-from routing.settings import JIT_MODES, REPO_ROOT
+from routing.settings import GC_MODES, JIT_MODES, REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,7 +62,8 @@ if TYPE_CHECKING:
 #: Seconds one spark-submit may take before the test kills it (generous: the test machine is shared).
 SUBMIT_TIMEOUT_S = 480.0
 EXECUTOR_PYTHON = "./environment/bin/python"
-QUICK_JIT = JIT_MODES["quick"]
+#: The test's JVM options for the applications' drivers and executors: quick JIT, the parallel collector.
+JOB_JVM_OPTIONS = f"{JIT_MODES['quick']} {GC_MODES['parallel']}"
 REQUIRED_JAR_NAMES = (
     "delta-spark_2.13-4.4.0.jar",
     "delta-storage-4.4.0.jar",
@@ -259,12 +260,13 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
             f"spark.pyspark.python={EXECUTOR_PYTHON}",
             "--conf",
             "spark.python.worker.reuse=true",
-            # Applications of a minute or two: C1 only, as spark.jit = "quick" gives a job's own JVM (about half
-            # the JVM's CPU, on a machine where the other test worker competes for both cores).
+            # Applications of a minute or two: C1 only and the parallel collector, as spark.jit = "quick" and
+            # spark.gc = "parallel" give a job's own JVM (less CPU, on a machine where the other test worker
+            # competes for both cores).
             "--driver-java-options",
-            QUICK_JIT,
+            JOB_JVM_OPTIONS,
             "--conf",
-            f"spark.executor.extraJavaOptions={QUICK_JIT}",
+            f"spark.executor.extraJavaOptions={JOB_JVM_OPTIONS}",
         ]
         # The probe runs on the cluster while this process prepares the router's input.
         submissions.append(
