@@ -449,5 +449,6 @@ def test_the_shared_session_is_local_quiet_and_unique(spark: SparkSession, setti
     assert conf.get("spark.ui.enabled") == "false" and spark.sparkContext.uiWebUrl is None
     assert spark.conf.get("spark.sql.shuffle.partitions") == str(settings.spark.shuffle_partitions)
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"  # static: it reached the JVM at start
     assert not conf.contains("spark.jars.packages")
     assert get_spark(settings) is spark
