@@ -340,7 +340,7 @@ JIT_MODES: dict[str, str] = {
 }
 #: ``spark.gc``: the driver JVM's garbage collector (:attr:`SparkSettings.gc`). "g1" is the JVM's default
 #: (no option); "parallel" spends less CPU per byte collected and has no concurrent marking threads, for
-#: longer pauses (a full collection of a 2 GB heap is about a second).
+#: longer stop-the-world pauses (an old-generation collection stops the JVM for the whole heap).
 GC_MODES: dict[str, str] = {"g1": "", "parallel": "-XX:+UseParallelGC"}
 
 
@@ -390,7 +390,7 @@ class SparkSettings:
     #: the hottest code only: a long session of many short queries (a notebook, a test session).
     jit: str = "full"
     #: The driver JVM's garbage collector (:data:`GC_MODES`): "g1", the JVM's default, with short pauses for
-    #: a stream; "parallel" for less CPU where pauses of a second are fine (a scheduled run, a notebook).
+    #: a stream; "parallel" for less CPU where longer pauses are fine (a scheduled run, a notebook).
     gc: str = "g1"
     #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
     conf: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
