@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 
 #: Seconds an AdminClient operation in a fixture may take.
 ADMIN_TIMEOUT_S = 30.0
-#: The ``spark.jit`` of every job a test starts in a process of its own, and of the session's JVM and the
-#: Connect server's (module docstring).
+#: The ``spark.jit`` of every job a test starts in a process of its own (module docstring).
 CHILD_JIT = "quick"
+#: The ``spark.jit`` of the session's JVM and the Connect server's (module docstring).
 SESSION_JIT = "lazy"
 #: The ``spark.gc`` of every driver JVM the tests start.
 TEST_GC = "parallel"

@@ -52,6 +52,7 @@ from router_support import (
     with_router,
 )
 
+from routing.class_archive import merge_java_options
 from routing.settings import GC_MODES, JIT_MODES, REPO_ROOT
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 SUBMIT_TIMEOUT_S = 480.0
 EXECUTOR_PYTHON = "./environment/bin/python"
 #: The test's JVM options for the applications' drivers and executors: quick JIT, the parallel collector.
-JOB_JVM_OPTIONS = f"{JIT_MODES['quick']} {GC_MODES['parallel']}"
+JOB_JVM_OPTIONS = merge_java_options(JIT_MODES["quick"], GC_MODES["parallel"])
 REQUIRED_JAR_NAMES = (
     "delta-spark_2.13-4.4.0.jar",
     "delta-storage-4.4.0.jar",
