@@ -200,8 +200,7 @@ def create_table_if_absent(spark: SparkSession, path: str) -> None:
 
 
 def change_feed_enabled(spark: SparkSession, path: str) -> bool:
-    properties = delta_tables.detail(spark, path)["properties"] or {}
-    return str(properties.get(CHANGE_FEED_PROPERTY, "false")).lower() == "true"
+    return str(delta_tables.table_property(spark, path, CHANGE_FEED_PROPERTY)).lower() == "true"
 
 
 def enable_change_feed(spark: SparkSession, path: str) -> bool:
