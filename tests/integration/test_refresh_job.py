@@ -26,6 +26,7 @@ from routing.settings import REPO_ROOT, Settings
 from routing.subscriptions.events import APPLIED_KINDS, Outcome, Received, judge, kafka_received, read_import_file
 from routing.subscriptions.model import SubscriptionModel, apply_events_model
 from routing.subscriptions.table import (
+    collect_events,
     decide,
     latest_version,
     read_rows,
@@ -298,8 +299,8 @@ def test_import_files_through_main(
     assert_matches_model(spark, job_settings, model)
 
 
-def test_set_based_decisions_match_the_model(spark: SparkSession) -> None:
-    """decide() (windows and joins) against the sequential model, on many random scenarios at once.
+def test_decisions_match_the_model(spark: SparkSession) -> None:
+    """decide() against the sequential model, on many random scenarios at once.
 
     Scenarios use disjoint subscribers, so one DataFrame carries all of them and three Spark
     jobs check three rounds of batches; a tight limit makes the limit logic do real work.
@@ -336,8 +337,8 @@ def test_set_based_decisions_match_the_model(spark: SparkSession) -> None:
             [(key[0], key[1], active, ts, change_id) for key, (active, ts, change_id) in table.items()],
             "subscriber_id STRING, pattern STRING, active BOOLEAN, ts BIGINT, change_id STRING",
         ).withColumn("updated_at", F.timestamp_millis("ts"))
-        decided = decide(current, validated_frame(spark, outcomes), validator.limits.max_subscriptions_per_subscriber)
-        for row in decided.select("subscriber_id", "pattern", "op", "ts_millis", "change_id", "_kind").collect():
+        events = collect_events(validated_frame(spark, outcomes))
+        for row in decide(current, events, validator.limits.max_subscriptions_per_subscriber).to_pylist():
             if row["_kind"] in APPLIED_KINDS:
                 table[(row["subscriber_id"], row["pattern"])] = (
                     row["op"] == "subscribe",
@@ -351,13 +352,14 @@ def test_set_based_decisions_match_the_model(spark: SparkSession) -> None:
 
 
 def test_the_merge_condition_in_sql_is_the_one_decide_uses(spark: SparkSession) -> None:
-    """``APPLIES_OVER_SQL`` (the MERGE's) and ``_applies_over`` (decide's) agree on every ordering case."""
+    """``APPLIES_OVER_SQL`` (the MERGE's, evaluated by Spark) and ``applies_over`` (decide's) agree on every
+    ordering case."""
     import datetime as dt
     import itertools
 
     from pyspark.sql import functions as F
 
-    from routing.subscriptions.table import APPLIES_OVER_SQL, _applies_over
+    from routing.subscriptions.table import APPLIES_OVER_SQL, applies_over
 
     moments = [dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 1, 2, tzinfo=dt.UTC)]
     ids = ["a", "b"]
@@ -365,13 +367,20 @@ def test_the_merge_condition_in_sql_is_the_one_decide_uses(spark: SparkSession) 
     frame = spark.createDataFrame(rows, "s_ts TIMESTAMP, s_id STRING, t_ts TIMESTAMP, t_id STRING").select(
         F.struct(F.col("s_ts").alias("updated_at"), F.col("s_id").alias("change_id")).alias("s"),
         F.struct(F.col("t_ts").alias("updated_at"), F.col("t_id").alias("change_id")).alias("t"),
-    )
-    judged = frame.select(
-        _applies_over(F.col("s.updated_at"), F.col("s.change_id"), F.col("t.updated_at"), F.col("t.change_id")).alias(
-            "columns"
-        ),
         F.expr(APPLIES_OVER_SQL).alias("sql"),
-    ).collect()
+    )
+    judged = [
+        (
+            applies_over(
+                int(row["s"]["updated_at"].timestamp() * 1000),
+                row["s"]["change_id"],
+                int(row["t"]["updated_at"].timestamp() * 1000),
+                row["t"]["change_id"],
+            ),
+            row["sql"],
+        )
+        for row in frame.collect()
+    ]
     assert len(judged) == 16
-    assert [row["columns"] for row in judged] == [row["sql"] for row in judged]
-    assert sum(row["sql"] for row in judged) == 4  # strictly newer (6 pairs), minus the row's own change id (2)
+    assert [python for python, _ in judged] == [sql for _, sql in judged]
+    assert sum(sql for _, sql in judged) == 4  # strictly newer (6 pairs), minus the row's own change id (2)
