@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,9 @@ def test_a_batch_mixes_new_held_stale_and_malformed_events(tmp_path: Path) -> No
 def test_the_breakdown_splits_a_batch_window_into_stages_and_driver_time() -> None:
     bench = load_bench()
 
-    def execution(start: int, end: int, *, plan: str = "", details: str = "", root: bool = True, state: bool = False):
+    def execution(
+        start: int, end: int, *, plan: str = "", details: str = "", root: bool = True, state: bool = False
+    ) -> dict[str, Any]:
         return {"start": start, "end": end, "plan": plan, "details": details, "root": root, "state": state}
 
     arrow = "Dataset.collectAsArrowToPython"
