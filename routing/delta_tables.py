@@ -299,6 +299,16 @@ LOG = logging.getLogger(__name__)
 _log_calls_missing = False
 
 
+def jvm_snapshot(spark: SparkSession, path: str) -> Any:
+    """Delta's ``Snapshot`` of the table at ``path`` as of now, through the JVM's ``DeltaLog`` (classic sessions;
+    Delta's internal API, so callers fall back when it raises). Version -1: no table there."""
+    jvm: Any = spark.sparkContext._jvm
+    none = jvm.scala.Option.empty()
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    # update(stalenessAcceptable = false, checkIfUpdatedSinceTs = None, catalogTableOpt = None): list the log now.
+    return log.update(False, none, none)
+
+
 def _log_snapshot(spark: SparkSession, table: str) -> Any | None:
     """Delta's current snapshot of a path table, from its transaction log through the JVM; None where the SQL
     statements must serve: Spark Connect (no JVM here), table names, no Delta table at the path (their errors
@@ -309,12 +319,7 @@ def _log_snapshot(spark: SparkSession, table: str) -> Any | None:
     from py4j.protocol import Py4JJavaError
 
     try:
-        jvm = spark._jvm
-        assert jvm is not None
-        none = jvm.scala.Option.empty()
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table)
-        # update(stalenessAcceptable = false, checkIfUpdatedSinceTs = None, catalogTableOpt = None): list the log now.
-        snapshot = log.update(False, none, none)
+        snapshot = jvm_snapshot(spark, table)
         return snapshot if snapshot.version() >= 0 else None
     except Py4JJavaError:  # the log itself failed (missing, unreadable): the SQL statement reports it
         return None

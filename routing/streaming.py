@@ -361,11 +361,7 @@ def warm_append_state(spark: SparkSession, table: str) -> bool:
     if is_connect(spark):
         return False  # no JVM here to reach DeltaLog: the next append computes the state itself
     try:
-        path = delta_tables.location(spark, table)
-        jvm: Any = spark.sparkContext._jvm
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-        nothing = jvm.scala.Option.empty()
-        delta_log.update(False, nothing, nothing).transactions()
+        delta_tables.jvm_snapshot(spark, delta_tables.location(spark, table)).transactions()
     except Exception as error:
         if not _warm_failure_logged:
             _warm_failure_logged = True

@@ -95,8 +95,10 @@ EVENT_REASONS = frozenset(
 #: Every reason one event can be rejected for on its own (:func:`judge`, :func:`read_import_file`): the event-level
 #: codes and the validator's (:data:`routing.errors.SUBSCRIPTION_REJECT_ERRORS`).
 PARSE_REASONS = EVENT_REASONS | {error.reason for error in SUBSCRIPTION_REJECT_ERRORS}
+#: The reasons only a batch decided against the table can give: an activation a limit refused.
+LIMIT_REASONS = (TOO_MANY_SUBSCRIPTIONS, MATCH_COST_EXCEEDED, SUBSCRIPTION_TABLE_FULL)
 #: Every reason the rejects table records: those, and the limits decided per batch.
-REJECT_REASONS = PARSE_REASONS | {TOO_MANY_SUBSCRIPTIONS, MATCH_COST_EXCEEDED, SUBSCRIPTION_TABLE_FULL}
+REJECT_REASONS = PARSE_REASONS | set(LIMIT_REASONS)
 
 FIELDS = ("op", "subscriber", "pattern", "ts")
 #: Optional field naming one change: copies of it get one change id (:func:`keyed_change_id`).

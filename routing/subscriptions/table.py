@@ -75,6 +75,7 @@ from routing.streaming import (
 )
 from routing.subscriptions.events import (
     APPLIED_KINDS,
+    LIMIT_REASONS,
     MATCH_COST_EXCEEDED,
     NOOP_KINDS,
     REFRESHED,
@@ -708,17 +709,13 @@ def apply_validated(
             if crash is not None:
                 crash(AFTER_MERGE)
 
-        if invalid or any(counts[kind] for kind in LIMIT_KINDS):
+        if invalid or any(counts[kind] for kind in LIMIT_REASONS):
             _append_rejects(
                 spark, validated, decided, rejects_path, (limit, table_limit), txn_app_id, txn_version, batch_id
             )
     finally:
         validated.unpersist()
     return BatchSummary(batch_id, counts, latest_version(spark, table_path) if merged else version, merged)
-
-
-#: The fates :func:`decide` gives an activation that a limit refused (each a reject reason).
-LIMIT_KINDS = (TOO_MANY_SUBSCRIPTIONS, MATCH_COST_EXCEEDED, SUBSCRIPTION_TABLE_FULL)
 
 
 def _append_rejects(
@@ -749,7 +746,7 @@ def _append_rejects(
         F.lit(None).cast("timestamp").alias("ts"),
     )
     rejects = invalid
-    refused = decided.filter(pc.is_in(decided.column("_kind"), pa.array(LIMIT_KINDS)))
+    refused = decided.filter(pc.is_in(decided.column("_kind"), pa.array(LIMIT_REASONS)))
     if refused.num_rows:
         limit, table_limit = limits
         # The payload stayed in Spark (collect_events): fetched back by the record's identity, unique in a batch.
