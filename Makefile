@@ -128,7 +128,7 @@ lint: install
 
 # --durations: every run's log names the slowest tests (the suite must stay under 20 minutes).
 # Two pytest-xdist workers, each with its own broker and SparkSession (tests/conftest.py), taking whole
-# files, slow files first: one file's JVM start-ups, broker waits and fixed-length runs overlap with the
+# files, longest first (tests/conftest.py FIRST_FILES): one file's JVM start-ups, broker waits and fixed-length runs overlap with the
 # other worker's work. PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 2
 test: install native lint native-test fuzz-smoke jvm-archive
