@@ -5,8 +5,10 @@ The cluster is one master and two 1-core workers started from pyspark's own clas
 the environment cached under ``build/``). The job is a copy of ``jobs/route.py`` outside the
 repository, submitted in client mode with ``PYTHONPATH`` unset, whose driver runs the packed
 environment unpacked into a temp directory and whose executors run ``./environment/bin/python``
-from ``--archives``: nothing can import the dev checkout. A second, tiny application on the same
-cluster reports, from inside executor tasks, which interpreter and which ``routing._native`` ran.
+from ``--archives``: nothing can import the dev checkout. The submitted file runs ``route.py``'s
+``main()`` unchanged, then one probe job on the same executors, whose tasks report which
+interpreter and which ``routing._native`` ran. (A second application for the probe cost three more
+JVMs, its driver and two executors, on a 2-core machine.)
 
 The router's output must equal, record by record, the regex oracle
 (:func:`router_support.expected_outcomes`, which every local-mode test is held to as well), with
@@ -15,9 +17,7 @@ native module on executors and the per-worker matcher cache behave across proces
 one. (No local-mode run of the same topic beside it: equal to the same oracle and the same id
 function, it could only agree, and on two cores it would slow the cluster it runs beside.)
 
-Time is spent where it cannot overlap: the cluster's JVMs start while the package builds, and
-the probe application runs on the cluster while this process loads the subscriptions and
-produces the messages.
+Time is spent where it cannot overlap: the cluster's JVMs start while the package builds.
 
 The first two tests are plain unit tests of how the spark-submit command line overrides the
 settings (:func:`routing.spark.spark_conf`).
@@ -134,13 +134,20 @@ def test_spark_submit_jars_must_include_delta_and_the_kafka_source(settings: Set
 # ---------------------------------------------------------------------------------------------
 # The cluster
 
-#: Run by the probe application on the cluster: where executor tasks found Python and the native module.
-PROBE_APP = """
+#: The submitted file: the router job (``route.py`` beside it, unchanged), then a probe job on the same
+#: session's executors: where executor tasks found Python and the native module.
+ROUTE_THEN_PROBE = """
 import json, sys
-from routing.settings import load_settings
-from routing.spark import get_spark
+from pathlib import Path
 
-spark = get_spark(load_settings(overrides={"spark": {"local_dir": sys.argv[1], "ivy_dir": sys.argv[2]}}))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import route
+
+status = route.main(sys.argv[1:])
+
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
 
 def where(_rows):
     import os, sys
@@ -150,6 +157,7 @@ def where(_rows):
 rows = spark.sparkContext.parallelize(range(8), 8).mapPartitions(where).collect()
 print("PROBE " + json.dumps(sorted(set(json.dumps(row) for row in rows))), flush=True)
 spark.stop()
+sys.exit(status)
 """
 
 
@@ -235,10 +243,21 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
         shutil.copyfile(REPO_ROOT / "jobs" / "route.py", job)
         conf_file = submit_dir / "router.toml"
         shutil.copyfile(REPO_ROOT / "conf" / "router.toml", conf_file)
-        probe = submit_dir / "probe.py"
-        probe.write_text(PROBE_APP)
+        submitted = submit_dir / "route_then_probe.py"
+        submitted.write_text(ROUTE_THEN_PROBE)
         home = spark_home()
         env = submit_environment(tmp_path, home)
+
+        # While the cluster's JVMs start: subscriptions in Delta (one unsubscribed again), messages in Kafka,
+        # the oracle's verdicts.
+        topic = topic_factory(partitions=2)
+        local = router_settings(settings, tmp_path / "local", [topic], max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER)
+        apply_subscriptions(spark, local, tmp_path / "subscribe.jsonl", SUBSCRIPTIONS)
+        version = apply_subscriptions(spark, local, tmp_path / "unsubscribe.jsonl", unsubscribe=UNSUBSCRIBE)
+        subscriptions = active_subscriptions(spark, local, version)
+        assert sorted(subscriptions) == sorted(set(SUBSCRIPTIONS) - set(UNSUBSCRIBE))
+        records = produce(local, topic, keys_and_messages(), partitions=2)
+        expected = expected_outcomes(records, local.router, local.validator(), subscriptions)
 
         cluster_started.result()
         common = [
@@ -269,27 +288,6 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
             "--conf",
             f"spark.executor.extraJavaOptions={JOB_JVM_OPTIONS}",
         ]
-        # The probe runs on the cluster while this process prepares the router's input.
-        submissions.append(
-            Submission(
-                [*common, "--name", "probe", str(probe), str(tmp_path / "probe-local"), str(tmp_path / "probe-ivy")],
-                cwd=submit_dir,
-                env=env,
-                log=tmp_path / "probe-submit.log",
-            )
-        )
-
-        # Subscriptions in Delta (one unsubscribed again), messages in Kafka, the oracle's verdicts.
-        topic = topic_factory(partitions=2)
-        local = router_settings(settings, tmp_path / "local", [topic], max_offsets_per_trigger=MAX_OFFSETS_PER_TRIGGER)
-        apply_subscriptions(spark, local, tmp_path / "subscribe.jsonl", SUBSCRIPTIONS)
-        version = apply_subscriptions(spark, local, tmp_path / "unsubscribe.jsonl", unsubscribe=UNSUBSCRIBE)
-        subscriptions = active_subscriptions(spark, local, version)
-        assert sorted(subscriptions) == sorted(set(SUBSCRIPTIONS) - set(UNSUBSCRIBE))
-        records = produce(local, topic, keys_and_messages(), partitions=2)
-        expected = expected_outcomes(records, local.router, local.validator(), subscriptions)
-        probe_output = submissions[0].wait()
-
         cluster_out = tmp_path / "cluster"
         on_cluster = with_router(
             local,
@@ -306,7 +304,7 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
                     *common,
                     "--name",
                     "router-cluster-test",
-                    str(job),
+                    str(submitted),
                     "--conf",
                     str(conf_file),
                     "--available-now",
@@ -318,7 +316,7 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
                 log=tmp_path / "route-submit.log",
             )
         )
-        route_output = submissions[1].wait()
+        route_output = submissions[0].wait()
         applications = cluster.status()["completedapps"]
     finally:
         for submission in submissions:
@@ -328,14 +326,14 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
         starting.shutdown()
         cluster.stop()
 
-    # Both applications ran on the cluster, each with an executor on each worker that unpacked the env.
-    assert sorted(app["name"] for app in applications) == ["probe", "router-cluster-test"]
+    # The application ran on the cluster, with an executor on each worker that unpacked the env.
+    assert [app["name"] for app in applications] == ["router-cluster-test"]
     for worker in ("worker-1", "worker-2"):
         unpacked = sorted((tmp_path / "spark-cluster" / "work" / worker).glob("app-*/*/environment/bin/python"))
-        assert len(unpacked) == 2, f"{worker} ran {len(unpacked)} executors with the packed environment"
+        assert len(unpacked) == 1, f"{worker} ran {len(unpacked)} executors with the packed environment"
 
     # Executor tasks ran the shipped interpreter and native module, never the repository's.
-    probed = [json.loads(row) for row in json.loads(probe_output.split("PROBE ", 1)[1].splitlines()[0])]
+    probed = [json.loads(row) for row in json.loads(route_output.split("PROBE ", 1)[1].splitlines()[0])]
     assert probed
     work = (tmp_path / "spark-cluster" / "work").resolve()
     for executable, prefix, native_file, pythonpath in probed:
