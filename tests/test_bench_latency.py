@@ -1,6 +1,7 @@
 """Smoke tests: ``bench/latency.py`` documents its flags, and runs end to end at tiny rates.
 
-The end-to-end run starts its own broker (free ports, data under the test's tmp dir), runs both
+The end-to-end run uses the test session's broker (the benchmark reuses a broker that answers at its
+configured ports, leaves it running, and deletes only its own topics), runs both
 variants (passthrough and router) with a warm-up and two small rates, and checks the structure of
 its report and JSON and that every message sent is accounted for in a histogram: sent = rows =
 distinct messages = histogram count, every row found in a Delta commit. No timing is asserted (the
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cluster import free_ports
+from routing.settings import Settings
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "latency.py"
 RATES = (20, 40)
@@ -47,14 +48,16 @@ def test_help_lists_the_flags() -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_tiny_run_accounts_for_every_message(tmp_path: Path) -> None:
-    client_port, controller_port = free_ports(2)
+def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: object, tmp_path: Path) -> None:
+    from jobs.local_kafka import answers
+
     results, figures = tmp_path / "results", tmp_path / "latency.json"
+    kafka = settings.kafka
     overrides = {
-        "kafka.client_port": client_port,
-        "kafka.controller_port": controller_port,
-        "kafka.bootstrap_servers": f"127.0.0.1:{client_port}",
-        "kafka.data_dir": tmp_path / "kafka",
+        "kafka.client_port": kafka.client_port,
+        "kafka.controller_port": kafka.controller_port,
+        "kafka.bootstrap_servers": kafka.bootstrap_servers,
+        "kafka.data_dir": kafka.data_dir,
         "kafka.num_partitions": 2,
         "spark.local_dir": tmp_path / "spark-local",
         "spark.warehouse_dir": tmp_path / "spark-warehouse",
@@ -68,6 +71,7 @@ def test_tiny_run_accounts_for_every_message(tmp_path: Path) -> None:
         command += ["--set", f"{name}={value}"]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=880)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert answers(settings), "the benchmark reused the session's broker and must leave it running"
 
     report = (results / "latency.md").read_text()
     assert done.stdout.strip() == report.strip()  # the same markdown on stdout
