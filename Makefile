@@ -128,9 +128,8 @@ lint: install
 
 # --durations: every run's log names the slowest tests (the suite must stay under 20 minutes).
 # Two pytest-xdist workers, each with its own broker and SparkSession (tests/conftest.py), taking whole
-# files; the multi-JVM files go first, one after another on one worker (MULTI_JVM_FILES there). The suite
-# keeps both cores busy: a third worker made it slower (30.5 against 25.5 minutes). PYTEST_WORKERS=0 runs
-# everything in this process.
+# files, longest first (FIRST_FILES there). The suite keeps both cores busy: a third worker made it slower
+# (30.5 against 25.5 minutes). PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 2
 test: install native lint native-test fuzz-smoke jvm-archive
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=60

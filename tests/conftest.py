@@ -68,13 +68,10 @@ CONNECT_SERVER_FILES = (
 )
 
 
-#: The files that run several JVMs at once for minutes (a cluster, the Connect server and its clients,
-#: killed and restarted jobs, a benchmark's own session): :func:`pytest_xdist_make_scheduler` makes them one
-#: work unit, started first, so they run one after another on one worker while the other worker takes the
-#: rest. Run side by side on two cores they took each other's CPU: ordered longest first (the cluster
-#: beside the Connect files) a clean-clone run took 28:21, the cluster test 386 s, the Connect notebook 291 s,
-#: against 26:38, 357 s and 193 s when they happened to run beside lighter files.
-MULTI_JVM_FILES = (
+#: The files that run several JVMs at once for minutes (a cluster, the Connect server's unit, killed and
+#: restarted jobs, a benchmark with its own broker): :func:`pytest_collection_modifyitems` starts them first,
+#: longest first, so no worker is left alone with one of them at the end of a run.
+FIRST_FILES = (
     "tests/integration/test_cluster_submit.py",
     *CONNECT_SERVER_FILES,
     "tests/integration/test_chaos.py",
@@ -83,32 +80,32 @@ MULTI_JVM_FILES = (
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile``, with the :data:`MULTI_JVM_FILES` (the :data:`CONNECT_SERVER_FILES` among them) one
-    work unit, and the units handed out in the collection's order (:func:`pytest_collection_modifyitems`)."""
+    """``--dist loadfile``, with the :data:`CONNECT_SERVER_FILES` one work unit instead of three, handed out
+    in the collection's order (:func:`pytest_collection_modifyitems`)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]  # xdist ships no hints
 
     # xdist (3.6+) otherwise queues the files with the most tests first (--no-loadscope-reorder turns that
-    # off): the 982 quick tests of test_matchers.py went first, the multi-JVM files' unit last.
+    # off): the 982 quick tests of test_matchers.py ran first and the cluster's 5-minute test 15 minutes in.
     config.option.loadscopereorder = False
 
-    class MultiJvmFilesTogether(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no type hints
+    class OneConnectServer(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no type hints
         def _split_scope(self, nodeid: str) -> str:
             path = str(super()._split_scope(nodeid))
-            return MULTI_JVM_FILES[0] if path in MULTI_JVM_FILES else path
+            return CONNECT_SERVER_FILES[0] if path in CONNECT_SERVER_FILES else path
 
-    return MultiJvmFilesTogether(config, log)
+    return OneConnectServer(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark by folder, then put the multi-JVM files first.
+    """Mark by folder, then put the longest files first.
 
     ``tests/integration/*`` is ``integration`` (``make test-fast`` skips it). ``make test`` runs two
     pytest-xdist workers that take whole files (``--dist loadfile``) in this order: the
-    :data:`MULTI_JVM_FILES` (one unit), then the files that hold ``slow`` tests, then the other integration
-    files, then the unit tests. Long files first keep one worker from starting a long file when the other
-    is about to run out of work. The order within a file is kept.
+    :data:`FIRST_FILES`, then the files that hold ``slow`` tests, then the other integration files, then
+    the unit tests. Longest first keeps one worker from starting a long file when the other is about to
+    run out of work. The order within a file is kept.
     """
     for item in items:
         if item.path.is_relative_to(INTEGRATION_DIR):
@@ -116,8 +113,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank: dict[Path, tuple[int, int]] = {}
     for item in items:
         file = item.nodeid.split("::", 1)[0]
-        if file in MULTI_JVM_FILES:
-            weight = (0, MULTI_JVM_FILES.index(file))
+        if file in FIRST_FILES:
+            weight = (0, FIRST_FILES.index(file))
         else:
             weight = (1 if item.get_closest_marker("slow") else 2 if item.get_closest_marker("integration") else 3, 0)
         rank[item.path] = min(rank.get(item.path, weight), weight)
