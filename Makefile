@@ -128,7 +128,7 @@ lint: install
 
 # --durations: every run's log names the slowest tests (the suite must stay under 20 minutes).
 # Two pytest-xdist workers, each with its own broker and SparkSession (tests/conftest.py), taking whole
-# files, longest first (FIRST_FILES there). The suite keeps both cores busy: a third worker made it slower
+# files (xdist's own order: most tests first). The suite keeps both cores busy: a third worker made it slower
 # (30.5 against 25.5 minutes). PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 2
 test: install native lint native-test fuzz-smoke jvm-archive

@@ -68,27 +68,11 @@ CONNECT_SERVER_FILES = (
 )
 
 
-#: The files that run several JVMs at once for minutes (a cluster, the Connect server's unit, killed and
-#: restarted jobs, a benchmark with its own broker): :func:`pytest_collection_modifyitems` starts them first,
-#: longest first, so no worker is left alone with one of them at the end of a run.
-FIRST_FILES = (
-    "tests/integration/test_cluster_submit.py",
-    *CONNECT_SERVER_FILES,
-    "tests/integration/test_chaos.py",
-    "tests/test_bench_latency.py",
-)
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile``, with the :data:`CONNECT_SERVER_FILES` one work unit instead of three, handed out
-    in the collection's order (:func:`pytest_collection_modifyitems`)."""
+    """``--dist loadfile``, with the :data:`CONNECT_SERVER_FILES` one work unit instead of three."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]  # xdist ships no hints
-
-    # xdist (3.6+) otherwise queues the files with the most tests first (--no-loadscope-reorder turns that
-    # off): the 982 quick tests of test_matchers.py ran first and the cluster's 5-minute test 15 minutes in.
-    config.option.loadscopereorder = False
 
     class OneConnectServer(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no type hints
         def _split_scope(self, nodeid: str) -> str:
@@ -99,24 +83,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark by folder, then put the longest files first.
+    """Mark by folder, then put the files with slow tests first.
 
     ``tests/integration/*`` is ``integration`` (``make test-fast`` skips it). ``make test`` runs two
-    pytest-xdist workers that take whole files (``--dist loadfile``) in this order: the
-    :data:`FIRST_FILES`, then the files that hold ``slow`` tests, then the other integration files, then
-    the unit tests. Longest first keeps one worker from starting a long file when the other is about to
-    run out of work. The order within a file is kept.
+    pytest-xdist workers that take whole files (``--dist loadfile``) in this order, so starting with
+    the files that hold ``slow`` tests, then the other integration files, then the unit tests, keeps one
+    worker from starting a long file when the other is about to run out of work. The order within a
+    file is kept.
     """
     for item in items:
         if item.path.is_relative_to(INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
-    rank: dict[Path, tuple[int, int]] = {}
+    rank: dict[Path, int] = {}
     for item in items:
-        file = item.nodeid.split("::", 1)[0]
-        if file in FIRST_FILES:
-            weight = (0, FIRST_FILES.index(file))
-        else:
-            weight = (1 if item.get_closest_marker("slow") else 2 if item.get_closest_marker("integration") else 3, 0)
+        weight = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("integration") else 2
         rank[item.path] = min(rank.get(item.path, weight), weight)
     items.sort(key=lambda item: rank[item.path])  # stable: files stay together, in their own order
 

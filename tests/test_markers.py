@@ -2,8 +2,7 @@
 
 What ``make test-fast`` (``-m "not slow and not integration"``) runs: no integration test, no benchmark run.
 Tests under ``tests/integration/`` are marked by folder, whatever their files say. And under ``make test``'s
-``--dist loadfile``, every file that uses the ``connect_server`` fixture goes to one worker, and the workers
-start on the longest files (``FIRST_FILES``), not on the files with the most tests.
+``--dist loadfile``, every file that uses the ``connect_server`` fixture goes to one worker.
 """
 
 from __future__ import annotations
@@ -58,29 +57,3 @@ def test_every_file_that_uses_the_connect_server_is_scheduled_with_the_others() 
         if path != Path(__file__) and uses.search(path.read_text(encoding="utf-8"))
     )
     assert users == sorted(CONNECT_SERVER_FILES)
-
-
-@pytest.mark.timeout(120)
-def test_make_test_hands_out_the_longest_files_first() -> None:
-    """Under ``make test``'s flags the first file a worker runs is the first of the FIRST_FILES, not the file
-    with the most tests (xdist's own order)."""
-    from conftest import FIRST_FILES
-
-    cluster = "tests/integration/test_cluster_submit.py"
-    assert cluster == FIRST_FILES[0]
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-v", "-p", "no:cacheprovider"),
-            *("-k", "test_issue_example or test_spark_submit_master", "tests/test_matchers.py", cluster),
-        ],
-        cwd=TESTS.parent,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=110,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    ran = re.findall(r"^\[(gw\d)\] \[[ \d]+%\] PASSED (\S+)::", done.stdout, re.MULTILINE)
-    by_matchers = [file for worker, file in ran if file == "tests/test_matchers.py"]
-    assert len(by_matchers) > 1, done.stdout[-2000:]  # the file with more tests, which xdist would queue first
-    assert next(file for worker, file in ran if worker == "gw0") == cluster, done.stdout[-2000:]
