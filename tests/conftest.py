@@ -85,11 +85,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark by folder, then put the files with slow tests first.
 
-    ``tests/integration/*`` is ``integration`` (``make test-fast`` skips it). ``make test`` runs two
-    pytest-xdist workers that take whole files (``--dist loadfile``) in this order, so starting with
-    the files that hold ``slow`` tests, then the other integration files, then the unit tests, keeps one
-    worker from starting a long file when the other is about to run out of work. The order within a
-    file is kept.
+    ``tests/integration/*`` is ``integration`` (``make test-fast`` skips it). The order (files that hold
+    ``slow`` tests, then the other integration files, then the unit tests; within a file, kept) is the order
+    of a run in one process. ``make test``'s pytest-xdist (3.6+) re-queues ``--dist loadfile``'s files by
+    their number of tests (unless ``--no-loadscope-reorder`` is given), so there files start in xdist's
+    order. Turning that off with the multi-JVM files first made the suite slower, or exposed an order
+    dependency (a Connect session left in the worker changes what ``get_spark`` returns): xdist's order stays.
     """
     for item in items:
         if item.path.is_relative_to(INTEGRATION_DIR):
