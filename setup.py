@@ -4,8 +4,58 @@
 included (setuptools-rust drives cargo).
 """
 
+import os
+import sys
+
 from setuptools import find_packages, setup
 from setuptools_rust import Binding, RustExtension
+
+# pyo3's build script reruns, and the crate is rebuilt (~30 s), whenever PYO3_PYTHON changes, and
+# setuptools-rust sets it to sys.executable: `.venv/bin/python` from make, `.venv/bin/python3.11` from pip's
+# build of `pip install -e` or `pip wheel`. Resolving the link gives every caller one value, so cargo finds its
+# last build fresh (the interpreter is only asked for its version and ABI, which the link target shares).
+os.environ.setdefault("PYO3_PYTHON", os.path.realpath(sys.executable))
+
+REQUIREMENTS = [
+    # [connect]: the Spark Connect client (grpcio, protobuf, zstandard) for spark.remote (README "Spark Connect").
+    "pyspark[connect]==4.2.0",
+    "delta-spark==4.4.1",
+    "pyarrow>=18",
+    "pyroaring>=1.0",
+    "confluent-kafka>=2.6",
+    # PySpark 4.2's Arrow and pandas UDF paths support pandas < 3.
+    "pandas>=2.2,<3",
+]
+EXTRAS = {
+    "test": [
+        "pytest>=8",
+        "pytest-timeout>=2.3",
+        # `make test` runs two workers (--dist loadfile); see the Makefile.
+        "pytest-xdist>=3.6",
+        "hypothesis>=6.100",
+        "ruff>=0.6",
+        "mypy>=1.11",
+        # notebooks/explore.ipynb runs in the tests (nbclient + an IPython kernel); nbstripout
+        # strips outputs before a commit (a test fails on any committed output).
+        "nbclient>=0.10",
+        "nbformat>=5.10",
+        "ipykernel>=6.29",
+        "nbstripout>=0.7",
+    ],
+    "bench": [
+        "matplotlib>=3.8",
+        "hdrhistogram>=0.10",
+    ],
+    # `make package`: packs a clean virtualenv into the archive spark-submit ships (--archives).
+    "package": [
+        "venv-pack>=0.2",
+    ],
+}
+
+if sys.argv[1:] == ["--requirements"]:
+    # `make install`: the dependencies alone, one per line, for pip to install while cargo builds the extension.
+    print("\n".join([*REQUIREMENTS, *(requirement for extra in EXTRAS.values() for requirement in extra)]))
+    sys.exit(0)
 
 setup(
     name="spark-topic-router",
@@ -14,41 +64,8 @@ setup(
     python_requires=">=3.11,<3.12",
     packages=find_packages(include=["routing", "routing.*", "udfs", "udfs.*", "jobs", "jobs.*"]),
     package_data={"routing": ["py.typed", "*.pyi"]},
-    install_requires=[
-        # [connect]: the Spark Connect client (grpcio, protobuf, zstandard) for spark.remote (README "Spark Connect").
-        "pyspark[connect]==4.2.0",
-        "delta-spark==4.4.1",
-        "pyarrow>=18",
-        "pyroaring>=1.0",
-        "confluent-kafka>=2.6",
-        # PySpark 4.2's Arrow and pandas UDF paths support pandas < 3.
-        "pandas>=2.2,<3",
-    ],
-    extras_require={
-        "test": [
-            "pytest>=8",
-            "pytest-timeout>=2.3",
-            # `make test` runs two workers (--dist loadfile); see the Makefile.
-            "pytest-xdist>=3.6",
-            "hypothesis>=6.100",
-            "ruff>=0.6",
-            "mypy>=1.11",
-            # notebooks/explore.ipynb runs in the tests (nbclient + an IPython kernel); nbstripout
-            # strips outputs before a commit (a test fails on any committed output).
-            "nbclient>=0.10",
-            "nbformat>=5.10",
-            "ipykernel>=6.29",
-            "nbstripout>=0.7",
-        ],
-        "bench": [
-            "matplotlib>=3.8",
-            "hdrhistogram>=0.10",
-        ],
-        # `make package`: packs a clean virtualenv into the archive spark-submit ships (--archives).
-        "package": [
-            "venv-pack>=0.2",
-        ],
-    },
+    install_requires=REQUIREMENTS,
+    extras_require=EXTRAS,
     # The `extension-module` cargo feature is enabled only here, so plain
     # `cargo test` binaries link against libpython normally.
     rust_extensions=[

@@ -48,8 +48,9 @@ fn churn_returns_memory_to_an_empty_trie() {
     cycles(&trie, 10_000);
     spark_topic_router_native::cstrie::reclaim();
     let baseline = live_bytes();
-    // 2M cycles in an optimised build (`make native-test` runs it so); a debug
-    // build is ~20x slower, so plain `cargo test` runs a fortieth of them.
+    // 2M cycles in an optimised build. A debug build is ~20x slower, so plain
+    // `cargo test` runs a fortieth of them; `make native-test` asks for all 2M
+    // there (CHURN_CYCLES, ~30 s) rather than build the tests again with LTO.
     let default = if cfg!(debug_assertions) { 50_000 } else { 2_000_000 };
     let total: usize = std::env::var("CHURN_CYCLES")
         .ok()
