@@ -232,6 +232,8 @@ class Results:
     checks: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     produced: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: 1/5/15-minute load average before the run started anything: what else the machine was doing.
+    load_before: tuple[float, float, float] = dataclasses.field(default_factory=os.getloadavg)
 
     def runs_of(self, variant: str, size: int) -> list[Run]:
         """Every repeat of ``variant`` at ``size`` (passthrough, measured without subscriptions, at any size)."""
@@ -869,15 +871,17 @@ def profile_lines(results: Results) -> list[str]:
 def report(plan: Plan, results: Results, argv: Sequence[str]) -> str:
     from harness import markdown_table  # see profile_lines
 
-    load = os.getloadavg()
+    load, before = os.getloadavg(), results.load_before
     lines = [
         "# Streaming router vs baselines (Kafka -> Delta)",
         "",
         f"`python bench/stream.py {' '.join(argv)}`".replace("  ", " ").replace(" `", "`"),
         "",
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; Python {platform.python_version()} "
-        f"on {platform.machine()}, {os.cpu_count()} CPUs, Spark local mode; load average at the end "
-        f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (a shared machine: other jobs ran at the same time). "
+        f"on {platform.machine()}, {os.cpu_count()} CPUs, Spark local mode; load average before the run "
+        f"{before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} (what else the machine was doing), at the end "
+        f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (the run's own JVM, Python workers and broker keep both cores "
+        "busy, so 2 to 3 is its own load). "
         f"Seed {plan.seed}; {plan.messages:,} messages ({plan.rlike_messages:,} for (d)); "
         f"maxOffsetsPerTrigger {plan.max_offsets_per_trigger:,}; vocabulary {plan.vocabulary}; "
         + (
