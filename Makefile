@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
+# The Rust extension routing._native, built in place (make install's first build, and the `native` target).
+BUILD_NATIVE := $(PY) setup.py --quiet build_rust --inplace --release
 # JVM jars (Kafka source + Delta for Spark, the local broker), resolved once from conf/jvm/pom.xml.
 MVN ?= mvn
 JARS_DIR := var/jars
@@ -45,7 +47,7 @@ $(INSTALLED): setup.py pyproject.toml
 	# The extension's cargo build (a minute, much of it on one core) runs while pip installs the dependencies
 	# (setup.py's lists, all extras); pip's own build of the package then finds cargo's output fresh.
 	$(PY) setup.py --requirements > $(VENV)/requirements.txt
-	$(PY) setup.py --quiet build_rust --inplace --release & cargo=$$!; \
+	$(BUILD_NATIVE) & cargo=$$!; \
 		$(PIP) install --quiet -r $(VENV)/requirements.txt; pip=$$?; \
 		wait $$cargo && test $$pip -eq 0
 	$(PIP) install --quiet --no-build-isolation --no-deps -e .
@@ -84,7 +86,7 @@ kafka-status: install
 
 # The Rust extension routing._native: rebuilt every run (cargo makes it cheap when unchanged).
 native: install
-	$(PY) setup.py --quiet build_rust --inplace --release
+	$(BUILD_NATIVE)
 
 # Rust unit tests and the bounded fuzz smoke runs (plain cargo test: no libpython, no nightly).
 # The churn memory bound runs at full size (2M cycles) in the debug build: ~30 s, against a minute to build the
