@@ -95,8 +95,8 @@ native-test:
 	cd native && CHURN_CYCLES=2000000 cargo test --quiet
 
 # Loom models of the CS-trie (native/tests/cstrie_loom.rs): the real trie code with loom's atomics,
-# every interleaving up to a preemption bound (2 for the issue-9 model, 1 for the others; set
-# LOOM_MAX_PREEMPTIONS to override all). Not part of `make test`: ~40 s on 2 cores, plus ~2 min for
+# every interleaving up to a preemption bound (2 for the two-writer models, 1 for the others; set
+# LOOM_MAX_PREEMPTIONS to override all). Not part of `make test`: ~3 min on 2 cores, plus ~2 min for
 # the first build. --cfg loom rebuilds every crate, so it gets its own target dir (no LTO: build time).
 loom:
 	cd native && RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_LTO=false \

@@ -38,6 +38,15 @@ impl<'a> PatternWord<'a> {
             literal => PatternWord::Literal(literal),
         }
     }
+
+    /// The word as written in a pattern.
+    pub fn text(self) -> &'a str {
+        match self {
+            PatternWord::Literal(literal) => literal,
+            PatternWord::Star => STAR,
+            PatternWord::Hash => HASH,
+        }
+    }
 }
 
 /// Parse a pattern into its words.

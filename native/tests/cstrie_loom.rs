@@ -178,9 +178,29 @@ fn model(setup: &'static [Op], concurrent: &'static [Op], read_in_thread: bool, 
 
 /// Issue 9: `c` holds `c.0` (old generation) and `c.1` (current); writer A
 /// subscribes inside `c.1`, writer B inside `c.0` (renewing it), and a third
-/// thread snapshots.
+/// thread snapshots. Two patterns below each of `c`, `c.0` and `c.1` make
+/// them I-nodes (a path one pattern takes alone is a tail).
 #[test]
 fn two_writers_and_a_snapshotter_lose_no_update() {
+    model(
+        &[
+            Op::Subscribe("c.0.a", "t"),
+            Op::Subscribe("c.0.y", "t"),
+            Op::Snapshot,
+            Op::Subscribe("c.1.b", "t"),
+            Op::Subscribe("c.1.x", "t"),
+        ],
+        &[Op::Subscribe("c.1.q", "t"), Op::Subscribe("c.0.z", "t"), Op::Snapshot],
+        false,
+        2,
+    );
+}
+
+/// Tails: `c.0` and `c.1` are tails in `c`'s C-node (`c` renewed after a
+/// snapshot); two writers each expand one into an I-node, both by GCAS on
+/// `c`, while a third thread snapshots.
+#[test]
+fn two_tail_expansions_and_a_snapshotter_lose_no_update() {
     model(
         &[Op::Subscribe("c.0.a", "t"), Op::Snapshot, Op::Subscribe("c.1.b", "t")],
         &[Op::Subscribe("c.1.q", "t"), Op::Subscribe("c.0.z", "t"), Op::Snapshot],
@@ -195,8 +215,13 @@ fn two_writers_and_a_snapshotter_lose_no_update() {
 /// must not commit on a root the snapshot has swapped out.
 #[test]
 fn a_subscribe_racing_a_tombing_unsubscribe_and_a_snapshot() {
+    // `c.b` expands `c` into an I-node; removing it leaves `c` holding `c.a` alone.
     model(
-        &[Op::Subscribe("c.a", "t")],
+        &[
+            Op::Subscribe("c.a", "t"),
+            Op::Subscribe("c.b", "t"),
+            Op::Unsubscribe("c.b", "t"),
+        ],
         &[Op::Unsubscribe("c.a", "t"), Op::Subscribe("c.z", "t"), Op::Snapshot],
         false,
         1,

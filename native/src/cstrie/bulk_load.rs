@@ -20,11 +20,15 @@
 //!    words (a 64-bit collision) is compared by text.
 //! 2. For each group, compute the new branch. Pairs whose pattern ends here
 //!    join its subscriber set (one batch insert, [`Hamt::insert_many`]).
-//!    Pairs that go deeper either go into a brand-new subtree built offline
-//!    when the branch has no live child (no other thread can see it until it
-//!    is published, so it is built by plain construction, bottom-up), or are
-//!    queued as a work item for the existing child (renewed into the current
-//!    generation first if it is older, as a one-pair writer would renew it).
+//!    Pairs that go deeper, when the branch has no live child, become a tail
+//!    if they are all one pattern, else a brand-new subtree built offline (no
+//!    other thread can see it until it is published, so it is built by plain
+//!    construction, with tails wherever a path has one pattern). An existing
+//!    tail gains the subscribers of its own pattern, or is expanded into an
+//!    I-node (as a one-pair writer would expand it) that is queued with the
+//!    pairs. An existing I-node child is queued as a work item (renewed into
+//!    the current generation first if it is older, as a one-pair writer
+//!    would renew it).
 //! 3. Propose the new C-node (its literal table changed by one batch insert)
 //!    with one GCAS.
 //! 4. If the GCAS commits, the queued children are processed next. If it
@@ -55,10 +59,11 @@ use std::sync::Arc;
 
 use super::gcas::{gcas, gcas_read, read_root};
 use super::hamt::{hash_word, prefetch, Leaf, SmolStr};
-use super::node::{Branch, CNode, Generation, INode, MainKind, MainNode, SubscriberSet};
+use super::node::{Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
 use super::sync::epoch::{self, Guard};
 use super::{help_reclaim, CsTrie};
 use crate::topic::{PatternWord, SEPARATOR};
+use smol_str::SmolStrBuilder;
 
 /// Patterns longer than this (in words) take the one-pair path, which is
 /// iterative; the offline subtree builder recurses once per word.
@@ -107,14 +112,27 @@ impl Batch<'_> {
     }
 
     #[inline]
-    fn hash(&self, item: u32, depth: usize) -> u64 {
-        self.at(item, depth).hash
-    }
-
-    #[inline]
     fn len_of(&self, item: u32) -> usize {
         let item = &self.items[item as usize];
         (item.end - item.start) as usize
+    }
+
+    /// The words of `item` from `depth` on, joined: a tail's text. Built
+    /// from the parsed words (the walk has just read them, so they are in
+    /// cache), not sliced from the pattern text.
+    fn suffix(&self, item: u32, depth: usize) -> SmolStr {
+        let item = &self.items[item as usize];
+        let mut text = SmolStrBuilder::new();
+        for (at, word) in self.words[item.start as usize + depth..item.end as usize]
+            .iter()
+            .enumerate()
+        {
+            if at > 0 {
+                text.push(SEPARATOR);
+            }
+            text.push_str(&word.text);
+        }
+        text.finish()
     }
 
     /// The text of the literal word at `depth` of `item`.
@@ -253,12 +271,42 @@ fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32]) -> (Subscribe
     }))
 }
 
+/// The text of the words from `depth` on, when every one of `items` (each at
+/// least `depth + 1` words long) is the same pattern: what a [`Child::Tail`]
+/// of them holds. Items sharing a word path are one pattern exactly when
+/// their texts are equal.
+fn one_pattern_suffix(batch: &Batch<'_>, items: &[u32], depth: usize) -> Option<SmolStr> {
+    let first = items[0];
+    if let [_, others @ ..] = items {
+        if !others.is_empty() {
+            let start = batch.items[first as usize].start;
+            let text = batch.patterns[first as usize];
+            let same = |&item: &u32| batch.items[item as usize].start == start || batch.patterns[item as usize] == text;
+            if !others.iter().all(same) {
+                return None;
+            }
+        }
+    }
+    Some(batch.suffix(first, depth))
+}
+
+/// What goes below a new branch for `items` (each at least `depth + 1` words
+/// long): a tail when they are one pattern, else a new, unpublished subtree;
+/// and how many distinct pairs it holds.
+fn fresh_child(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generation) -> (Child, usize) {
+    if let Some(words) = one_pattern_suffix(batch, items, depth) {
+        let (subscribers, new) = with_all(&SubscriberSet::default(), batch, items);
+        return (Child::tail(words, subscribers), new);
+    }
+    let (inode, new) = build_fresh(batch, items, depth, gen);
+    (Child::Node(inode), new)
+}
+
 /// A new, unpublished subtree holding `items` (each at least `depth + 1`
 /// words long) below depth `depth`, and how many distinct pairs it holds.
+/// No other thread can see it until it is published, so it is built by plain
+/// construction.
 fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generation) -> (Arc<INode>, usize) {
-    if let [item] = items {
-        return (build_chain(batch, *item, depth, gen), 1);
-    }
     let mut cnode = CNode::default();
     let groups = group_by_word(batch, items, depth);
     let mut literals: Vec<Leaf<Branch>> = Vec::with_capacity(groups.len());
@@ -274,7 +322,7 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
         let child = match &mut group[enders..] {
             [] => None,
             deeper => {
-                let (child, new) = build_fresh(batch, deeper, depth + 1, gen);
+                let (child, new) = fresh_child(batch, deeper, depth + 1, gen);
                 added += new;
                 Some(child)
             }
@@ -292,40 +340,6 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
     }
     cnode.literals = cnode.literals.insert_many(literals).0;
     (INode::new(gen, MainNode::committed(MainKind::Branches(cnode))), added)
-}
-
-/// [`build_fresh`] of a single pair: one C-node per word, built from the
-/// last word up (most subtrees of a wide node hold one pattern, and this
-/// allocates nothing but the nodes themselves).
-fn build_chain(batch: &Batch<'_>, item: u32, depth: usize, gen: Generation) -> Arc<INode> {
-    let len = batch.len_of(item);
-    let mut below: Option<Arc<INode>> = None;
-    for at in (depth..len).rev() {
-        let subscribers = if at + 1 == len {
-            SubscriberSet::single(batch.items[item as usize].subscriber.clone())
-        } else {
-            SubscriberSet::Empty
-        };
-        let branch = Branch {
-            subscribers,
-            child: below.take(),
-        };
-        let mut cnode = CNode::default();
-        match batch.word(item, at) {
-            PatternWord::Literal(_) => {
-                let leaf = Leaf {
-                    hash: batch.hash(item, at),
-                    key: batch.text(item, at),
-                    value: branch,
-                };
-                cnode.literals = cnode.literals.insert_leaf(leaf);
-            }
-            PatternWord::Star => cnode.set_wildcard(PatternWord::Star, Some(branch)),
-            PatternWord::Hash => cnode.set_wildcard(PatternWord::Hash, Some(branch)),
-        }
-        below = Some(INode::new(gen, MainNode::committed(MainKind::Branches(cnode))));
-    }
-    below.expect("items go deeper than depth")
 }
 
 /// What one attempt at a work item did.
@@ -473,12 +487,10 @@ impl CsTrie {
             let held = existing.map(|branch| &branch.subscribers).cloned().unwrap_or_default();
             let (subscribers, count) = with_all(&held, batch, &group[..enders]);
             added += count;
-            let live_child = existing
-                .and_then(|branch| branch.child.as_ref())
-                .filter(|child| gcas_read(child, ctx, guard).get().cnode().is_some());
-            let child = match (&mut group[enders..], live_child) {
-                ([], _) => existing.and_then(|branch| branch.child.clone()),
-                (deeper, Some(child)) => {
+            let existing_child = existing.and_then(|branch| branch.child.as_ref());
+            let child = match (&mut group[enders..], existing_child) {
+                ([], _) => existing_child.cloned(),
+                (deeper, Some(Child::Node(child))) if gcas_read(child, ctx, guard).get().cnode().is_some() => {
                     let child = if child.gen == gen {
                         child.clone()
                     } else {
@@ -486,17 +498,35 @@ impl CsTrie {
                         INode::new(gen, gcas_read(child, ctx, guard).to_arc())
                     };
                     children.push((child.clone(), depth + 1, deeper.to_vec()));
-                    Some(child)
+                    Some(Child::Node(child))
                 }
-                (deeper, None) => {
-                    let (child, count) = build_fresh(batch, deeper, depth + 1, gen);
+                (deeper, Some(Child::Tail(tail))) => {
+                    if one_pattern_suffix(batch, deeper, depth + 1).is_some_and(|words| words == tail.words) {
+                        // More subscribers of the tail's own pattern.
+                        let (set, count) = with_all(&tail.subscribers, batch, deeper);
+                        added += count;
+                        match count {
+                            0 => existing_child.cloned(),
+                            _ => Some(Child::tail(tail.words.clone(), set)),
+                        }
+                    } else {
+                        // Other patterns too: the tail becomes an I-node (the same
+                        // pairs), published by this GCAS and then visited.
+                        let child = tail.expand(&[], gen);
+                        children.push((child.clone(), depth + 1, deeper.to_vec()));
+                        Some(Child::Node(child))
+                    }
+                }
+                // None, or a tombed child (its branch is rebuilt).
+                (deeper, _) => {
+                    let (child, count) = fresh_child(batch, deeper, depth + 1, gen);
                     added += count;
                     Some(child)
                 }
             };
             let unchanged = count == 0
-                && match (existing.and_then(|branch| branch.child.as_ref()), &child) {
-                    (Some(old), Some(new)) => Arc::ptr_eq(old, new),
+                && match (existing_child, &child) {
+                    (Some(old), Some(new)) => old.same(new),
                     (None, None) => true,
                     _ => false,
                 };

@@ -30,7 +30,7 @@ use hashbrown::HashTable;
 
 use super::gcas::{gcas_read, Ctx};
 use super::hash_word;
-use super::node::{Branch, CNode, INode, SubscriberSet};
+use super::node::{Branch, CNode, Child, INode, SubscriberSet, Tail};
 use super::sync::epoch::Guard;
 use crate::frozen::{sort_by_text, BuildError, Edge, FrozenMatcher, Index, Interned, Node, NONE};
 
@@ -129,6 +129,13 @@ pub(crate) fn freeze(
     walk.lay_out()
 }
 
+/// What the walk still has to lay out below a temporary node.
+enum Below<'g> {
+    Node(&'g CNode),
+    /// The remaining words of a tail (a suffix of its text).
+    Tail(&'g str, &'g Tail),
+}
+
 struct Walk<'g> {
     nodes: Vec<TempNode>,
     kids: Vec<(u32, u32)>,
@@ -160,8 +167,15 @@ impl<'g> Walk<'g> {
 
     /// Pass 1: every node reachable from the root C-node, depth first.
     fn run(&mut self, root: &'g CNode, ctx: Ctx<'_>, guard: &'g Guard) -> Result<(), BuildError> {
-        let mut stack: Vec<(&'g CNode, u32)> = vec![(root, 0)];
-        while let Some((cnode, node)) = stack.pop() {
+        let mut stack: Vec<(Below<'g>, u32)> = vec![(Below::Node(root), 0)];
+        while let Some((below, node)) = stack.pop() {
+            let cnode = match below {
+                Below::Node(cnode) => cnode,
+                Below::Tail(words, tail) => {
+                    self.tail(node, words, tail, &mut stack)?;
+                    continue;
+                }
+            };
             let kids_start = self.kids.len() as u32;
             for leaf in cnode.literals.iter() {
                 let key = self.words.intern(&leaf.key, leaf.hash);
@@ -184,32 +198,72 @@ impl<'g> Walk<'g> {
     }
 
     /// A kid under `key` for `branch`, unless the branch leads nowhere (a tomb
-    /// not yet compressed); its C-node, if any, goes on `stack`.
+    /// not yet compressed); what lies below it, if anything, goes on `stack`.
     fn branch(
         &mut self,
         key: u32,
         branch: &'g Branch,
         ctx: Ctx<'_>,
         guard: &'g Guard,
-        stack: &mut Vec<(&'g CNode, u32)>,
+        stack: &mut Vec<(Below<'g>, u32)>,
     ) -> Result<(), BuildError> {
-        let below = branch
-            .child
-            .as_ref()
-            .and_then(|child| gcas_read(child, ctx, guard).get().cnode())
-            .filter(|child| !child.is_empty());
+        let below = match &branch.child {
+            None => None,
+            Some(Child::Node(child)) => gcas_read(child, ctx, guard)
+                .get()
+                .cnode()
+                .filter(|child| !child.is_empty())
+                .map(Below::Node),
+            Some(Child::Tail(tail)) => Some(Below::Tail(&tail.words, tail)),
+        };
         if branch.subscribers.is_empty() && below.is_none() {
             return Ok(());
         }
-        let child = u32::try_from(self.nodes.len())
-            .ok()
-            .filter(|&id| id < STAR_KEY)
-            .ok_or(BuildError::TooLarge)?;
-        self.nodes.push(TempNode::default());
+        let child = self.new_node()?;
         self.kids.push((key, child));
         self.add_subscribers(child, &branch.subscribers);
         if let Some(below) = below {
             stack.push((below, child));
+        }
+        Ok(())
+    }
+
+    fn new_node(&mut self) -> Result<u32, BuildError> {
+        let id = u32::try_from(self.nodes.len())
+            .ok()
+            .filter(|&id| id < STAR_KEY)
+            .ok_or(BuildError::TooLarge)?;
+        self.nodes.push(TempNode::default());
+        Ok(id)
+    }
+
+    /// `node`'s one kid: the first of a tail's remaining `words`, holding the
+    /// tail's subscribers when it is the last word, else the rest of it.
+    fn tail(
+        &mut self,
+        node: u32,
+        words: &'g str,
+        tail: &'g Tail,
+        stack: &mut Vec<(Below<'g>, u32)>,
+    ) -> Result<(), BuildError> {
+        let (first, rest) = match words.split_once(crate::topic::SEPARATOR) {
+            Some((first, rest)) => (first, Some(rest)),
+            None => (words, None),
+        };
+        let key = match first {
+            crate::topic::STAR => STAR_KEY,
+            crate::topic::HASH => HASH_KEY,
+            literal => self.words.intern(literal, hash_word(literal)),
+        };
+        let kids_start = self.kids.len() as u32;
+        let child = self.new_node()?;
+        self.kids.push((key, child));
+        let temp = &mut self.nodes[node as usize];
+        temp.kids_start = kids_start;
+        temp.kids_len = 1;
+        match rest {
+            None => self.add_subscribers(child, &tail.subscribers),
+            Some(rest) => stack.push((Below::Tail(rest, tail), child)),
         }
         Ok(())
     }

@@ -14,8 +14,23 @@
 //!   node, path-copied); the wildcards are the named fields `star` and `hash`
 //!   (as in nats' `sublist.go`), never magic keys. Each branch holds the
 //!   subscribers whose pattern ends with that word (a persistent HAMT set)
-//!   and optionally the child I-node for longer patterns. The root C-node
-//!   also holds the empty pattern's subscribers (zero words end at the root).
+//!   and optionally a child for longer patterns: an I-node, or a tail. The
+//!   root C-node also holds the empty pattern's subscribers (zero words end
+//!   at the root).
+//! * **Tail** (`node::Tail`, the Ctrie's S-node): when exactly one longer
+//!   pattern passes through a branch, the branch holds its remaining words
+//!   (one text) and its subscribers instead of a chain of I-nodes, C-nodes
+//!   and tables, one per word. Tails are immutable values inside C-nodes, so
+//!   they change only by a GCAS of the C-node that holds them, carry no
+//!   generation and are shared with snapshots as they are. A subscribe whose
+//!   pattern leaves a tail's path first *expands* it: one GCAS replaces the
+//!   tail by I-nodes for the words the two share, holding the same pairs
+//!   (the tail's rest, from where they part, as a shorter tail), and the walk
+//!   goes on into them. An expanded path stays expanded when patterns leave
+//!   it (tombs prune it only once it is empty). A wide node of
+//!   `tenant<i>.orders.#` is then one table slot and one tail per tenant:
+//!   166 heap bytes per pair instead of 467 (`tests/cstrie_footprint.rs`
+//!   counts them).
 //! * **T-node** (`node::MainKind::Tomb`): when an unsubscribe leaves a
 //!   non-root C-node with no branches, the I-node is tombed instead. A tomb is
 //!   final: nothing is ever inserted below it, so an insert racing with the
@@ -33,10 +48,11 @@
 //! | operation | cost |
 //! |---|---|
 //! | `subscribe` / `unsubscribe` | O(k · 16 · (log16 w + log16 s)) slots copied, plus retries under contention |
+//! | expanding a tail of t words (a pattern leaves its path) | O(t): one GCAS, the shared words' I-nodes built at once |
 //! | first write below a node after a snapshot | + O(16 · log16 w) per renewed level (one child copied, not the table) |
 //! | `subscribe_many` of m pairs | O(m k) to parse, O(m log m) integer sorts, each touched C-node copied once (`bulk_load.rs`) |
 //! | `snapshot` | O(1) |
-//! | `lookup` (live or snapshot) | O(states visited · log16 w) probes (states: see Matching) + sorting the result |
+//! | `lookup` (live or snapshot) | O(states visited · log16 w) probes (states: see Matching), plus O(t · key words) per tail met + sorting the result |
 //! | `Snapshot::freeze` | O(n) walk + sorting the distinct words and subscribers (`freeze.rs`) |
 //! | `len` (live) | O(1); `Snapshot::len` O(pairs) once, then cached |
 //! | `subscriptions` / `topics` | O(pairs) plus sorting |
@@ -91,7 +107,9 @@
 //! consume any number, and each C-node's `#` edge is taken at most once per
 //! key position, so the walk is O(nodes x (key words + 1)) however many `#`
 //! a pattern has (15 `#` against a 31-word key is ~500 states, not C(46, 15)).
-//! Results are deduplicated and sorted by subscriber id.
+//! A tail is matched against the key words left by a glob match with one
+//! backtrack point (`traverse::tail_matches`): a lockstep pass when it has
+//! no `#`. Results are deduplicated and sorted by subscriber id.
 //!
 //! # Memory reclamation
 //!
@@ -137,7 +155,7 @@ pub use smol_str::SmolStr;
 use self::gcas::{gcas, gcas_read, rdcss_root, read_root, Ctx, RootState};
 /// The process-wide text hash of the CS-trie's tables (also the frozen matcher's word index).
 pub(crate) use self::hamt::hash_word;
-use self::node::{Branch, CNode, Generation, INode, MainKind, MainNode, SubscriberSet};
+use self::node::{joined, Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
 use self::sync::epoch::{self, Guard};
 use self::sync::{AtomicIsize, AtomicU64, Ordering};
 use crate::frozen::{BuildError, FrozenMatcher};
@@ -375,7 +393,7 @@ impl CsTrie {
             };
             let rest = &words[depth + 1..];
             let Some(branch) = cnode.branch(word) else {
-                let branch = new_branch(rest, subscriber, start_gen);
+                let branch = new_branch(rest, subscriber);
                 return commit(cnode.with_branch(word, Some(branch)));
             };
             if rest.is_empty() {
@@ -390,21 +408,43 @@ impl CsTrie {
                     )),
                 };
             }
+            let with_child = |child: Child| {
+                Some(Branch {
+                    subscribers: branch.subscribers.clone(),
+                    child: Some(child),
+                })
+            };
             match &branch.child {
                 None => {
-                    let child = new_branch(rest, subscriber, start_gen).child;
-                    let branch = Branch {
-                        subscribers: branch.subscribers.clone(),
-                        child,
-                    };
-                    return commit(cnode.with_branch(word, Some(branch)));
+                    let child = Child::tail(joined(rest), SubscriberSet::single(subscriber.clone()));
+                    return commit(cnode.with_branch(word, with_child(child)));
                 }
-                Some(child) if child.gen == start_gen => {
+                Some(Child::Tail(tail)) if tail.is(rest) => {
+                    return match tail.subscribers.with(subscriber) {
+                        None => Attempt::Done(false),
+                        Some(set) => commit(cnode.with_branch(word, with_child(Child::tail(tail.words.clone(), set)))),
+                    };
+                }
+                Some(Child::Tail(tail)) => {
+                    // Another pattern below this branch: expand the path it shares
+                    // with the tail into I-nodes first (the same pairs), then go on.
+                    let expanded = Child::Node(tail.expand(rest, start_gen));
+                    if !gcas(
+                        inode,
+                        main,
+                        MainKind::Branches(cnode.with_branch(word, with_child(expanded))),
+                        ctx,
+                        guard,
+                    ) {
+                        return Attempt::Restart;
+                    }
+                }
+                Some(Child::Node(child)) if child.gen == start_gen => {
                     parent = Some(inode);
                     inode = child;
                     depth += 1;
                 }
-                Some(_) => {
+                Some(Child::Node(_)) => {
                     if !self.renew_child(inode, main, cnode, word, branch, start_gen, guard) {
                         return Attempt::Restart;
                     }
@@ -446,7 +486,10 @@ impl CsTrie {
                 let Some(set) = branch.subscribers.without(subscriber) else {
                     return Attempt::Done(false);
                 };
-                let child = branch.child.clone().filter(|child| !is_tombed(child, ctx, guard));
+                let child = branch.child.clone().filter(|child| match child {
+                    Child::Node(child) => !is_tombed(child, ctx, guard),
+                    Child::Tail(_) => true,
+                });
                 let remaining = match (set.is_empty(), child) {
                     (true, None) => None,
                     (_, child) => Some(Branch {
@@ -467,11 +510,37 @@ impl CsTrie {
             }
             match &branch.child {
                 None => return Attempt::Done(false),
-                Some(child) if child.gen == start_gen => {
+                Some(Child::Tail(tail)) => {
+                    if !tail.is(&words[depth + 1..]) {
+                        return Attempt::Done(false);
+                    }
+                    let Some(set) = tail.subscribers.without(subscriber) else {
+                        return Attempt::Done(false);
+                    };
+                    let child = (!set.is_empty()).then(|| Child::tail(tail.words.clone(), set));
+                    let remaining = match (branch.subscribers.is_empty(), child) {
+                        (true, None) => None,
+                        (_, child) => Some(Branch {
+                            subscribers: branch.subscribers.clone(),
+                            child,
+                        }),
+                    };
+                    let new = cnode.with_branch(word, remaining);
+                    let tomb = depth > 0 && new.is_empty();
+                    let kind = if tomb { MainKind::Tomb } else { MainKind::Branches(new) };
+                    if !gcas(inode, main, kind, ctx, guard) {
+                        return Attempt::Restart;
+                    }
+                    if tomb {
+                        self.prune_path(root, &path, words, inode, start_gen, guard);
+                    }
+                    return Attempt::Done(true);
+                }
+                Some(Child::Node(child)) if child.gen == start_gen => {
                     path.push(inode);
                     inode = child;
                 }
-                Some(_) => {
+                Some(Child::Node(_)) => {
                     if !self.renew_child(inode, main, cnode, word, branch, start_gen, guard) {
                         return Attempt::Restart;
                     }
@@ -496,14 +565,16 @@ impl CsTrie {
         gen: Generation,
         guard: &Guard,
     ) -> bool {
-        let Some(child) = &branch.child else { return false };
+        let Some(Child::Node(child)) = &branch.child else {
+            return false;
+        };
         debug_assert_ne!(child.gen, gen, "only an old-generation child is renewed");
         // The child's generation is dead, so no GCAS on it can ever commit
         // again: its committed main node is final and safe to share.
         let child_main = gcas_read(child, self.ctx(), guard).to_arc();
         let renewed = Branch {
             subscribers: branch.subscribers.clone(),
-            child: Some(INode::new(gen, child_main)),
+            child: Some(Child::Node(INode::new(gen, child_main))),
         };
         gcas(
             inode,
@@ -553,7 +624,7 @@ impl CsTrie {
             let Some(cnode) = main.get().cnode() else { return false };
             let Some(branch) = cnode.branch(word) else { return false };
             match &branch.child {
-                Some(child) if std::ptr::eq(&**child, tombed) => {}
+                Some(Child::Node(child)) if std::ptr::eq(&**child, tombed) => {}
                 _ => return false,
             }
             if !is_tombed(tombed, ctx, guard) {
@@ -586,22 +657,20 @@ fn is_tombed(inode: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
 }
 
 /// The branch for the first of the remaining words: `rest` empty means the
-/// pattern ends here; otherwise a fresh chain of I-nodes for `rest` (built
-/// bottom-up, without recursion) carries the subscriber at its end.
-fn new_branch(rest: &[PatternWord<'_>], subscriber: &SmolStr, gen: Generation) -> Branch {
-    let mut branch = Branch {
-        subscribers: SubscriberSet::single(subscriber.clone()),
-        child: None,
-    };
-    for &word in rest.iter().rev() {
-        let cnode = CNode::single(word, branch);
-        let child = INode::new(gen, MainNode::committed(MainKind::Branches(cnode)));
-        branch = Branch {
+/// pattern ends here; otherwise a [`Tail`](node::Tail) of `rest` carries the
+/// subscriber (no I-nodes until a second pattern shares the path).
+fn new_branch(rest: &[PatternWord<'_>], subscriber: &SmolStr) -> Branch {
+    let subscribers = SubscriberSet::single(subscriber.clone());
+    match rest {
+        [] => Branch {
+            subscribers,
+            child: None,
+        },
+        rest => Branch {
             subscribers: SubscriberSet::default(),
-            child: Some(child),
-        };
+            child: Some(Child::tail(joined(rest), subscribers)),
+        },
     }
-    branch
 }
 
 /// A frozen, read-only view of a [`CsTrie`]. Cheap to clone; `Send + Sync`.

@@ -160,14 +160,134 @@ impl SubscriberSet {
 }
 
 /// One edge of a C-node: the subscribers whose pattern ends with this word,
-/// and the I-node holding the longer patterns.
+/// and what holds the longer patterns.
 #[derive(Clone, Default)]
 pub(crate) struct Branch {
     pub(crate) subscribers: SubscriberSet,
     /// Invariant (in a freshly written C-node): a branch with no subscribers
-    /// has a child. The child may later become a T-node; whoever sees that
-    /// prunes the branch.
-    pub(crate) child: Option<Arc<INode>>,
+    /// has a child. A [`Child::Node`] may later become a T-node; whoever sees
+    /// that prunes the branch.
+    pub(crate) child: Option<Child>,
+}
+
+/// What lies below a branch: an I-node, or a [`Tail`] when exactly one
+/// longer pattern passes through it.
+#[derive(Clone)]
+pub(crate) enum Child {
+    Node(Arc<INode>),
+    Tail(Arc<Tail>),
+}
+
+/// The Ctrie's S-node, for patterns: the only pattern below a branch, kept
+/// as its remaining words and subscribers instead of a chain of I-nodes.
+///
+/// Immutable and generation-free, like a C-node's slots: a writer that
+/// changes it builds a new one (or expands it into an I-node) and commits
+/// the parent's C-node by GCAS, so a tail is never written in place and a
+/// snapshot can share it. A fresh path (`tenant<i>.orders.#` under a wide
+/// node) then costs one allocation instead of an I-node, a main node and a
+/// table per word.
+pub(crate) struct Tail {
+    /// The words after the branch's word, joined by `.`: at least one word
+    /// (split with `str::split`, so `""` is one empty word).
+    pub(crate) words: SmolStr,
+    /// Invariant: not empty (a tail that loses its last subscriber is removed).
+    pub(crate) subscribers: SubscriberSet,
+}
+
+impl Child {
+    /// The I-node, when the child is one.
+    pub(crate) fn inode(&self) -> Option<&Arc<INode>> {
+        match self {
+            Child::Node(inode) => Some(inode),
+            Child::Tail(_) => None,
+        }
+    }
+
+    /// The same child (pointer equality).
+    pub(crate) fn same(&self, other: &Child) -> bool {
+        match (self, other) {
+            (Child::Node(left), Child::Node(right)) => Arc::ptr_eq(left, right),
+            (Child::Tail(left), Child::Tail(right)) => Arc::ptr_eq(left, right),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn tail(words: SmolStr, subscribers: SubscriberSet) -> Child {
+        debug_assert!(!subscribers.is_empty(), "a tail holds at least one subscriber");
+        Child::Tail(Arc::new(Tail { words, subscribers }))
+    }
+}
+
+impl Tail {
+    /// The tail's words, parsed.
+    pub(crate) fn pattern_words(&self) -> impl Iterator<Item = PatternWord<'_>> {
+        self.words.split(crate::topic::SEPARATOR).map(PatternWord::parse)
+    }
+
+    /// Whether the tail holds exactly the pattern words `rest`.
+    pub(crate) fn is(&self, rest: &[PatternWord<'_>]) -> bool {
+        let mut words = self.pattern_words();
+        rest.iter().all(|&word| words.next() == Some(word)) && words.next().is_none()
+    }
+
+    /// The same pairs as I-nodes (generation `gen`) for the words the tail
+    /// shares with `along` (another pattern's words after the branch), down
+    /// to where they part: there the tail's word holds the tail's rest as a
+    /// shorter tail (or its subscribers, at its last word). What a writer
+    /// commits before it adds `along`: built bottom-up in one pass, so a long
+    /// shared path costs O(words), not one expansion (and one copy of the
+    /// rest) per word. With `along` empty, one level.
+    pub(crate) fn expand(&self, along: &[PatternWord<'_>], gen: Generation) -> Arc<INode> {
+        let words: Vec<&str> = self.words.split(crate::topic::SEPARATOR).collect();
+        let shared = words
+            .iter()
+            .zip(along)
+            .take_while(|&(&word, &other)| PatternWord::parse(word) == other)
+            .count();
+        let deepest = shared.min(words.len() - 1);
+        let branch = if deepest + 1 == words.len() {
+            Branch {
+                subscribers: self.subscribers.clone(),
+                child: None,
+            }
+        } else {
+            // The words up to `deepest`, each with its separator.
+            let offset: usize = words[..=deepest].iter().map(|word| word.len() + 1).sum();
+            Branch {
+                subscribers: SubscriberSet::Empty,
+                child: Some(Child::tail(
+                    SmolStr::new(&self.words[offset..]),
+                    self.subscribers.clone(),
+                )),
+            }
+        };
+        let single = |word: &str, branch: Branch| {
+            let cnode = CNode::single(PatternWord::parse(word), branch);
+            INode::new(gen, MainNode::committed(MainKind::Branches(cnode)))
+        };
+        let mut node = single(words[deepest], branch);
+        for &word in words[..deepest].iter().rev() {
+            let branch = Branch {
+                subscribers: SubscriberSet::Empty,
+                child: Some(Child::Node(node)),
+            };
+            node = single(word, branch);
+        }
+        node
+    }
+}
+
+/// `words` joined by `.`: the text of a tail.
+pub(crate) fn joined(words: &[PatternWord<'_>]) -> SmolStr {
+    let mut text = String::new();
+    for (at, word) in words.iter().enumerate() {
+        if at > 0 {
+            text.push(crate::topic::SEPARATOR);
+        }
+        text.push_str(word.text());
+    }
+    SmolStr::new(text)
 }
 
 /// An immutable branch table. Writers copy it (O(1): the tables inside are
@@ -359,8 +479,10 @@ impl Drop for INode {
             }
             if let MainKind::Branches(cnode) = std::mem::replace(&mut main.kind, MainKind::Tomb) {
                 cnode.dismantle(|mut branch| {
-                    if let Some(mut child) = branch.child.take().and_then(Arc::into_inner) {
-                        pending.extend(child.main.take());
+                    if let Some(Child::Node(child)) = branch.child.take() {
+                        if let Some(mut child) = Arc::into_inner(child) {
+                            pending.extend(child.main.take());
+                        }
                     }
                 });
             }

@@ -170,7 +170,9 @@ fn unsubscribing_everything_prunes_back_to_the_empty_trie() {
         trie.subscribe(pattern, "s1");
         trie.subscribe(pattern, "s2");
     }
-    assert!(trie.node_count() > 10);
+    // I-nodes only where patterns share a path (the root, `a`, `a.b`, `a.b.c`);
+    // a path one pattern takes alone is a tail.
+    assert_eq!(trie.node_count(), 4);
     // Remove in an order that empties inner nodes before leaves and back.
     for pattern in patterns.iter().rev() {
         assert!(trie.unsubscribe(pattern, "s1"));
@@ -229,8 +231,14 @@ fn very_deep_patterns_do_not_overflow_the_stack() {
     let snapshot = trie.snapshot();
     assert_eq!(trie.lookup(&pattern), ids(&["s"]));
     assert_eq!(snapshot.topics("s").len(), 1);
-    assert_eq!(trie.node_count(), words);
+    assert_eq!(trie.node_count(), 1, "one pattern: a tail below the root");
     assert!(trie.subscribe(&format!("{pattern}.#"), "t"));
+    assert_eq!(
+        trie.node_count(),
+        words,
+        "a second one expands the shared path, level by level"
+    );
+    assert_eq!(trie.lookup(&format!("{pattern}.x")), ids(&["t"]));
     assert!(trie.unsubscribe(&pattern, "s"));
     assert!(trie.unsubscribe(&format!("{pattern}.#"), "t"));
     assert_eq!(trie.node_count(), 1);
@@ -418,8 +426,9 @@ fn leave_uncompressed_tomb(trie: &CsTrie, word: &str) {
         .get()
         .cnode()
         .and_then(|cnode| cnode.literal(word))
-        .and_then(|b| b.child.as_deref());
-    let child = child.expect("a child under the word");
+        .and_then(|b| b.child.as_ref())
+        .and_then(Child::inode);
+    let child = child.expect("an I-node under the word");
     let current = gcas_read(child, trie.ctx(), &guard);
     assert!(gcas(child, current, MainKind::Tomb, trie.ctx(), &guard));
 }
@@ -427,7 +436,9 @@ fn leave_uncompressed_tomb(trie: &CsTrie, word: &str) {
 #[test]
 fn a_live_lookup_that_meets_a_tomb_compresses_it() {
     let trie = CsTrie::new();
+    // Two patterns below `a`, so it is an I-node (one alone would be a tail).
     trie.subscribe("a.b", "s");
+    trie.subscribe("a.c", "s");
     leave_uncompressed_tomb(&trie, "a");
     assert_eq!(trie.node_count(), 2, "the tombed I-node is still linked");
     assert!(trie.lookup("a.b").is_empty());
@@ -439,6 +450,7 @@ fn writers_that_meet_a_tomb_compress_it_and_retry() {
     for (pattern, key) in [("a.b", "a.b"), ("a.c.d", "a.c.d"), ("a", "a")] {
         let trie = CsTrie::new();
         trie.subscribe("a.b", "s");
+        trie.subscribe("a.x", "s");
         leave_uncompressed_tomb(&trie, "a");
         assert!(trie.subscribe(pattern, "t"), "{pattern}");
         assert_eq!(trie.lookup(key), ids(&["t"]), "{pattern}");
@@ -447,6 +459,7 @@ fn writers_that_meet_a_tomb_compress_it_and_retry() {
     }
     let trie = CsTrie::new();
     trie.subscribe("a.b", "s");
+    trie.subscribe("a.x", "s");
     trie.subscribe("a", "s");
     leave_uncompressed_tomb(&trie, "a");
     // The branch keeps its own subscribers; only the dead child goes.
@@ -460,7 +473,11 @@ fn live_inode<'g>(trie: &'g CsTrie, path: &[&str], guard: &'g Guard) -> &'g INod
     let mut inode = read_root(&trie.root, false, guard);
     for word in path {
         let cnode = gcas_read(inode, trie.ctx(), guard).get().cnode().expect("a C-node");
-        inode = cnode.literal(word).and_then(|b| b.child.as_deref()).expect("a child");
+        inode = cnode
+            .literal(word)
+            .and_then(|b| b.child.as_ref())
+            .and_then(Child::inode)
+            .expect("an I-node child");
     }
     inode
 }
@@ -475,11 +492,14 @@ fn live_inode<'g>(trie: &'g CsTrie, path: &[&str], guard: &'g Guard) -> &'g INod
 #[test]
 fn a_write_racing_the_renewal_of_a_sibling_is_not_lost() {
     let trie = CsTrie::new();
+    // Two patterns below each of `c` and `c.0`, so both are I-nodes.
     assert!(trie.subscribe("c.0.a", "t"));
+    assert!(trie.subscribe("c.0.z", "u"));
     let _snapshot = trie.snapshot();
+    assert!(trie.subscribe("c.1.b", "t"), "renews `c` and adds `c.1` (a tail)");
     assert!(
-        trie.subscribe("c.1.b", "t"),
-        "renews `c` and adds a current-generation `c.1`"
+        trie.subscribe("c.1.y", "u"),
+        "expands `c.1` into a current-generation I-node"
     );
     let guard = epoch::pin();
     let current_gen = read_root(&trie.root, false, &guard).gen;
@@ -505,7 +525,7 @@ fn a_write_racing_the_renewal_of_a_sibling_is_not_lost() {
 
     assert_eq!(trie.lookup("c.1.q"), ids(&["t"]), "A's committed write is in the trie");
     let pairs: Vec<String> = trie.snapshot().subscriptions().into_iter().map(|(p, _)| p).collect();
-    assert_eq!(pairs, ["c.0.a", "c.0.z", "c.1.b", "c.1.q"]);
+    assert_eq!(pairs, ["c.0.a", "c.0.z", "c.0.z", "c.1.b", "c.1.q", "c.1.y"]);
 }
 
 /// Average HAMT slots copied per subscribe of `pattern(i)` for i in `range`.
@@ -562,6 +582,7 @@ fn writes_copy_a_logarithmic_number_of_slots_for_wide_nodes_and_hot_patterns() {
 fn freezing_skips_tombs_not_yet_compressed() {
     let trie = CsTrie::new();
     trie.subscribe("a.b", "s");
+    trie.subscribe("a.x", "s");
     trie.subscribe("c", "s");
     leave_uncompressed_tomb(&trie, "a");
     let frozen = trie.snapshot().freeze().unwrap();
@@ -682,5 +703,81 @@ fn subscribe_many_races_writers_and_snapshots_without_losing_pairs() {
             .map(|(p, _)| p)
             .collect();
         assert_eq!(held, bulk.iter().cloned().collect::<BTreeSet<_>>(), "round {round}");
+    }
+}
+
+/// A tail is matched by the glob algorithm of `traverse::tail_matches`;
+/// the reference `words_match` (dynamic programming) is its oracle, over
+/// random patterns and keys from a small alphabet (so they often match).
+#[test]
+fn tail_matching_agrees_with_the_reference_matcher() {
+    let pattern_alphabet = ["a", "b", "", "*", "#"];
+    let key_alphabet = ["a", "b", ""];
+    let mut matched = 0;
+    for seed in 0..20_000u64 {
+        let mut rng = Rng(seed);
+        let pattern_text = rng.text(&pattern_alphabet, 6);
+        let key_text = rng.text(&key_alphabet, 7);
+        let pattern = pattern_words(&pattern_text);
+        let key = split_words(&key_text);
+        let expected = words_match(&pattern, &key);
+        matched += usize::from(expected);
+        assert_eq!(
+            traverse::tail_matches(&pattern, &key),
+            expected,
+            "{pattern_text:?} vs {key_text:?}"
+        );
+    }
+    assert!(
+        matched > 1_000,
+        "the cases must match often enough to test both outcomes: {matched}"
+    );
+    for &(pattern, key, expected) in validity() {
+        assert_eq!(
+            traverse::tail_matches(&pattern_words(pattern), &split_words(key)),
+            expected,
+            "{pattern:?} vs {key:?}"
+        );
+    }
+}
+
+/// A path one pattern takes alone is a tail; a second pattern on it expands
+/// the shared words into I-nodes, one pair at a time or in bulk, and removing
+/// patterns never loses the others.
+#[test]
+fn tails_expand_where_patterns_share_a_path() {
+    for bulk in [false, true] {
+        let trie = CsTrie::new();
+        assert!(trie.subscribe("a.b.c", "s0"));
+        assert_eq!(trie.node_count(), 1, "one pattern: a tail below the root");
+        let more = [("a.b.c", "s1"), ("a.b.d", "s2"), ("a.x", "s3"), ("a.b.c", "s0")];
+        if bulk {
+            assert_eq!(trie.subscribe_many(more), 3);
+        } else {
+            let added = more.iter().filter(|(p, s)| trie.subscribe(p, s)).count();
+            assert_eq!(added, 3);
+        }
+        assert_eq!(trie.node_count(), 3, "bulk {bulk}: the root, `a` and `a.b`");
+        assert_eq!(trie.lookup("a.b.c"), ids(&["s0", "s1"]), "bulk {bulk}");
+        assert_eq!(trie.lookup("a.b.d"), ids(&["s2"]), "bulk {bulk}");
+        assert_eq!(trie.lookup("a.x"), ids(&["s3"]), "bulk {bulk}");
+        assert!(trie.lookup("a.b").is_empty(), "bulk {bulk}");
+        // More subscribers of a tail's own pattern stay in the tail.
+        assert_eq!(trie.subscribe_many([("a.x", "s4"), ("a.x", "s5")]), 2);
+        assert_eq!(trie.node_count(), 3, "bulk {bulk}");
+        assert_eq!(trie.lookup("a.x"), ids(&["s3", "s4", "s5"]), "bulk {bulk}");
+        for (pattern, subscriber) in [("a.b.c", "s0"), ("a.x", "s3"), ("a.x", "s4"), ("a.x", "s5")] {
+            assert!(
+                trie.unsubscribe(pattern, subscriber),
+                "bulk {bulk}: {pattern} {subscriber}"
+            );
+        }
+        assert!(!trie.unsubscribe("a.x", "s3"), "bulk {bulk}: already gone");
+        assert!(!trie.unsubscribe("a.b.c.d", "s1"), "bulk {bulk}: longer than the tail");
+        assert_eq!(trie.lookup("a.b.c"), ids(&["s1"]), "bulk {bulk}");
+        assert!(trie.unsubscribe("a.b.c", "s1"));
+        assert!(trie.unsubscribe("a.b.d", "s2"));
+        assert_eq!(trie.node_count(), 1, "bulk {bulk}: pruned back to the root");
+        assert!(trie.is_empty());
     }
 }

@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 
 use super::gcas::{gcas_read, Ctx};
 use super::hamt::{hash_word, SmolStr};
-use super::node::{Branch, CNode, INode, SubscriberSet};
+use super::node::{Branch, CNode, Child, INode, SubscriberSet};
 use crate::topic::{PatternWord, SEPARATOR};
 
 /// Called with `(parent I-node, pattern word, tombed child)` when a traversal
@@ -33,6 +33,8 @@ struct Walk<'w, 'g, 'h> {
     /// States still to expand: (I-node owning the C-node, its C-node, key
     /// position).
     stack: SmallVec<[(&'g INode, &'g CNode, usize); 16]>,
+    /// The key's words (a tail is matched against the ones it has left).
+    key: &'w [&'w str],
 }
 
 impl<'g> Walk<'_, 'g, '_> {
@@ -41,17 +43,55 @@ impl<'g> Walk<'_, 'g, '_> {
         if next == self.key_len {
             self.found.extend(branch.subscribers.iter());
         }
-        if let Some(child) = &branch.child {
-            match gcas_read(child, self.ctx, self.guard).get().cnode() {
+        match &branch.child {
+            None => {}
+            Some(Child::Node(child)) => match gcas_read(child, self.ctx, self.guard).get().cnode() {
                 Some(child_cnode) => self.stack.push((child, child_cnode, next)),
                 None => {
                     if let Some(help) = self.on_tomb {
                         help(inode, word, child);
                     }
                 }
+            },
+            Some(Child::Tail(tail)) => {
+                let pattern: SmallVec<[PatternWord<'g>; 8]> = tail.pattern_words().collect();
+                if tail_matches(&pattern, &self.key[next..]) {
+                    self.found.extend(tail.subscribers.iter());
+                }
             }
         }
     }
+}
+
+/// Whether a tail's pattern words match the key words left after its branch
+/// (`*` is one word, `#` zero or more). The glob algorithm with one backtrack
+/// point, the last `#` met: without a `#` it is one pass in lockstep, and at
+/// worst O(pattern words x key words), like the reference `words_match`,
+/// but with no allocation.
+pub(crate) fn tail_matches(pattern: &[PatternWord<'_>], key: &[&str]) -> bool {
+    let (mut at, mut position) = (0, 0);
+    // After the last `#`: the pattern index that follows it, and the key
+    // position that pattern index is being tried at.
+    let mut resume: Option<(usize, usize)> = None;
+    while position < key.len() {
+        match pattern.get(at) {
+            Some(PatternWord::Hash) => {
+                at += 1;
+                resume = Some((at, position));
+            }
+            Some(PatternWord::Star) => (at, position) = (at + 1, position + 1),
+            Some(PatternWord::Literal(literal)) if *literal == key[position] => (at, position) = (at + 1, position + 1),
+            _ => match resume {
+                // Let the last `#` take one more word and try again from there.
+                Some((after_hash, from)) => {
+                    resume = Some((after_hash, from + 1));
+                    (at, position) = (after_hash, from + 1);
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[at..].iter().all(|&word| word == PatternWord::Hash)
 }
 
 /// The words of `text` (empty text: no words), split with a byte loop into a
@@ -103,6 +143,7 @@ pub(crate) fn matching<'g>(
         on_tomb,
         found: &mut found,
         stack: smallvec::smallvec![(root, root_cnode, 0)],
+        key,
     };
     // Each key word is hashed once, then probed in every C-node it meets.
     let hashes: SmallVec<[u64; 8]> = key.iter().map(|word| hash_word(word)).collect();
@@ -149,11 +190,16 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
     let Some((last, inner)) = pattern.split_last() else {
         return sorted(cnode.empty_pattern().iter().cloned().collect());
     };
-    for word in inner {
-        let next = cnode.branch(*word).and_then(|branch| branch.child.as_ref());
-        match next.and_then(|child| gcas_read(child, ctx, guard).get().cnode()) {
-            Some(child_cnode) => cnode = child_cnode,
-            None => return Vec::new(),
+    for (at, word) in inner.iter().enumerate() {
+        match cnode.branch(*word).and_then(|branch| branch.child.as_ref()) {
+            Some(Child::Node(child)) => match gcas_read(child, ctx, guard).get().cnode() {
+                Some(child_cnode) => cnode = child_cnode,
+                None => return Vec::new(),
+            },
+            Some(Child::Tail(tail)) if tail.is(&pattern[at + 1..]) => {
+                return sorted(tail.subscribers.iter().cloned().collect());
+            }
+            Some(Child::Tail(_)) | None => return Vec::new(),
         }
     }
     cnode
@@ -186,12 +232,16 @@ pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut vi
             if !branch.subscribers.is_empty() {
                 visit(&pattern, &branch.subscribers);
             }
-            if let Some(child_cnode) = branch
-                .child
-                .as_ref()
-                .and_then(|child| gcas_read(child, ctx, guard).get().cnode())
-            {
-                stack.push((child_cnode, Some(pattern)));
+            match &branch.child {
+                None => {}
+                Some(Child::Node(child)) => {
+                    if let Some(child_cnode) = gcas_read(child, ctx, guard).get().cnode() {
+                        stack.push((child_cnode, Some(pattern)));
+                    }
+                }
+                Some(Child::Tail(tail)) => {
+                    visit(&format!("{pattern}{SEPARATOR}{}", tail.words), &tail.subscribers);
+                }
             }
         }
     }
@@ -204,7 +254,12 @@ pub(crate) fn count_inodes(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> usize {
     while let Some(inode) = stack.pop() {
         count += 1;
         if let Some(cnode) = gcas_read(inode, ctx, guard).get().cnode() {
-            stack.extend(cnode.branches().filter_map(|(_, branch)| branch.child.as_deref()));
+            stack.extend(
+                cnode
+                    .branches()
+                    .filter_map(|(_, branch)| branch.child.as_ref().and_then(Child::inode))
+                    .map(|child| &**child),
+            );
         }
     }
     count
