@@ -276,15 +276,13 @@ fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32]) -> (Subscribe
 /// of them holds. Items sharing a word path are one pattern exactly when
 /// their texts are equal.
 fn one_pattern_suffix(batch: &Batch<'_>, items: &[u32], depth: usize) -> Option<SmolStr> {
-    let first = items[0];
-    if let [_, others @ ..] = items {
-        if !others.is_empty() {
-            let start = batch.items[first as usize].start;
-            let text = batch.patterns[first as usize];
-            let same = |&item: &u32| batch.items[item as usize].start == start || batch.patterns[item as usize] == text;
-            if !others.iter().all(same) {
-                return None;
-            }
+    let (&first, others) = items.split_first()?;
+    if !others.is_empty() {
+        let start = batch.items[first as usize].start;
+        let text = batch.patterns[first as usize];
+        let same = |&item: &u32| batch.items[item as usize].start == start || batch.patterns[item as usize] == text;
+        if !others.iter().all(same) {
+            return None;
         }
     }
     Some(batch.suffix(first, depth))

@@ -415,10 +415,7 @@ impl CsTrie {
                 })
             };
             match &branch.child {
-                None => {
-                    let child = Child::tail(joined(rest), SubscriberSet::single(subscriber.clone()));
-                    return commit(cnode.with_branch(word, with_child(child)));
-                }
+                None => return commit(cnode.with_branch(word, with_child(new_tail(rest, subscriber)))),
                 Some(Child::Tail(tail)) if tail.is(rest) => {
                     return match tail.subscribers.with(subscriber) {
                         None => Attempt::Done(false),
@@ -482,21 +479,11 @@ impl CsTrie {
             let Some(branch) = cnode.branch(word) else {
                 return Attempt::Done(false);
             };
-            if depth + 1 == words.len() {
-                let Some(set) = branch.subscribers.without(subscriber) else {
-                    return Attempt::Done(false);
-                };
-                let child = branch.child.clone().filter(|child| match child {
-                    Child::Node(child) => !is_tombed(child, ctx, guard),
-                    Child::Tail(_) => true,
-                });
-                let remaining = match (set.is_empty(), child) {
-                    (true, None) => None,
-                    (_, child) => Some(Branch {
-                        subscribers: set,
-                        child,
-                    }),
-                };
+            // The pair is gone once `word`'s branch is (subscribers, child): commit
+            // that (no branch when both are empty); a non-root C-node left empty is
+            // tombed and pruned out of the path.
+            let commit_removal = |subscribers: SubscriberSet, child: Option<Child>| {
+                let remaining = (!subscribers.is_empty() || child.is_some()).then(|| Branch { subscribers, child });
                 let new = cnode.with_branch(word, remaining);
                 let tomb = depth > 0 && new.is_empty();
                 let kind = if tomb { MainKind::Tomb } else { MainKind::Branches(new) };
@@ -506,7 +493,17 @@ impl CsTrie {
                 if tomb {
                     self.prune_path(root, &path, words, inode, start_gen, guard);
                 }
-                return Attempt::Done(true);
+                Attempt::Done(true)
+            };
+            if depth + 1 == words.len() {
+                let Some(set) = branch.subscribers.without(subscriber) else {
+                    return Attempt::Done(false);
+                };
+                let child = branch.child.clone().filter(|child| match child {
+                    Child::Node(child) => !is_tombed(child, ctx, guard),
+                    Child::Tail(_) => true,
+                });
+                return commit_removal(set, child);
             }
             match &branch.child {
                 None => return Attempt::Done(false),
@@ -518,23 +515,7 @@ impl CsTrie {
                         return Attempt::Done(false);
                     };
                     let child = (!set.is_empty()).then(|| Child::tail(tail.words.clone(), set));
-                    let remaining = match (branch.subscribers.is_empty(), child) {
-                        (true, None) => None,
-                        (_, child) => Some(Branch {
-                            subscribers: branch.subscribers.clone(),
-                            child,
-                        }),
-                    };
-                    let new = cnode.with_branch(word, remaining);
-                    let tomb = depth > 0 && new.is_empty();
-                    let kind = if tomb { MainKind::Tomb } else { MainKind::Branches(new) };
-                    if !gcas(inode, main, kind, ctx, guard) {
-                        return Attempt::Restart;
-                    }
-                    if tomb {
-                        self.prune_path(root, &path, words, inode, start_gen, guard);
-                    }
-                    return Attempt::Done(true);
+                    return commit_removal(branch.subscribers.clone(), child);
                 }
                 Some(Child::Node(child)) if child.gen == start_gen => {
                     path.push(inode);
@@ -660,17 +641,21 @@ fn is_tombed(inode: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
 /// pattern ends here; otherwise a [`Tail`](node::Tail) of `rest` carries the
 /// subscriber (no I-nodes until a second pattern shares the path).
 fn new_branch(rest: &[PatternWord<'_>], subscriber: &SmolStr) -> Branch {
-    let subscribers = SubscriberSet::single(subscriber.clone());
     match rest {
         [] => Branch {
-            subscribers,
+            subscribers: SubscriberSet::single(subscriber.clone()),
             child: None,
         },
         rest => Branch {
             subscribers: SubscriberSet::default(),
-            child: Some(Child::tail(joined(rest), subscribers)),
+            child: Some(new_tail(rest, subscriber)),
         },
     }
+}
+
+/// A tail of the (at least one) words `rest` holding `subscriber`.
+fn new_tail(rest: &[PatternWord<'_>], subscriber: &SmolStr) -> Child {
+    Child::tail(joined(rest), SubscriberSet::single(subscriber.clone()))
 }
 
 /// A frozen, read-only view of a [`CsTrie`]. Cheap to clone; `Send + Sync`.
