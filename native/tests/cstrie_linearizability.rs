@@ -125,19 +125,26 @@ fn run(writers: usize, operations_per_writer: usize, snapshotters: usize) {
     let completed: Vec<AtomicUsize> = (0..writers).map(|_| AtomicUsize::new(0)).collect();
     let writers_done = AtomicBool::new(false);
     let checked = AtomicUsize::new(0);
+    // Every thread starts at once: on 2 busy cores the writers could otherwise
+    // finish before a snapshotter ran at all, and nothing would be checked.
+    let start = Barrier::new(writers + snapshotters);
     thread::scope(|scope| {
         let handles: Vec<_> = scripts
             .iter()
             .zip(&completed)
             .map(|(script, completed)| {
-                let trie = &trie;
-                scope.spawn(move || run_writer(trie, script, completed))
+                let (trie, start) = (&trie, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    run_writer(trie, script, completed)
+                })
             })
             .collect();
         for snapshotter in 0..snapshotters {
-            let (trie, scripts, completed, writers_done, checked) =
-                (&trie, &scripts, &completed, &writers_done, &checked);
+            let (trie, scripts, completed, writers_done, checked, start) =
+                (&trie, &scripts, &completed, &writers_done, &checked, &start);
             scope.spawn(move || {
+                start.wait();
                 let mut rng = Rng(snapshotter as u64);
                 let mut taken = 0usize;
                 while !writers_done.load(Ordering::SeqCst) {
