@@ -277,8 +277,9 @@ impl CsTrie {
             if let Attempt::Done(added) = self.try_subscribe(&words, &subscriber, &guard) {
                 if added {
                     self.pairs.fetch_add(1, Ordering::Relaxed);
+                    // Only a committed write retires nodes: a present pair needs no collection.
+                    help_reclaim(&guard);
                 }
-                help_reclaim(&guard);
                 return added;
             }
         }
@@ -293,8 +294,8 @@ impl CsTrie {
             if let Attempt::Done(removed) = self.try_unsubscribe(&words, subscriber, &guard) {
                 if removed {
                     self.pairs.fetch_sub(1, Ordering::Relaxed);
+                    help_reclaim(&guard);
                 }
-                help_reclaim(&guard);
                 return removed;
             }
         }

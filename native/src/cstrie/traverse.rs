@@ -41,7 +41,7 @@ impl<'g> Walk<'_, 'g, '_> {
     /// Take `branch` of `inode`'s C-node, arriving at key position `next`.
     fn follow(&mut self, inode: &INode, word: PatternWord<'_>, branch: &'g Branch, next: usize) {
         if next == self.key_len {
-            self.found.extend(branch.subscribers.iter());
+            branch.subscribers.push_into(self.found);
         }
         match &branch.child {
             None => {}
@@ -56,7 +56,7 @@ impl<'g> Walk<'_, 'g, '_> {
             Some(Child::Tail(tail)) => {
                 let pattern: SmallVec<[PatternWord<'g>; 8]> = tail.pattern_words().collect();
                 if tail_matches(&pattern, &self.key[next..]) {
-                    self.found.extend(tail.subscribers.iter());
+                    tail.subscribers.push_into(self.found);
                 }
             }
         }
@@ -131,7 +131,7 @@ pub(crate) fn matching<'g>(
         return Vec::new();
     };
     if key.is_empty() {
-        found.extend(root_cnode.empty_pattern().iter());
+        root_cnode.empty_pattern().push_into(&mut found);
     }
     // For each C-node whose `#` branch was taken: the lowest key position it
     // was taken from (C-node addresses are stable: the guard keeps them alive).
