@@ -620,13 +620,16 @@ def rust_section(report: Report) -> None:
         f"{data['populate']:,} random 5-word subscriptions (each word a random non-negative int63); every thread "
         f"has the same {data['items']:,} items `j%10.j%50.j` for subscriber `abc`. One round starts all threads "
         "at a barrier and ends when the last finishes; ns/op is ns per round, as in the seed's Go benchmarks. "
+        "Thread 0 keeps the time (no separate timekeeper thread), and the barrier spins while every thread has "
+        "a core of its own (a futex wake-up per round would time the OS scheduler, not the trie). "
         "**seed** layout: the seed's benchmark5050/9010 exactly, one role per thread (50/50: odd threads "
         "subscribe, even ones look up; 90/10: threads 0, 10, ... subscribe, the rest look up), so 1 thread in "
         "50/50 only looks up (all misses) and 1 thread in 90/10 only subscribes. **mixed** layout: every thread "
         "subscribes each item and then looks it up once (50/50) or nine times (90/10). As in the seed, rounds "
         "repeat the same pairs, so after the first round a subscribe finds its pair present (inserts column)."
-        f"{fresh} Median of {data['samples']} samples of at least {data['sample_ms']} ms after "
-        f"{data['warmup_ms']} ms of warm-up.",
+        f"{fresh} Median of {data['samples']} samples of at least {data['sample_ms']} ms, each after "
+        f"{data['warmup_ms']} ms of warm-up, taken in {data['samples']} passes over all configurations, so that "
+        "a slow spell of the host hits one sample of each configuration rather than all of one.",
     )
 
 
@@ -894,7 +897,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     rust.add_argument("--rust-threads", default="1,2,4", help="thread counts (default %(default)s)")
     rust.add_argument("--rust-warmup-ms", type=int, default=300, help="warm-up per case (default %(default)s)")
     rust.add_argument("--rust-sample-ms", type=int, default=500, help="minimum sample length (default %(default)s)")
-    rust.add_argument("--rust-samples", type=int, default=5, help="samples per case, median kept (default %(default)s)")
+    rust.add_argument(
+        "--rust-samples",
+        type=int,
+        default=5,
+        help="passes over every case, one sample each, median kept (default %(default)s)",
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where subscriptions.md/.png go")
     return parser.parse_args(argv)
 

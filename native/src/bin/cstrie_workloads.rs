@@ -34,14 +34,28 @@
 //! # Timing
 //!
 //! Worker threads live for the whole configuration and meet at a barrier before and after every
-//! round (the barrier's wake-up cost is inside the round, like the seed's goroutine start). Rounds
-//! run untimed for `--warmup-ms`, then `--samples` samples of at least `--sample-ms` each; the
-//! reported figure is the median sample. `ops/s` counts subscribes and lookups of all threads.
+//! round (the barrier's cost is inside the round, like the seed's goroutine start). Thread 0 keeps
+//! the time: a round runs from just before its start barrier to just after its end barrier, so the
+//! process has exactly `threads` busy threads and no timekeeper competing for the cores. The
+//! barrier's waiters spin, yielding after [`SPIN_BEFORE_YIELD`], as long as every worker has a
+//! core: a round is a fraction of a millisecond, and a sleeping barrier would add a futex wake-up
+//! per thread to it (tens of microseconds on a VM), timing the OS scheduler rather than the trie.
+//! (The seed's goroutines are woken by Go's own scheduler, whose idle threads also spin before
+//! they sleep.) With more workers than cores the barrier sleeps instead: a spinning waiter would
+//! hold the core the thread it waits for needs.
+//!
+//! The host's speed drifts by tens of percent over seconds (other tenants), and the 1-versus-2
+//! thread ratio compares configurations measured at different moments. So samples are taken in
+//! passes: each pass measures every configuration once (a fresh trie, its own warm-up, one sample),
+//! and a configuration's figure is the median of its samples over the passes; a slow spell then
+//! hits one sample of every configuration instead of every sample of one. Per pass,
+//! rounds run untimed for `--warmup-ms`, then for at least `--sample-ms` (one sample); there are
+//! `--samples` passes. `ops/s` counts subscribes and lookups of all threads.
 
 use std::hint::black_box;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -147,7 +161,8 @@ USAGE: cargo run --release --bin cstrie_workloads -- [FLAGS]
   --populate N       random 5-word int63 subscriptions first   [default: 1000]
   --warmup-ms MS     untimed rounds before measuring           [default: 300]
   --sample-ms MS     minimum length of one sample              [default: 500]
-  --samples N        samples; the median is reported           [default: 5]
+  --samples N        passes over every configuration, one sample
+                     each; the median is reported              [default: 5]
   --seed N           seed of the pre-populated subscriptions   [default: 20241121]
   --fresh            unsubscribe the items between rounds (untimed), so every timed
                      subscribe inserts; the seed re-subscribes present pairs
@@ -250,6 +265,79 @@ fn plan(layout: Layout, mix: Mix, thread: usize, items: &[String]) -> Vec<(Op, u
     }
 }
 
+/// How long a barrier waiter spins before it starts yielding its core: long enough to cover a
+/// round's imbalance between threads, short enough not to starve a thread that shares a core
+/// (more threads than cores).
+const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(200);
+
+/// The round barrier: spinning when every worker has a core of its own, sleeping (std's) when
+/// there are more workers than cores, where a spinning waiter would take the core that the
+/// thread it waits for needs.
+enum RoundBarrier {
+    Spin(SpinBarrier),
+    Sleep(std::sync::Barrier),
+}
+
+impl RoundBarrier {
+    fn new(parties: usize) -> Self {
+        let cores = thread::available_parallelism().map_or(1, |n| n.get());
+        if parties <= cores {
+            RoundBarrier::Spin(SpinBarrier::new(parties))
+        } else {
+            RoundBarrier::Sleep(std::sync::Barrier::new(parties))
+        }
+    }
+
+    fn wait(&self) {
+        match self {
+            RoundBarrier::Spin(barrier) => barrier.wait(),
+            RoundBarrier::Sleep(barrier) => {
+                barrier.wait();
+            }
+        }
+    }
+}
+
+/// A reusable barrier whose waiters spin, then yield; never sleep (see the module docs).
+struct SpinBarrier {
+    parties: usize,
+    /// Threads that reached the current generation; the last one resets it to 0 *before* it
+    /// publishes the next generation, so a thread that sees the new generation sees 0 here.
+    arrived: AtomicUsize,
+    /// Bumped once per completed barrier; waiters leave when it changes.
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(parties: usize) -> Self {
+        SpinBarrier {
+            parties,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    fn wait(&self) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.parties {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.store(generation.wrapping_add(1), Ordering::Release);
+            return;
+        }
+        let spinning_since = Instant::now();
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            spins = spins.wrapping_add(1);
+            // Reading the clock every 64 spins keeps it off the hot loop.
+            if spins.is_multiple_of(64) && spinning_since.elapsed() > SPIN_BEFORE_YIELD {
+                thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
 /// Counters the workers add to after each timed round.
 #[derive(Default)]
 struct Counters {
@@ -286,6 +374,16 @@ impl Measured {
         )
     }
 
+    /// Adds another pass's sample of the same configuration; the figure is the median again.
+    fn absorb(&mut self, other: Measured) {
+        self.samples_ns_per_round.extend(other.samples_ns_per_round);
+        self.rounds_timed += other.rounds_timed;
+        self.inserts += other.inserts;
+        self.lookups += other.lookups;
+        self.hits += other.hits;
+        self.ns_per_round = median(&self.samples_ns_per_round);
+    }
+
     fn ns_per_operation(&self) -> f64 {
         self.ns_per_round / self.ops_per_round as f64
     }
@@ -293,6 +391,68 @@ impl Measured {
     fn ops_per_second(&self) -> f64 {
         1e9 * self.ops_per_round as f64 / self.ns_per_round
     }
+}
+
+/// The median (the upper one of an even count).
+fn median(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
+
+/// What thread 0 needs to time the rounds.
+#[derive(Clone, Copy)]
+struct Timing {
+    warmup: Duration,
+    sample: Duration,
+    samples: usize,
+    fresh: bool,
+}
+
+/// Thread 0's loop: it runs its own share of every round, times each round from just before the
+/// start barrier to just after the end barrier, and stops the other workers at the end. Returns
+/// the samples (ns per round) and the number of timed rounds. With `fresh`, `remove_items` runs
+/// between rounds, outside the timed part, while the other workers wait at the start barrier.
+fn keep_time(
+    timing: &Timing,
+    barrier: &RoundBarrier,
+    stop: &AtomicBool,
+    counting: &AtomicBool,
+    run_round: impl Fn(),
+    remove_items: impl Fn(),
+) -> (Vec<f64>, u64) {
+    let round = || {
+        let began = Instant::now();
+        barrier.wait();
+        run_round();
+        barrier.wait();
+        let took = began.elapsed();
+        if timing.fresh {
+            remove_items();
+        }
+        took
+    };
+    let warmup_until = Instant::now() + timing.warmup;
+    let mut warmup_rounds = 0u64;
+    while warmup_rounds == 0 || Instant::now() < warmup_until {
+        round();
+        warmup_rounds += 1;
+    }
+    counting.store(true, Ordering::Release);
+    let mut samples = Vec::with_capacity(timing.samples);
+    let mut rounds_timed = 0u64;
+    for _ in 0..timing.samples {
+        let (mut elapsed, mut rounds) = (Duration::ZERO, 0u64);
+        while rounds == 0 || elapsed < timing.sample {
+            elapsed += round();
+            rounds += 1;
+        }
+        rounds_timed += rounds;
+        samples.push(elapsed.as_nanos() as f64 / rounds as f64);
+    }
+    stop.store(true, Ordering::Release);
+    barrier.wait();
+    (samples, rounds_timed)
 }
 
 fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
@@ -307,28 +467,31 @@ fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
         .filter(|(op, _)| matches!(op, Op::Subscribe))
         .count();
 
-    let start = Arc::new(Barrier::new(threads + 1));
-    let end = Arc::new(Barrier::new(threads + 1));
+    let barrier = Arc::new(RoundBarrier::new(threads));
     let stop = Arc::new(AtomicBool::new(false));
     let counting = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
+    let timing = Timing {
+        warmup: args.warmup,
+        sample: args.sample,
+        samples: 1,
+        fresh: args.fresh,
+    };
     let workers: Vec<_> = plans
         .into_iter()
-        .map(|plan| {
-            let (trie, items, start, end, stop, counting, counters) = (
+        .enumerate()
+        .map(|(index, plan)| {
+            let (trie, items, barrier, stop, counting, counters) = (
                 trie.clone(),
                 items.clone(),
-                start.clone(),
-                end.clone(),
+                barrier.clone(),
                 stop.clone(),
                 counting.clone(),
                 counters.clone(),
             );
-            thread::spawn(move || loop {
-                start.wait();
-                if stop.load(Ordering::Acquire) {
-                    return;
-                }
+            let (trie_for_round, items_for_round, counting_for_round) = (trie.clone(), items.clone(), counting.clone());
+            let run_round = move || {
+                let (trie, items, counting) = (&trie_for_round, &items_for_round, &counting_for_round);
                 let (mut subscribes, mut inserts, mut lookups, mut hits) = (0u64, 0u64, 0u64, 0u64);
                 for &(op, j) in &plan {
                     let item = items[j].as_str();
@@ -349,50 +512,33 @@ fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
                     counters.lookups.fetch_add(lookups, Ordering::Relaxed);
                     counters.hits.fetch_add(hits, Ordering::Relaxed);
                 }
-                end.wait();
+            };
+            thread::spawn(move || {
+                if index == 0 {
+                    return Some(keep_time(&timing, &barrier, &stop, &counting, run_round, || {
+                        for item in items.iter() {
+                            trie.unsubscribe(item, SUBSCRIBER);
+                        }
+                    }));
+                }
+                loop {
+                    barrier.wait();
+                    if stop.load(Ordering::Acquire) {
+                        return None;
+                    }
+                    run_round();
+                    barrier.wait();
+                }
             })
         })
         .collect();
-
-    // One round; returns its duration. With --fresh the items are removed afterwards (untimed).
-    let round = || {
-        let began = Instant::now();
-        start.wait();
-        end.wait();
-        let took = began.elapsed();
-        if args.fresh {
-            for item in items.iter() {
-                trie.unsubscribe(item, SUBSCRIBER);
-            }
-        }
-        took
-    };
-
-    let warmup_until = Instant::now() + args.warmup;
-    let mut warmup_rounds = 0u64;
-    while warmup_rounds == 0 || Instant::now() < warmup_until {
-        round();
-        warmup_rounds += 1;
-    }
-    counting.store(true, Ordering::Release);
-    let mut samples = Vec::with_capacity(args.samples);
-    let mut rounds_timed = 0u64;
-    for _ in 0..args.samples {
-        let (mut elapsed, mut rounds) = (Duration::ZERO, 0u64);
-        while rounds == 0 || elapsed < args.sample {
-            elapsed += round();
-            rounds += 1;
-        }
-        rounds_timed += rounds;
-        samples.push(elapsed.as_nanos() as f64 / rounds as f64);
-    }
-    stop.store(true, Ordering::Release);
-    start.wait();
+    let mut timed = None;
     for worker in workers {
-        worker.join().expect("a worker thread panicked");
+        if let Some(result) = worker.join().expect("a worker thread panicked") {
+            timed = Some(result);
+        }
     }
-    let mut sorted = samples.clone();
-    sorted.sort_by(f64::total_cmp);
+    let (samples, rounds_timed) = timed.expect("thread 0 keeps the time");
     let subscribes = counters.subscribes.load(Ordering::Relaxed);
     assert_eq!(
         subscribes,
@@ -405,7 +551,7 @@ fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
         threads,
         ops_per_round,
         subscribes_per_round,
-        ns_per_round: sorted[sorted.len() / 2],
+        ns_per_round: median(&samples),
         samples_ns_per_round: samples,
         rounds_timed,
         inserts: counters.inserts.load(Ordering::Relaxed),
@@ -513,19 +659,30 @@ fn main() -> ExitCode {
         }
     };
     let began = Instant::now();
-    let mut rows = Vec::new();
+    let mut configurations = Vec::new();
     for &layout in &args.layouts {
         for &mix in &args.mixes {
             for &threads in &args.threads {
-                let row = measure(&args, layout, mix, threads);
-                eprintln!(
-                    "[{:7.1}s] {}: {:.0} ns/op ({:.1} ns per operation)",
-                    began.elapsed().as_secs_f64(),
-                    row.name(),
-                    row.ns_per_round,
-                    row.ns_per_operation()
-                );
-                rows.push(row);
+                configurations.push((layout, mix, threads));
+            }
+        }
+    }
+    let mut rows: Vec<Measured> = Vec::with_capacity(configurations.len());
+    for pass in 0..args.samples {
+        for (index, &(layout, mix, threads)) in configurations.iter().enumerate() {
+            let sample = measure(&args, layout, mix, threads);
+            eprintln!(
+                "[{:7.1}s] pass {}/{}: {}: {:.0} ns/op ({:.1} ns per operation)",
+                began.elapsed().as_secs_f64(),
+                pass + 1,
+                args.samples,
+                sample.name(),
+                sample.ns_per_round,
+                sample.ns_per_operation()
+            );
+            match rows.get_mut(index) {
+                Some(row) => row.absorb(sample),
+                None => rows.push(sample),
             }
         }
     }
