@@ -158,7 +158,7 @@ where
         deduplicated: true,
         ..BatchStats::default()
     };
-    let mut scratch = Scratch::default();
+    let mut scratch = Scratch::for_batch(rows);
     // Per distinct key: its index in `found`.
     let mut distinct: HashMap<&'a str, u32> = HashMap::with_capacity(rows.min(PROBE_ROWS * 4));
     let mut found: Vec<Found> = Vec::new();
