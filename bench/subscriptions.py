@@ -539,7 +539,7 @@ def rust_command(args: argparse.Namespace) -> list[str]:
     return [
         args.cargo,
         "run",
-        "--release",
+        *(["--release"] if args.rust_profile == "release" else []),
         "--quiet",
         "--bin",
         RUST_BIN,
@@ -574,8 +574,9 @@ def bench_rust(report: Report, args: argparse.Namespace) -> None:
     report.rust = json.loads(done.stdout)
 
 
-def rust_section(report: Report) -> None:
-    command = "cd native && cargo run --release --bin cstrie_workloads"
+def rust_section(report: Report, profile: str) -> None:
+    release = "--release " if profile == "release" else ""
+    command = f"cd native && cargo run {release}--bin cstrie_workloads"
     if report.rust is None:
         report.text("Seed multithreaded workloads (Rust threads)", report.rust_note or "n/a")
         return
@@ -716,7 +717,7 @@ def targets(report: Report, args: argparse.Namespace) -> list[list[str]]:
         scaling = two / one if one and two else None
         rows.append(
             [
-                f"{label}, ops/s at 2 threads vs 1 (Rust)",
+                f"{label}, ops/s at 2 threads vs 1 (Rust{'' if args.rust_profile == 'release' else ', dev build'})",
                 f"≥ {MIN_TWO_THREAD_SPEEDUP}x",
                 times(scaling) if scaling is not None else "n/a",
                 verdict(scaling, MIN_TWO_THREAD_SPEEDUP, True),
@@ -895,6 +896,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     rust = parser.add_argument_group("seed multithreaded workloads (Rust binary native/src/bin/cstrie_workloads.rs)")
     rust.add_argument("--cargo", default="cargo", help="cargo executable (default %(default)s)")
     rust.add_argument("--rust-threads", default="1,2,4", help="thread counts (default %(default)s)")
+    rust.add_argument(
+        "--rust-profile",
+        choices=("release", "dev"),
+        default="release",
+        help="cargo profile of the binary (default %(default)s; dev, unoptimized, only to check that it runs: "
+        "`cargo test` has built it already)",
+    )
     rust.add_argument("--rust-warmup-ms", type=int, default=300, help="warm-up per case (default %(default)s)")
     rust.add_argument("--rust-sample-ms", type=int, default=500, help="minimum sample length (default %(default)s)")
     rust.add_argument(
@@ -924,7 +932,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench_driver_refresh(report, args)
     if "rust" not in args.skip:
         bench_rust(report, args)
-        rust_section(report)
+        rust_section(report, args.rust_profile)
     for row in targets(report, args):
         progress(f"target: {row[0]}: {row[2]} (goal {row[1]}): {row[3]}")
     markdown = header(argv, load_before) + "\n\n" + "\n\n".join(report.sections) + "\n"

@@ -7,8 +7,9 @@ count of every loaded trie and the frozen matcher's lookups against
 means every load really held its n pairs.
 
 Every test that runs the benchmark is marked ``slow`` (``make test-fast`` skips them; only
-``--help`` stays). The Rust half (the seed's multithreaded workloads, ``cargo run --release --bin
-cstrie_workloads``) may have to compile the crate first, so it is its own test.
+``--help`` stays). The Rust half (the seed's multithreaded workloads, ``cargo run --bin
+cstrie_workloads``, in the dev profile that ``cargo test`` has built) may have to compile the crate
+first, so it is its own test.
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ def test_tiny_run_with_the_rust_workloads(tmp_path: Path) -> None:
         "5",
         "--rust-samples",
         "1",
+        # `make test` ran `cargo test` first, which built the dev binary; a release build took 75-100 s.
+        "--rust-profile",
+        "dev",
         timeout=880,
     )
     rows = section(report, "Seed multithreaded workloads (Rust threads)")
