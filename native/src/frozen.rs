@@ -323,8 +323,8 @@ pub struct Scratch {
     /// `(node, key position)` states the last lookup visited: the work it did, which
     /// `limits.max_match_cost_per_subscriber` bounds (see `routing/validation.py`).
     states_visited: usize,
-    /// A batch's caches of resolved words and wide-node children ([`Scratch::for_batch`]);
-    /// `None` for a scratch that may serve several matchers (a thread's).
+    /// A batch's caches of resolved words and followed literal children
+    /// ([`Scratch::for_batch`]); `None` in a thread's long-lived scratch.
     memo: Option<Box<Memo>>,
 }
 
@@ -332,9 +332,8 @@ impl Scratch {
     /// Buffers larger than this (after a huge key) are freed rather than kept.
     const KEEP_CAPACITY: usize = 4096;
 
-    /// A scratch for one batch of about `keys` lookups into one matcher, with a
-    /// [`Memo`] of what they resolve. It must not outlive that matcher (the memo
-    /// knows its matcher by address, and a later one could reuse it).
+    /// A scratch for a batch of about `keys` lookups, with a [`Memo`] of what
+    /// they resolve (dropped whenever the scratch serves another matcher).
     pub fn for_batch(keys: usize) -> Self {
         Scratch {
             memo: Some(Box::new(Memo::new(keys))),
@@ -396,22 +395,24 @@ impl HashLow {
 }
 
 /// Direct-mapped caches of one batch's resolutions: key word -> word id, and
-/// `(wide node, word)` -> child.
+/// `(node, word)` -> literal child (every node's, narrow ones included: with
+/// a memo the walk compares ids, not the edges' texts).
 ///
 /// In a matcher of a million subscriptions both are probes into tables of
-/// millions of entries (the word index, [`FrozenMatcher::wide`]), so nearly
-/// every probe is a cache miss, and a lookup takes ~20 of them: matching took
-/// four times as long per key as at 10,000 subscriptions for 25% more states.
-/// Traffic repeats its words (a few hundred carry most keys), so a batch
-/// resolves the same ones over and over; these caches keep them in a few
-/// kilobytes. Entries are exact: a word entry is used only when the cached
-/// id's text equals the key word, a child entry only for the same `(node,
-/// word)` key. They are only valid for the matcher that filled them
-/// (`matcher`), and are cleared when another one uses the scratch.
+/// millions of entries (the word index, [`FrozenMatcher::wide`], edge ranges
+/// and texts all over the matcher), so nearly every probe is a cache miss,
+/// and a lookup takes ~20 of them: matching took four times as long per key
+/// as at 10,000 subscriptions for 25% more states. Traffic repeats its words
+/// (a few hundred carry most keys), so a batch resolves the same ones over
+/// and over; these caches keep them in at most 320 KB. Entries are exact: a
+/// word entry is used only when the cached id's text equals the key word, a
+/// child entry only for the same `(node, word)` key. They belong to the
+/// matcher that filled them (`matcher`, its [`FrozenMatcher::id`]) and are
+/// cleared when another one uses the scratch.
 #[derive(Debug)]
 struct Memo {
-    /// The address of the matcher the entries belong to (0: none yet).
-    matcher: usize,
+    /// The [`FrozenMatcher::id`] the entries belong to (0: none yet).
+    matcher: u64,
     /// `(hash_word(text), word id)`; `NONE` id: an empty slot. Only words
     /// the matcher has are cached (an absent word has no id to verify).
     words: Box<[(u64, u32)]>,
@@ -443,11 +444,10 @@ impl Memo {
 
     /// Make the entries `matcher`'s, dropping any of another matcher.
     fn serve(&mut self, matcher: &FrozenMatcher) {
-        let address = std::ptr::from_ref(matcher) as usize;
-        if self.matcher != address {
+        if self.matcher != matcher.id {
             self.words.fill((0, NONE));
             self.children.fill((u64::MAX, NONE));
-            self.matcher = address;
+            self.matcher = matcher.id;
         }
     }
 
@@ -490,7 +490,13 @@ pub struct FrozenMatcher {
     /// node with 100,000 children (a popular prefix above many tenants) costs
     /// ~17 dependent cache misses; one probe here costs one or two.
     wide: HashMap<u64, u32, WideHasher>,
+    /// A number no other matcher built in this process has (a clone keeps it:
+    /// same contents), so a [`Memo`] knows whose ids it holds. Never serialized.
+    id: u64,
 }
+
+/// Source of [`FrozenMatcher::id`]; starts at 1 (0: a memo serving no matcher yet).
+static NEXT_MATCHER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Nodes with more literal children than this are probed through [`FrozenMatcher::wide`].
 const WIDE_FANOUT: u32 = 64;
@@ -782,6 +788,7 @@ impl FrozenMatcher {
             words,
             subscribers,
             wide,
+            id: NEXT_MATCHER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -1214,8 +1221,9 @@ pub(crate) mod tests {
                 _ => format!("absent{}.t{}", rng.below(50), rng.below(4)),
             })
             .collect();
-        keys.extend(keys.clone()); // every key again, now with the memo warm
-                                   // The smallest memo (64 slots) makes most entries collide and be replaced.
+        // Every key again, now with the memo warm. The smallest memo (64 slots)
+        // makes most entries collide and be replaced.
+        keys.extend(keys.clone());
         for mut batch in [Scratch::for_batch(1), Scratch::for_batch(keys.len())] {
             let mut uncached = Scratch::default();
             for key in &keys {
