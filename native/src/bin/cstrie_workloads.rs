@@ -405,14 +405,14 @@ fn median(samples: &[f64]) -> f64 {
 struct Timing {
     warmup: Duration,
     sample: Duration,
-    samples: usize,
     fresh: bool,
 }
 
 /// Thread 0's loop: it runs its own share of every round, times each round from just before the
 /// start barrier to just after the end barrier, and stops the other workers at the end. Returns
-/// the samples (ns per round) and the number of timed rounds. With `fresh`, `remove_items` runs
-/// between rounds, outside the timed part, while the other workers wait at the start barrier.
+/// this pass's one sample (ns per round) and the number of timed rounds. With `fresh`,
+/// `remove_items` runs between rounds, outside the timed part, while the other workers wait at the
+/// start barrier.
 fn keep_time(
     timing: &Timing,
     barrier: &RoundBarrier,
@@ -420,7 +420,7 @@ fn keep_time(
     counting: &AtomicBool,
     run_round: impl Fn(),
     remove_items: impl Fn(),
-) -> (Vec<f64>, u64) {
+) -> (f64, u64) {
     let round = || {
         let began = Instant::now();
         barrier.wait();
@@ -439,20 +439,14 @@ fn keep_time(
         warmup_rounds += 1;
     }
     counting.store(true, Ordering::Release);
-    let mut samples = Vec::with_capacity(timing.samples);
-    let mut rounds_timed = 0u64;
-    for _ in 0..timing.samples {
-        let (mut elapsed, mut rounds) = (Duration::ZERO, 0u64);
-        while rounds == 0 || elapsed < timing.sample {
-            elapsed += round();
-            rounds += 1;
-        }
-        rounds_timed += rounds;
-        samples.push(elapsed.as_nanos() as f64 / rounds as f64);
+    let (mut elapsed, mut rounds) = (Duration::ZERO, 0u64);
+    while rounds == 0 || elapsed < timing.sample {
+        elapsed += round();
+        rounds += 1;
     }
     stop.store(true, Ordering::Release);
     barrier.wait();
-    (samples, rounds_timed)
+    (elapsed.as_nanos() as f64 / rounds as f64, rounds)
 }
 
 fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
@@ -474,7 +468,6 @@ fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
     let timing = Timing {
         warmup: args.warmup,
         sample: args.sample,
-        samples: 1,
         fresh: args.fresh,
     };
     let workers: Vec<_> = plans
@@ -489,37 +482,36 @@ fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
                 counting.clone(),
                 counters.clone(),
             );
-            let (trie_for_round, items_for_round, counting_for_round) = (trie.clone(), items.clone(), counting.clone());
-            let run_round = move || {
-                let (trie, items, counting) = (&trie_for_round, &items_for_round, &counting_for_round);
-                let (mut subscribes, mut inserts, mut lookups, mut hits) = (0u64, 0u64, 0u64, 0u64);
-                for &(op, j) in &plan {
-                    let item = items[j].as_str();
-                    match op {
-                        Op::Subscribe => {
-                            subscribes += 1;
-                            inserts += u64::from(black_box(trie.subscribe(item, SUBSCRIBER)));
-                        }
-                        Op::Lookup => {
-                            lookups += 1;
-                            hits += u64::from(!black_box(trie.lookup(item)).is_empty());
+            thread::spawn(move || {
+                let run_round = || {
+                    let (mut subscribes, mut inserts, mut lookups, mut hits) = (0u64, 0u64, 0u64, 0u64);
+                    for &(op, j) in &plan {
+                        let item = items[j].as_str();
+                        match op {
+                            Op::Subscribe => {
+                                subscribes += 1;
+                                inserts += u64::from(black_box(trie.subscribe(item, SUBSCRIBER)));
+                            }
+                            Op::Lookup => {
+                                lookups += 1;
+                                hits += u64::from(!black_box(trie.lookup(item)).is_empty());
+                            }
                         }
                     }
-                }
-                if counting.load(Ordering::Acquire) {
-                    counters.subscribes.fetch_add(subscribes, Ordering::Relaxed);
-                    counters.inserts.fetch_add(inserts, Ordering::Relaxed);
-                    counters.lookups.fetch_add(lookups, Ordering::Relaxed);
-                    counters.hits.fetch_add(hits, Ordering::Relaxed);
-                }
-            };
-            thread::spawn(move || {
+                    if counting.load(Ordering::Acquire) {
+                        counters.subscribes.fetch_add(subscribes, Ordering::Relaxed);
+                        counters.inserts.fetch_add(inserts, Ordering::Relaxed);
+                        counters.lookups.fetch_add(lookups, Ordering::Relaxed);
+                        counters.hits.fetch_add(hits, Ordering::Relaxed);
+                    }
+                };
                 if index == 0 {
-                    return Some(keep_time(&timing, &barrier, &stop, &counting, run_round, || {
+                    let remove_items = || {
                         for item in items.iter() {
                             trie.unsubscribe(item, SUBSCRIBER);
                         }
-                    }));
+                    };
+                    return Some(keep_time(&timing, &barrier, &stop, &counting, run_round, remove_items));
                 }
                 loop {
                     barrier.wait();
@@ -538,7 +530,7 @@ fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
             timed = Some(result);
         }
     }
-    let (samples, rounds_timed) = timed.expect("thread 0 keeps the time");
+    let (sample, rounds_timed) = timed.expect("thread 0 keeps the time");
     let subscribes = counters.subscribes.load(Ordering::Relaxed);
     assert_eq!(
         subscribes,
@@ -551,8 +543,8 @@ fn measure(args: &Args, layout: Layout, mix: Mix, threads: usize) -> Measured {
         threads,
         ops_per_round,
         subscribes_per_round,
-        ns_per_round: median(&samples),
-        samples_ns_per_round: samples,
+        ns_per_round: sample,
+        samples_ns_per_round: vec![sample],
         rounds_timed,
         inserts: counters.inserts.load(Ordering::Relaxed),
         lookups: counters.lookups.load(Ordering::Relaxed),
