@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import json
 import logging
 import threading
@@ -202,15 +203,37 @@ def fanned_out(judged: DataFrame) -> DataFrame:
     return judged.where(condition).select(*columns)
 
 
-def _batch_literals(version: int, batch_id: int) -> tuple[Column, Column]:
-    """``snapshot_version`` and ``batch_id``, the only per-batch columns of the output rows."""
+def batch_constant(value: object, data_type: str) -> Column:
+    """``value`` (one per batch: a version, a batch id, a time) as a column the generated code does not spell out.
+
+    Spark writes a ``bigint`` or ``timestamp`` literal into the Java source of its whole-stage code,
+    and caches the compiled classes by that source. A literal batch id or ``current_timestamp()``
+    therefore made the deliveries' code new in every batch: Janino compiled it again and the JIT
+    warmed it from the interpreter again, 20% of the deliveries write per 100k-record batch
+    (``bench/stream.py``'s profile; the A/B is in the README). An array literal is passed to the
+    code by reference instead, and an index computed from a column (``partition``, never null)
+    keeps the optimizer from folding the lookup back into a literal, so the code is the same in
+    every batch and compiled once. Columns of every output frame carry ``partition``.
+    """
     from pyspark.sql import functions as F
 
-    return F.lit(version).cast("bigint").alias("snapshot_version"), F.lit(batch_id).cast("bigint").alias("batch_id")
+    index = F.lit(1) + F.col("partition") * F.lit(0)
+    return F.element_at(F.array(F.lit(value).cast(data_type)), index)
+
+
+def batch_columns(version: int, batch_id: int, routed_at: datetime.datetime | None = None) -> list[Column]:
+    """``snapshot_version``, ``batch_id`` and ``routed_at`` (the driver's UTC time when not given): the output
+    rows' only per-batch columns, each a :func:`batch_constant`."""
+    at = routed_at if routed_at is not None else datetime.datetime.now(datetime.UTC)
+    return [
+        batch_constant(version, "bigint").alias("snapshot_version"),
+        batch_constant(batch_id, "bigint").alias("batch_id"),
+        batch_constant(at, "timestamp").alias("routed_at"),
+    ]
 
 
 def _source_parts() -> tuple[list[Column], list[Column]]:
-    """The output columns taken from the source row, before and after (``snapshot_version``, ``batch_id``)."""
+    """The output columns taken from the source row, before and after the :func:`batch_columns`."""
     from pyspark.sql import functions as F
 
     before = {
@@ -221,13 +244,12 @@ def _source_parts() -> tuple[list[Column], list[Column]]:
         "payload": F.col("value"),
         "headers": F.col("headers"),
     }
-    after = {"routed_at": F.current_timestamp(), PARTITION_COLUMN: F.to_date(F.col("timestamp"))}
     return [column.alias(name) for name, column in before.items()], [
-        column.alias(name) for name, column in after.items()
+        F.to_date(F.col("timestamp")).alias(PARTITION_COLUMN)
     ]
 
 
-#: The source columns of every output table, in order (:func:`_source_parts` around the two batch literals).
+#: The source columns of every output table, in order (:func:`_source_parts` around the :func:`batch_columns`).
 SOURCE_OUTPUT_COLUMNS = (
     "source_topic",
     "source_partition",
@@ -242,14 +264,14 @@ SOURCE_OUTPUT_COLUMNS = (
 )
 
 
-def _source_columns(version: int, batch_id: int) -> dict[str, Column]:
+def _source_columns(version: int, batch_id: int, routed_at: datetime.datetime | None) -> dict[str, Column]:
     before, after = _source_parts()
-    columns = [*before, *_batch_literals(version, batch_id), *after]
+    columns = [*before, *batch_columns(version, batch_id, routed_at), *after]
     return dict(zip(SOURCE_OUTPUT_COLUMNS, columns, strict=True))
 
 
 def _delivery_parts() -> tuple[list[Column], list[Column]]:
-    """The deliveries' columns before and after the two batch literals (see :func:`deliveries_frame`)."""
+    """The deliveries' columns before and after the :func:`batch_columns` (see :func:`deliveries_frame`)."""
     from pyspark.sql import functions as F
 
     delivery_id = F.sha2(F.concat_ws("|", "topic", "partition", "offset", "subscriber_id"), 256)
@@ -257,16 +279,20 @@ def _delivery_parts() -> tuple[list[Column], list[Column]]:
     return [delivery_id.alias("delivery_id"), F.col("subscriber_id"), F.col("routing_key"), *before], after
 
 
-def deliveries_frame(fanned: DataFrame, version: int, batch_id: int) -> DataFrame:
+def deliveries_frame(
+    fanned: DataFrame, version: int, batch_id: int, routed_at: datetime.datetime | None = None
+) -> DataFrame:
     """Deliveries rows from a frame with one row per (message, ``subscriber_id``) (see :func:`fanned_out`)."""
     before, after = _delivery_parts()
-    return fanned.select(*before, *_batch_literals(version, batch_id), *after)
+    return fanned.select(*before, *batch_columns(version, batch_id, routed_at), *after)
 
 
-def dead_letters_frame(judged: DataFrame, version: int, batch_id: int) -> DataFrame:
+def dead_letters_frame(
+    judged: DataFrame, version: int, batch_id: int, routed_at: datetime.datetime | None = None
+) -> DataFrame:
     from pyspark.sql import functions as F
 
-    source = _source_columns(version, batch_id)
+    source = _source_columns(version, batch_id, routed_at)
     dead_letter_id = F.sha2(F.concat_ws("|", "topic", "partition", "offset"), 256)
     columns = {**source, "raw_key": F.col("key")}
     order = ["source_topic", "source_partition", "source_offset", "kafka_timestamp", "raw_key", "payload", "headers"]
@@ -280,10 +306,12 @@ def dead_letters_frame(judged: DataFrame, version: int, batch_id: int) -> DataFr
     )
 
 
-def unrouted_frame(judged: DataFrame, version: int, batch_id: int) -> DataFrame:
+def unrouted_frame(
+    judged: DataFrame, version: int, batch_id: int, routed_at: datetime.datetime | None = None
+) -> DataFrame:
     from pyspark.sql import functions as F
 
-    source = _source_columns(version, batch_id)
+    source = _source_columns(version, batch_id, routed_at)
     return judged.where(F.col("kind") == KIND_UNROUTED).select(
         F.col("routing_key"), *[column.alias(name) for name, column in source.items()]
     )
@@ -315,8 +343,8 @@ class BatchPlan:
     2,100 round trips per batch (0.3 s of driver time per batch on the shared 2-core machine, at any
     batch size: more than the passthrough's whole Spark job for a 2,000-message batch); reused, a whole
     batch (ledger, append and warm included) makes about 270. Only what changes is built per batch: the
-    two literals (snapshot version, batch
-    id) and, when the published snapshot changes, the UDF's column. The frames are the same as those
+    three :func:`batch_columns` (snapshot version, batch id, routing time) and, when the published
+    snapshot changes, the UDF's column. The frames are the same as those
     :func:`classify`, :func:`judged_frame`, :func:`fanned_out` and :func:`deliveries_frame` build.
     """
 
@@ -346,10 +374,13 @@ class BatchPlan:
         """What :func:`judged_frame` makes of ``classified`` with the UDF column ``route``."""
         return classified.select(*self._classified, route).select(*self._judge)
 
-    def deliveries(self, judged: DataFrame, version: int, batch_id: int) -> DataFrame:
-        """``deliveries_frame(fanned_out(judged), version, batch_id)``."""
+    def deliveries(
+        self, judged: DataFrame, version: int, batch_id: int, routed_at: datetime.datetime | None = None
+    ) -> DataFrame:
+        """``deliveries_frame(fanned_out(judged), version, batch_id, routed_at)``."""
         fanned = judged.where(self._fan_condition).select(*self._fan_columns)
-        return fanned.select(*self._delivery_before, *_batch_literals(version, batch_id), *self._delivery_after)
+        batch = batch_columns(version, batch_id, routed_at)
+        return fanned.select(*self._delivery_before, *batch, *self._delivery_after)
 
 
 #: Columns of the ``router.metrics_path`` table taken from :meth:`BatchReport.as_dict`, in order.
@@ -571,6 +602,8 @@ class Router:
         if self.lease is not None:
             self.lease.check()  # another router took the checkpoint over: write nothing more
         started = time.perf_counter()
+        # Every row of this batch, in each of its tables, carries this routed_at.
+        routed_at = datetime.datetime.now(datetime.UTC)
         timer = StageTimer()
         udf_before = self.udf_figures()
         router = self.settings.router
@@ -598,7 +631,8 @@ class Router:
                 # The hot path: the deliveries write is the one pass, and it counts everything on the way.
                 with timer("plan"):
                     observation = Observation(f"router_{txn_app_id}_{batch_id}")
-                    deliveries = plan.deliveries(judged.observe(observation, *plan.metrics), version, batch_id)
+                    observed = judged.observe(observation, *plan.metrics)
+                    deliveries = plan.deliveries(observed, version, batch_id, routed_at)
                 with timer("write_deliveries"):
                     self._append(deliveries, router.deliveries_path, batch_id)
                 written.append(router.deliveries_path)
@@ -610,7 +644,8 @@ class Router:
                     metrics = _as_counts(judged.agg(*plan.metrics).collect()[0].asDict())
                 if metrics["deliveries"]:
                     with timer("write_deliveries"):
-                        self._append(plan.deliveries(judged, version, batch_id), router.deliveries_path, batch_id)
+                        deliveries = plan.deliveries(judged, version, batch_id, routed_at)
+                        self._append(deliveries, router.deliveries_path, batch_id)
                     written.append(router.deliveries_path)
             udf_after = self.udf_figures()  # the figures of the first pass over the input
             # The UDF counts distinct keys per Arrow batch; summed, a key in two Arrow batches counts twice.
@@ -622,15 +657,17 @@ class Router:
                 # Only a fan-out over the limit needs the matcher; JVM-judged dead letters skip the UDF.
                 source = judged if metrics[f"dead_{FANOUT_REASON}"] else judged_in_jvm(classified)
                 with timer("write_dead_letters"):
-                    self._append(dead_letters_frame(source, version, batch_id), router.dead_letters_path, batch_id)
+                    dead_letters = dead_letters_frame(source, version, batch_id, routed_at)
+                    self._append(dead_letters, router.dead_letters_path, batch_id)
                 written.append(router.dead_letters_path)
             if router.write_unrouted and metrics["unmatched"]:
                 with timer("write_unmatched"):
-                    self._append(unrouted_frame(judged, version, batch_id), router.unrouted_path, batch_id)
+                    unrouted = unrouted_frame(judged, version, batch_id, routed_at)
+                    self._append(unrouted, router.unrouted_path, batch_id)
                 written.append(router.unrouted_path)
             if router.kafka_sink != "none" and metrics["deliveries"]:
                 with timer("kafka_sink"):
-                    self._publish_to_kafka(plan.deliveries(judged, version, batch_id))
+                    self._publish_to_kafka(plan.deliveries(judged, version, batch_id, routed_at))
             if self.after_writes is not None:
                 self.after_writes(batch_id)
             # Every write is committed: what is left only prepares the next batch (see warm_append_state).

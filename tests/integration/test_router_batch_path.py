@@ -147,6 +147,60 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     assert {"plan", "write_deliveries", "observe", "warm"} <= set(router.reports[2].stages)
 
 
+def generated_code(frame: Any) -> str:
+    """The Java source of ``frame``'s whole-stage code (what Spark compiles and caches by its text)."""
+    import contextlib
+    import io
+    import re
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        frame.explain("codegen")
+    return "\n".join(line for line in printed.getvalue().splitlines() if re.match(r"/\* \d+ \*/", line))
+
+
+def test_every_batch_runs_the_same_compiled_code(spark: Any, settings: Settings, tmp_path: Path) -> None:
+    """The per-batch values (snapshot version, batch id, routing time) reach the generated code by reference:
+    written into its source they made every batch's deliveries code new, compiled and JIT-warmed again
+    (``pipeline.batch_constant``). The rows still carry each batch's own values."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from routing.router.pipeline import dead_letters_frame, unrouted_frame
+
+    local = router_settings(settings, tmp_path, ["code"])
+    version = apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all")])
+    router = started_router(spark, local, "same-code")
+    plan = router.plan
+    published = router.snapshots.acquire(version)
+    try:
+        frame = batch_frame(spark, [b"a.b", b"a", b"x.b", b"bad key!", None])
+        judged = plan.judged(plan.classified(frame), plan.route_column(published, router._route_udf))
+        batches = [(version, 3, MOMENT), (version + 40, 123_456_789, MOMENT + dt.timedelta(days=400, seconds=7))]
+
+        def outputs(batch_version: int, batch_id: int, at: dt.datetime) -> list[Any]:
+            observed = judged.observe(Observation(f"same-code-{batch_id}"), *plan.metrics)
+            return [
+                plan.deliveries(observed, batch_version, batch_id, at),
+                dead_letters_frame(judged, batch_version, batch_id, at),
+                unrouted_frame(judged, batch_version, batch_id, at),
+            ]
+
+        first, second = (outputs(*batch) for batch in batches)
+        for name, one, other in zip(("deliveries", "dead letters", "unrouted"), first, second, strict=True):
+            code = generated_code(one)
+            assert "GeneratedIteratorForCodegenStage" in code, name
+            assert code == generated_code(other), f"the {name}' generated code differs between two batches"
+        for (batch_version, batch_id, at), frames in zip(batches, (first, second), strict=True):
+            for output in frames:
+                columns = output.select("snapshot_version", "batch_id", F.unix_micros("routed_at"))
+                values = {tuple(row) for row in columns.collect()}
+                assert values == {(batch_version, batch_id, int(at.timestamp()) * 1_000_000)}, values
+    finally:
+        router.snapshots.release(published)
+        router.close(progress_wait_s=0)
+
+
 def test_output_tables_get_the_configured_checkpoint_interval(spark: Any, settings: Settings, tmp_path: Path) -> None:
     from delta.tables import DeltaTable
 
