@@ -71,6 +71,7 @@ from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import (
     DEAD_LETTERS_DDL,
     DELIVERIES_DDL,
+    DELIVERIES_STATS_COLUMNS,
     HEADERS_DDL,
     PARTITION_COLUMN,
     UNROUTED_DDL,
@@ -445,6 +446,12 @@ def output_table_properties(router: RouterSettings) -> dict[str, str]:
     return {"delta.checkpointInterval": str(router.delta_checkpoint_interval)}
 
 
+def deliveries_properties() -> dict[str, str]:
+    """The deliveries table's own Delta properties: file statistics only where they skip files (see
+    :mod:`routing.router.tables`)."""
+    return {"delta.dataSkippingStatsColumns": ",".join(DELIVERIES_STATS_COLUMNS)}
+
+
 class StageTimer:
     """Driver wall seconds per named stage of one batch (the profile ``bench/stream.py`` prints)."""
 
@@ -525,7 +532,10 @@ class Router:
             outputs.append((router.unrouted_path, UNROUTED_DDL))
         properties = output_table_properties(router)
         for path, ddl in outputs:
-            create_delta_table_if_absent(spark, path, ddl, partition_by=(PARTITION_COLUMN,), properties=properties)
+            own = deliveries_properties() if path == router.deliveries_path else {}
+            create_delta_table_if_absent(
+                spark, path, ddl, partition_by=(PARTITION_COLUMN,), properties={**properties, **own}
+            )
         self.snapshots = SnapshotBroadcasts(
             spark,
             settings.subscriptions.table_path,

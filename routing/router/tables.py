@@ -19,6 +19,15 @@ README has the measurement). ``OPTIMIZE ... ZORDER BY (subscriber_id)`` clusters
 the history for such reads; splitting each batch's write by subscriber range
 would cost the router a second pass over its input (the range sample).
 
+**Statistics.** Delta keeps per-file min/max statistics of the columns a reader can skip
+files by. For deliveries that is :data:`DELIVERIES_STATS_COLUMNS` (table property
+``delta.dataSkippingStatsColumns``, set when the router creates the table): the subscriber, the
+source coordinates and times, the snapshot version and batch id. Not ``delivery_id``: a hash is
+uniformly spread, so every file's range covers nearly all of it and skips nothing. Not
+``routing_key``: each batch's files hold every key. Their statistics (a string min/max per row)
+cost 6-21% of the deliveries write of a 100k-record batch, in three interleaved A/Bs. ``ALTER
+TABLE ... SET TBLPROPERTIES`` changes the list of an existing table.
+
 **Delivery ids.** ``delivery_id`` is the SHA-256 of ``topic|partition|offset|
 subscriber_id``: deterministic, so at-least-once delivery downstream can
 dedupe on it (Kafka topic names cannot contain ``|`` and the subscriber comes
@@ -54,3 +63,15 @@ UNROUTED_DDL = (
 )
 
 PARTITION_COLUMN = "kafka_date"
+
+#: The deliveries' columns with Delta file statistics (``delta.dataSkippingStatsColumns``; see Statistics above).
+DELIVERIES_STATS_COLUMNS = (
+    "subscriber_id",
+    "source_topic",
+    "source_partition",
+    "source_offset",
+    "kafka_timestamp",
+    "snapshot_version",
+    "batch_id",
+    "routed_at",
+)

@@ -211,6 +211,34 @@ def test_output_tables_get_the_configured_checkpoint_interval(spark: Any, settin
         assert properties.get("delta.checkpointInterval") == "3", (path, properties)
 
 
+def test_deliveries_keep_file_statistics_only_where_they_skip_files(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    """The deliveries' data files carry min/max statistics of DELIVERIES_STATS_COLUMNS and of nothing else (not of
+    the hashed delivery_id or the routing key); the other output tables keep Delta's default."""
+    import json
+
+    from delta.tables import DeltaTable
+
+    from routing.router.tables import DELIVERIES_STATS_COLUMNS
+
+    local = router_settings(settings, tmp_path, ["stats"])
+    apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
+    router = started_router(spark, local, "stats")
+    try:
+        router.process_batch(batch_frame(spark, [b"a.b", b"a", b"x.b", b"a.c"]), 0)
+    finally:
+        router.close(progress_wait_s=0)
+    log = Path(local.router.deliveries_path) / "_delta_log"
+    actions = [json.loads(line) for path in sorted(log.glob("*.json")) for line in path.read_text().splitlines()]
+    stats = [json.loads(action["add"]["stats"]) for action in actions if "add" in action]
+    assert stats and sum(file["numRecords"] for file in stats) == 5
+    for file in stats:
+        assert set(file["minValues"]) == set(file["maxValues"]) == set(DELIVERIES_STATS_COLUMNS), file
+    dead_letters = DeltaTable.forPath(spark, local.router.dead_letters_path).detail().collect()[0]["properties"]
+    assert "delta.dataSkippingStatsColumns" not in dead_letters
+
+
 def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
