@@ -89,7 +89,9 @@ Figures
   batches per run the high percentiles equal the maximum (the table gives the
   batch count).
 * **Repeats**: (b) and (c) run ``--repeats`` times per size in ABBA order,
-  (a) first and last; tables use each variant's best repeat, the latency table
+  with (a) before and after them at each size, so that (b) is compared with the
+  passthrough of its own stretch of the run (the JVM keeps speeding up for
+  minutes); tables use each variant's best repeat at a size, the latency table
   pools every repeat's batches. The machine is shared, so single runs drift.
 * **Targets** (issue 10): (b) >= 0.8 x (a) at 10,000 subscriptions and >= 0.7 x (a)
   at 1,000,000; (b) >= 3 x (c) at 1,000,000. They count only for runs of at least
@@ -487,7 +489,8 @@ def start_passthrough(
     )
 
 
-def run_passthrough(spark: SparkSession, settings: Settings, messages: int) -> Run:
+def run_passthrough(spark: SparkSession, settings: Settings, messages: int, *, size: int = 0) -> Run:
+    """One passthrough run; ``size`` is the subscription count of the runs it is compared with (0: any)."""
     router = settings.router
     batch_s: list[float] = []
     stages: dict[int, dict[str, float]] = {}
@@ -502,7 +505,7 @@ def run_passthrough(spark: SparkSession, settings: Settings, messages: int) -> R
         raise RuntimeError(f"passthrough copied {copied} rows, expected {messages}")
     return Run(
         PASSTHROUGH,
-        0,
+        size,
         messages,
         wall,
         batch_s,
@@ -910,7 +913,7 @@ def report(plan: Plan, results: Results, argv: Sequence[str]) -> str:
         rows.append(
             [
                 run.variant,
-                f"{run.size:,}" if run.size else "-",
+                ("-" if not run.size else f"(beside {run.size:,})" if run.variant == PASSTHROUGH else f"{run.size:,}"),
                 f"{run.messages:,}" + (" (prefix)" if run.variant == SQL_RLIKE else ""),
                 f"{run.wall_s:,.1f}",
                 f"{run.msg_per_s:,.0f}",
@@ -918,7 +921,7 @@ def report(plan: Plan, results: Results, argv: Sequence[str]) -> str:
                 "n/a" if run.match_s is None else f"{run.match_s:,.2f}",
                 matched,
                 f"{run.deliveries:,}",
-                f"{run.deliveries / run.messages:.2f}" if run.size else "-",
+                f"{run.deliveries / run.messages:.2f}" if run.size and run.variant != PASSTHROUGH else "-",
                 repeats,
             ]
         )
@@ -1197,16 +1200,19 @@ def measure(
         spark, variant_settings(settings, work, "warmup", topic=warmup_topic, table=table), plan.warmup_messages
     )
 
-    def passthrough(repeat: int) -> None:
-        progress(f"(a) passthrough, repeat {repeat}")
-        name = f"passthrough_r{repeat}"
-        run = run_passthrough(spark, variant_settings(settings, work, name, topic=topic, table=table), plan.messages)
+    def passthrough(size: int, repeat: int) -> None:
+        progress(f"(a) passthrough, beside the runs at {size:,} subscriptions, repeat {repeat}")
+        name = f"passthrough_{size}_r{repeat}"
+        run = run_passthrough(
+            spark, variant_settings(settings, work, name, topic=topic, table=table), plan.messages, size=size
+        )
         results.runs.append(run)
         progress(f"(a) {run.msg_per_s:,.0f} msg/s")
 
-    # (a) first and again last, (b) and (c) in ABBA order: slow drifts in the machine's load hit both alike.
-    if "a" in plan.variants:
-        passthrough(1)
+    # At each size (a) first and again after (b) and (c), which run in ABBA order: (b) is compared with the
+    # passthrough of its own stretch of the run. The JVM keeps getting faster for minutes (JIT): with (a) only
+    # at the start and the end of the whole run, the last (a) ran 1.9x faster than the first and was compared
+    # with a (b) measured long before it.
     for size in plan.sizes:
         pairs = subscription_pairs(
             random.Random(plan.seed * 1_000_003 + size), size, plan.vocabulary, plan.active_subscriptions
@@ -1230,7 +1236,11 @@ def measure(
                 warm = variant_settings(settings, work, name, topic=warmup_topic, table=table, sink=variant)
                 progress(f"warm-up: {variant}, {size:,} subscriptions, warm-up topic (not reported)")
                 route_variant(spark, warm, variant, size, plan.warmup_messages, trie_pairs)
+            if "a" in plan.variants:
+                passthrough(size, 1)
             for repeat, variant in enumerate(order, start=1):
+                if variant == KAFKA_SINK and plan.repeats > 1 and "a" in plan.variants:
+                    passthrough(size, 2)  # (e) is not compared with (a): it comes after the ABBA block
                 name = f"{variant.split()[0].strip('()')}_{size}_r{repeat}"
                 router_settings = variant_settings(settings, work, name, topic=topic, table=table, sink=variant)
                 deliveries_paths.setdefault(variant, router_settings.router.deliveries_path)
@@ -1238,6 +1248,8 @@ def measure(
                 run = route_variant(spark, router_settings, variant, size, plan.messages, trie_pairs)
                 results.runs.append(run)
                 progress(f"{variant}: {run.msg_per_s:,.0f} msg/s")
+            if KAFKA_SINK not in order and plan.repeats > 1 and "a" in plan.variants:
+                passthrough(size, 2)
         finally:
             if trie_pairs is not None:
                 trie_pairs.destroy()
@@ -1273,15 +1285,14 @@ def measure(
                 )
             )
             progress(results.checks[-1])
-    if plan.repeats > 1 and "a" in plan.variants:
-        passthrough(2)
     results.notes += [
         f"producer: {results.produced.get('msg_per_s', 0):,.0f} msg/s into {settings.kafka.num_partitions} "
         "partitions (not part of any figure).",
-        f"Repeats: (a) {min(plan.repeats, 2)}x (first and last), (b) and (c) {plan.repeats}x each per size in ABBA "
-        "order, (d) once; the throughput table and the ratios use each variant's best repeat (the least disturbed "
-        "by the machine's other jobs), the latency table pools every repeat's batches. (a) does not depend on "
-        "the subscriptions and is compared with (b) at every size.",
+        f"Repeats: at each size (a) {min(plan.repeats, 2)}x (before and after (b) and (c)), (b) and (c) "
+        f"{plan.repeats}x each in ABBA order, (e) and (d) once; the throughput table and the ratios use each "
+        "variant's best repeat at that size (the least disturbed by the machine's other jobs), the latency table "
+        "pools every repeat's batches. (a) does not depend on the subscriptions; it runs beside each size's (b) "
+        "so that both meet the same JIT state and load.",
         "(b) and (c) write per batch: a ledger file, then the deliveries in one pass with one Delta commit "
         "(dead letters and unmatched only when a batch has them; this workload has no dead letters and does not "
         "write unmatched messages); (a) and (d) one Delta commit (the copy / the deliveries).",
