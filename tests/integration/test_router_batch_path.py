@@ -25,6 +25,7 @@ import pytest
 from router_support import apply_subscriptions, ledger_versions, router_settings
 
 from routing.router.pipeline import SOURCE_DDL, Router
+from routing.router.tables import DELIVERIES_STATS_COLUMNS
 from routing.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -51,6 +52,15 @@ def started_router(spark: Any, settings: Settings, query_id: str) -> Router:
     return router
 
 
+def file_statistics(path: str) -> list[dict[str, Any]]:
+    """The ``stats`` of every file a Delta table's log added (what data skipping reads)."""
+    import json
+
+    log = Path(path) / "_delta_log"
+    actions = [json.loads(line) for commit in sorted(log.glob("*.json")) for line in commit.read_text().splitlines()]
+    return [json.loads(action["add"]["stats"]) for action in actions if "add" in action]
+
+
 def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings, tmp_path: Path) -> None:
     local = router_settings(settings, tmp_path, ["path"], write_unrouted=True)
     version = apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
@@ -64,6 +74,12 @@ def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings
         clean = router.reports[0].metrics
         assert clean["input_rows"] == clean["udf_rows"] == 200  # every row went through Python exactly once
         assert (clean["deliveries"], clean["unmatched"], clean["dead_letters"]) == (250, 0, 0)
+        # Delta's min/max statistics of the deliveries only where they can skip files: not of the hashed
+        # delivery_id or the routing key (routing.router.tables, Statistics).
+        stats = file_statistics(local.router.deliveries_path)
+        assert stats and sum(file["numRecords"] for file in stats) == 250
+        for file in stats:
+            assert set(file["minValues"]) == set(file["maxValues"]) == set(DELIVERIES_STATS_COLUMNS), file
 
         # Dead letters judged in the JVM: one more commit, written without the UDF (still one pass through it).
         before = [table_version(spark, path) for path in outputs]
@@ -73,6 +89,7 @@ def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings
         dirty = router.reports[1].metrics
         assert dirty["udf_rows"] == dirty["input_rows"] == router.udf_figures()[3] - udf_rows == 100
         assert (dirty["deliveries"], dirty["unmatched"], dirty["dead_letters"]) == (75, 0, 50)
+        assert "dead_letter_id" in file_statistics(local.router.dead_letters_path)[0]["minValues"]  # Delta's default
 
         # The ledger is a file: recording a batch runs no Spark job. Counted in a job group of this thread: the
         # router's snapshot-refresh thread may poll the subscription table meanwhile (a flake before).
@@ -209,34 +226,6 @@ def test_output_tables_get_the_configured_checkpoint_interval(spark: Any, settin
     for path in (local.router.deliveries_path, local.router.dead_letters_path, local.router.unrouted_path):
         properties = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"]
         assert properties.get("delta.checkpointInterval") == "3", (path, properties)
-
-
-def test_deliveries_keep_file_statistics_only_where_they_skip_files(
-    spark: Any, settings: Settings, tmp_path: Path
-) -> None:
-    """The deliveries' data files carry min/max statistics of DELIVERIES_STATS_COLUMNS and of nothing else (not of
-    the hashed delivery_id or the routing key); the other output tables keep Delta's default."""
-    import json
-
-    from delta.tables import DeltaTable
-
-    from routing.router.tables import DELIVERIES_STATS_COLUMNS
-
-    local = router_settings(settings, tmp_path, ["stats"])
-    apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
-    router = started_router(spark, local, "stats")
-    try:
-        router.process_batch(batch_frame(spark, [b"a.b", b"a", b"x.b", b"a.c"]), 0)
-    finally:
-        router.close(progress_wait_s=0)
-    log = Path(local.router.deliveries_path) / "_delta_log"
-    actions = [json.loads(line) for path in sorted(log.glob("*.json")) for line in path.read_text().splitlines()]
-    stats = [json.loads(action["add"]["stats"]) for action in actions if "add" in action]
-    assert stats and sum(file["numRecords"] for file in stats) == 5
-    for file in stats:
-        assert set(file["minValues"]) == set(file["maxValues"]) == set(DELIVERIES_STATS_COLUMNS), file
-    dead_letters = DeltaTable.forPath(spark, local.router.dead_letters_path).detail().collect()[0]["properties"]
-    assert "delta.dataSkippingStatsColumns" not in dead_letters
 
 
 def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
