@@ -198,7 +198,7 @@ class Plan:
 
 @dataclasses.dataclass
 class Run:
-    """One variant's pass over its topic at one subscription count (``size`` 0: no subscriptions)."""
+    """One variant's pass over its topic at one subscription count (for (a), the count of the runs it ran beside)."""
 
     variant: str
     size: int
@@ -238,8 +238,8 @@ class Results:
     load_before: tuple[float, float, float] = dataclasses.field(default_factory=os.getloadavg)
 
     def runs_of(self, variant: str, size: int) -> list[Run]:
-        """Every repeat of ``variant`` at ``size`` (passthrough, measured without subscriptions, at any size)."""
-        return [run for run in self.runs if run.variant == variant and run.size in (size, 0)]
+        """Every repeat of ``variant`` at ``size`` (for (a): those run beside that size's router runs)."""
+        return [run for run in self.runs if run.variant == variant and run.size == size]
 
     def get(self, variant: str, size: int) -> Run | None:
         """The best repeat (highest msg/s): on a shared machine the least disturbed one."""
@@ -1236,11 +1236,16 @@ def measure(
                 warm = variant_settings(settings, work, name, topic=warmup_topic, table=table, sink=variant)
                 progress(f"warm-up: {variant}, {size:,} subscriptions, warm-up topic (not reported)")
                 route_variant(spark, warm, variant, size, plan.warmup_messages, trie_pairs)
-            if "a" in plan.variants:
-                passthrough(size, 1)
-            for repeat, variant in enumerate(order, start=1):
-                if variant == KAFKA_SINK and plan.repeats > 1 and "a" in plan.variants:
-                    passthrough(size, 2)  # (e) is not compared with (a): it comes after the ABBA block
+            # (a), the ABBA block of (b) and (c), (a) again, then (e), which is not compared with (a).
+            runs = list(enumerate(order, start=1))
+            before = [(1, PASSTHROUGH)] if "a" in plan.variants else []
+            after = [(2, PASSTHROUGH)] if "a" in plan.variants and plan.repeats > 1 else []
+            abba = [run for run in runs if run[1] != KAFKA_SINK]
+            sink = [run for run in runs if run[1] == KAFKA_SINK]
+            for repeat, variant in [*before, *abba, *after, *sink]:
+                if variant == PASSTHROUGH:
+                    passthrough(size, repeat)
+                    continue
                 name = f"{variant.split()[0].strip('()')}_{size}_r{repeat}"
                 router_settings = variant_settings(settings, work, name, topic=topic, table=table, sink=variant)
                 deliveries_paths.setdefault(variant, router_settings.router.deliveries_path)
@@ -1248,8 +1253,6 @@ def measure(
                 run = route_variant(spark, router_settings, variant, size, plan.messages, trie_pairs)
                 results.runs.append(run)
                 progress(f"{variant}: {run.msg_per_s:,.0f} msg/s")
-            if KAFKA_SINK not in order and plan.repeats > 1 and "a" in plan.variants:
-                passthrough(size, 2)
         finally:
             if trie_pairs is not None:
                 trie_pairs.destroy()
