@@ -33,11 +33,13 @@ Every variant reads the topic from ``earliest`` with the available-now trigger,
 the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
 
 (a) **passthrough**: Kafka -> Delta copy, no routing (``foreachBatch`` idempotent
-    append of the source columns, partitioned like the router's tables). Like the
-    router it warms the table's Delta state for the next append after each commit
+    append of the source columns, partitioned like the router's tables). It warms
+    the table's Delta state for the next append in line after each commit
     (:func:`routing.streaming.warm_append_state`: the set-transaction lookup of an
-    idempotent append costs a state reconstruction per table version in Delta 4.4,
-    done there off the path to the next commit); its table is created with the
+    idempotent append costs a state reconstruction per table version in Delta 4.4;
+    a plain copy pays the same inside its next append); the router runs that warm
+    on a background thread that overlaps its next batch's start
+    (:class:`routing.streaming.AppendStateWarmer`). Its table is created with the
     router's table properties (``router.delta_checkpoint_interval``), and it
     shares the router's SparkSession and so every session setting: the two pay
     the same Delta costs;
@@ -444,12 +446,12 @@ def start_passthrough(
 ) -> StreamingQuery:
     """Variant (a), the baseline: the router's Kafka source copied to the deliveries table as it is.
 
-    The same source, partitioning, table properties and idempotent append as the router, and nothing else; like the
-    router, it warms the table's Delta state for the next append once the batch has committed
-    (:func:`routing.streaming.warm_append_state`), so both pay the same Delta costs in the same
-    places. Available-now unless ``trigger_interval`` is given (``bench/latency.py`` runs it on the
-    processing-time trigger); each ``foreachBatch`` call's seconds go to ``batch_seconds``, and its
-    ``write`` and ``warm`` seconds to ``stages[batch id]``, when given.
+    The same source, partitioning, table properties and idempotent append as the router, and nothing else. It warms
+    the table's Delta state for the next append in line once the batch has committed
+    (:func:`routing.streaming.warm_append_state`): the cost a plain copy pays inside its next append, and the router
+    on a background thread (:class:`routing.streaming.AppendStateWarmer`). Available-now unless ``trigger_interval``
+    is given (``bench/latency.py`` runs it on the processing-time trigger); each ``foreachBatch`` call's seconds go
+    to ``batch_seconds``, and its ``write`` and ``warm`` seconds to ``stages[batch id]``, when given.
     """
     from pyspark.sql import functions as F
 
@@ -792,6 +794,7 @@ ROUTER_STAGES = (
     ("ledger", "ledger lookup and record"),
     ("snapshot", "snapshot version check, pin (the first batch also waits for the first snapshot)"),
     ("plan", "the batch's frames from the prebuilt expressions"),
+    ("warm_wait", "router: waiting for the previous batch's Delta warm, run in the background since its commit"),
     ("count", "counting pass of a re-executed batch"),
     ("write", "the passthrough's copy: Kafka read + Delta commit"),
     ("write_deliveries", "deliveries: pass over the input (Kafka read, classification, UDF, fan-out) + Delta commit"),
@@ -799,7 +802,7 @@ ROUTER_STAGES = (
     ("write_dead_letters", "dead letters: write + commit (only when the batch has some)"),
     ("write_unmatched", "unmatched: write + commit (only when written and the batch has some)"),
     ("kafka_sink", "Kafka sink"),
-    ("warm", "Delta state for the next append, after the commit (both variants)"),
+    ("warm", "passthrough: Delta state for the next append, in line after the commit"),
     ("metrics", "metrics table row"),
 )
 #: Phases of the query progress's ``durationMs`` outside ``addBatch`` (the foreachBatch call).

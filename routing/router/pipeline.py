@@ -24,9 +24,11 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
    query's progress make one JSON line per batch (``StreamingQueryListener``).
 
 So the common batch (no dead letters) costs one pass over its input, one Delta
-commit and one small ledger file; after its commit it computes the Delta state
-the next batch's idempotent append will need
-(:func:`routing.streaming.warm_append_state`), so that the next batch's path from
+commit and one small ledger file. Once it has committed, the Delta state the next
+batch's idempotent append will need is computed on a background thread
+(:class:`routing.streaming.AppendStateWarmer`), overlapping Spark's commit log, the
+next trigger and the next batch's ledger and plan; that batch waits for it (stage
+``warm_wait``, usually short or zero) before its first Spark job, so its path from
 trigger to visible commit is one Spark job. A batch Spark re-executes (its id is in the
 ledger) takes the careful path: a counting pass first, then every output with
 rows, each skipped by Delta if that write had committed.
@@ -78,6 +80,7 @@ from routing.router.tables import (
 )
 from routing.streaming import (
     AfterWrites,
+    AppendStateWarmer,
     BatchRecords,
     QueryIdentity,
     checkpoint_query_id,
@@ -86,7 +89,6 @@ from routing.streaming import (
     idempotent_append,
     kafka_source,
     start_query,
-    warm_append_state,
 )
 from routing.subscriptions import create_table_if_absent
 from udfs.route import (
@@ -562,6 +564,9 @@ class Router:
 
         #: A Spark Connect session: batches run in the server's ``foreachBatch`` worker (:class:`ConnectBatches`).
         self.connect = is_connect(spark)
+        #: Each batch's warm of the tables it wrote runs here, overlapping the next batch's start (none on
+        #: Spark Connect, which has no JVM to warm through; see :class:`routing.streaming.AppendStateWarmer`).
+        self.warmer = None if self.connect else AppendStateWarmer(spark)
         #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task; Spark Connect has no
         #: accumulators, so there the metrics' ``match_ms`` and ``distinct_keys_per_arrow_batch_sum`` stay 0.
         self.udf_stats = None if self.connect else spark.sparkContext.accumulator((0, 0, 0, 0), UdfStatsParam())
@@ -595,6 +600,8 @@ class Router:
         if self.listener is not None:
             self.spark.streams.removeListener(self.listener)
             self.listener = None
+        if self.warmer is not None:
+            self.warmer.close()
         self.snapshots.close()
         if self.lease is not None:
             self.lease.release()
@@ -653,6 +660,7 @@ class Router:
                     observation = Observation(f"router_{txn_app_id}_{batch_id}")
                     observed = judged.observe(observation, *plan.metrics)
                     deliveries = plan.deliveries(observed, version, batch_id, routed_at)
+                self._wait_for_warm(timer)
                 with timer("write_deliveries"):
                     self._append(deliveries, router.deliveries_path, batch_id)
                 written.append(router.deliveries_path)
@@ -660,6 +668,7 @@ class Router:
                     metrics = _completed(observation)
             if metrics is None:
                 # A re-executed batch (or a deliveries write Delta skipped as already committed): count first.
+                self._wait_for_warm(timer)
                 with timer("count"):
                     metrics = _as_counts(judged.agg(*plan.metrics).collect()[0].asDict())
                 if metrics["deliveries"]:
@@ -690,10 +699,6 @@ class Router:
                     self._publish_to_kafka(plan.deliveries(judged, version, batch_id, routed_at))
             if self.after_writes is not None:
                 self.after_writes(batch_id)
-            # Every write is committed: what is left only prepares the next batch (see warm_append_state).
-            with timer("warm"):
-                for path in dict.fromkeys(written):
-                    warm_append_state(self.spark, path)
         finally:
             self.snapshots.release(published)
         report = BatchReport(
@@ -709,13 +714,22 @@ class Router:
         if router.metrics_path:
             with timer("metrics"):
                 self._write_metrics(report)
-                warm_append_state(self.spark, router.metrics_path)
+            written.append(router.metrics_path)
+        if self.warmer is not None:
+            # Every write is committed: the Delta state the next appends need is computed in the background.
+            self.warmer.start(written)
         with self._lock:
             self.reports[batch_id] = report
         if self.connect and self.identity.query_id:
             # The job's client process has no other way to learn it (see ConnectBatches).
             # Replaced, not written once: a batch Spark re-executes belongs to the run that re-executed it.
             batch_records(self.spark, router).write(self.identity.query_id, batch_id, report.as_dict())
+
+    def _wait_for_warm(self, timer: StageTimer) -> None:
+        """Let the previous batch's warm finish before this batch's first Spark job (see AppendStateWarmer)."""
+        if self.warmer is not None:
+            with timer("warm_wait"):
+                self.warmer.wait()
 
     def udf_figures(self) -> tuple[int, int, int, int]:
         """The UDF's figures summed so far (zeros on Spark Connect, which has no accumulators)."""

@@ -108,9 +108,12 @@ def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings
 def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Delta state an idempotent append needs is computed after the previous batch's commit (warm), so the
-    append on a batch's path to its visible commit is the one Spark job that writes the rows; and a batch
-    reuses its plan's column expressions instead of rebuilding them (about 2,100 JVM round trips before)."""
+    """The Delta state an idempotent append needs is computed after the previous batch's commit (warm), on the
+    warmer's own thread while the batch returns, so the append on a batch's path to its visible commit is
+    the one Spark job that writes the rows; and a batch reuses its plan's column expressions instead of
+    rebuilding them (about 2,100 JVM round trips before)."""
+    import threading
+
     import py4j.clientserver
 
     from routing import streaming
@@ -121,6 +124,7 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     router = started_router(spark, local, "steady")
     sc = spark.sparkContext
     jobs: list[tuple[str, str, int]] = []  # (step, table, Spark jobs it ran), in call order
+    threads: dict[str, set[str]] = {"append": set(), "warm": set()}  # the threads each step ran on
 
     def counted(name: str, step: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -130,12 +134,13 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
                 return step(*args, **kwargs)
             finally:
                 jobs.append((name, str(args[1]), len(sc.statusTracker().getJobIdsForGroup(group))))
+                threads[name].add(threading.current_thread().name)
                 sc.setJobGroup(None, None)
 
         return run
 
     monkeypatch.setattr(pipeline, "idempotent_append", counted("append", streaming.idempotent_append))
-    monkeypatch.setattr(pipeline, "warm_append_state", counted("warm", streaming.warm_append_state))
+    monkeypatch.setattr(streaming, "warm_append_state", counted("warm", streaming.warm_append_state))
     calls = [0]
     send = py4j.clientserver.ClientServerConnection.send_command
 
@@ -149,7 +154,7 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
             calls[0] = 0
             router.process_batch(batch_frame(spark, [b"a.b", b"a", b"x.b", b"a.c"] * 50), batch_id)
     finally:
-        router.close(progress_wait_s=0)
+        router.close(progress_wait_s=0)  # waits for the last batch's warm
     assert calls[0] > 0, "JVM calls not counted (not a pinned-thread py4j gateway?)"
     assert calls[0] < 800, f"{calls[0]} JVM round trips for one batch: are the plan's expressions rebuilt?"
     assert router.reports[2].metrics["deliveries"] == 250
@@ -161,7 +166,10 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     # because each batch's warm did the state reconstruction the next append would have done.
     assert appends[0] > 1 and appends[1:] == [1, 1], appends
     assert all(count > 0 for count in warms), warms
-    assert {"plan", "write_deliveries", "observe", "warm"} <= set(router.reports[2].stages)
+    # Each warm ran on the warmer's thread, not on the batch's own path.
+    assert threads["append"] == {threading.current_thread().name}, threads
+    assert len(threads["warm"]) == 1 and next(iter(threads["warm"])).startswith("delta-warm"), threads
+    assert {"plan", "warm_wait", "write_deliveries", "observe"} <= set(router.reports[2].stages)
 
 
 def generated_code(frame: Any) -> str:
