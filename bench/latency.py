@@ -30,10 +30,10 @@ processing-time trigger (``--trigger-seconds``) and the same
 takes the whole backlog):
 
 (a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one
-    idempotent append of the source columns per batch, and like the router the
-    Delta state for the next append warmed after the commit; its table is created
-    with the router's table properties, and the two share the SparkSession and so
-    every session setting);
+    idempotent append of the source columns per batch, and the Delta state for the
+    next append warmed in line after the commit, where the router warms it on a
+    background thread; its table is created with the router's table properties,
+    and the two share the SparkSession and so every session setting);
 (b) **native router**: the real :class:`routing.router.pipeline.Router`, over
     ``--subscriptions`` random patterns (``bench.stream.subscription_pairs``)
     plus one catch-all subscription ``#`` of subscriber ``bench-latency-all``.
@@ -799,7 +799,8 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
         "progress's `durationMs` (medians; planning = queryPlanning + getBatch); inside `addBatch` (the "
         "`foreachBatch` call) the driver's own stage timers: the router's `BatchReport.stages` (ledger, snapshot, "
         "plan: building the frames, write_deliveries: the idempotent append and its commit, observe: the "
-        "counters, warm: the Delta state for the next append), the passthrough's write and warm; other = "
+        "counters, warm_wait: waiting for the Delta state for this append, computed in the background since the "
+        "previous commit), the passthrough's write and warm (in line); other = "
         "addBatch minus the stages.",
         "",
         markdown_table(header, rows),
