@@ -1,5 +1,5 @@
 """The shared streaming layer's pure parts (no JVM): query identity, the txnAppId format, the crash hook, the
-retry of steps Delta refuses.
+retry of steps Delta refuses, the background warm's ordering.
 
 The Spark parts (Kafka source, table creation, idempotent appends) run in every router and refresh-job
 integration test, and the replays in tests/integration/test_router_txn.py and test_refresh_job.py.
@@ -17,6 +17,7 @@ from routing.streaming import (
     AFTER_MERGE,
     CRASH_AFTER_WRITES_ENV,
     IN_MERGE,
+    AppendStateWarmer,
     ConcurrentTableChange,
     QueryIdentity,
     crash_after_writes_from_env,
@@ -104,3 +105,40 @@ def test_the_kafka_source_takes_topics_or_a_pattern(topics: tuple[str, ...], pat
         kafka_source(
             no_spark, Settings(), topics=topics, pattern=pattern, starting_offsets="earliest", max_offsets_per_trigger=1
         )
+
+
+def test_the_background_warm_runs_off_the_callers_thread_and_wait_returns_once_it_is_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from routing import streaming
+
+    release = threading.Event()
+    warmed: list[tuple[str, str]] = []  # (table, thread name)
+
+    def slow_warm(spark: Any, table: str) -> bool:
+        release.wait(timeout=10)
+        warmed.append((table, threading.current_thread().name))
+        return True
+
+    monkeypatch.setattr(streaming, "warm_append_state", slow_warm)
+    warmer = AppendStateWarmer(cast(Any, None))
+    try:
+        warmer.start(["deliveries", "metrics", "deliveries"])
+        assert warmed == []  # start returned while the warm was still held up
+        waiter = threading.Thread(target=warmer.wait)
+        waiter.start()
+        waiter.join(timeout=0.2)
+        assert waiter.is_alive()  # wait blocks until the warm has finished
+        release.set()
+        waiter.join(timeout=10)
+        assert not waiter.is_alive()
+        # Each table once, in the order written, on the warmer's one thread.
+        assert [table for table, _ in warmed] == ["deliveries", "metrics"]
+        assert {thread for _, thread in warmed} == {warmed[0][1]} and warmed[0][1].startswith("delta-warm")
+        warmer.start(["dead_letters"])
+        warmer.start([])  # the next start first waits for the warm in flight
+        assert [table for table, _ in warmed] == ["deliveries", "metrics", "dead_letters"]
+        assert warmer.wait() == 0.0  # nothing in flight
+    finally:
+        release.set()
+        warmer.close()
