@@ -399,8 +399,6 @@ class AppendStateWarmer:
         self._spark = spark
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-warm")
         self._pending: Any = None
-        #: Seconds the last warm took on its own thread (0 until one has finished).
-        self.last_seconds = 0.0
 
     def start(self, tables: Sequence[str]) -> None:
         """Warm ``tables`` (in order) on the background thread; first waits for a warm still running."""
@@ -410,10 +408,8 @@ class AppendStateWarmer:
             self._pending = self._executor.submit(self._warm, tables)
 
     def _warm(self, tables: list[str]) -> None:
-        started = time.perf_counter()
         for table in tables:
             warm_append_state(self._spark, table)
-        self.last_seconds = time.perf_counter() - started
 
     def wait(self) -> float:
         """Block until the warm in flight, if any, has finished; the seconds spent waiting."""
