@@ -1,4 +1,5 @@
-"""The replay ledger's retention, on real files (:class:`routing.checkpoints.ArrowFiles`, no JVM).
+"""The replay ledger's retention, on real files: :class:`routing.checkpoints.ArrowFiles` (no JVM), and
+once through Hadoop's FileSystem in the test session (the classic router's backend).
 
 Held to a sequential model: after batches 0..N are recorded, exactly the entries a prune at every
 multiple of ``retain_batches`` leaves are on disk, each with its own version; the batch just recorded
@@ -9,13 +10,17 @@ retention.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from routing.checkpoints import ArrowFiles
 from routing.config import ConfigError
-from routing.router.ledger import Ledger, read_ledger
+from routing.router.ledger import Ledger, ledger_entries, read_ledger
 from routing.settings import RouterSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 QUERY = "query-a"
 
@@ -101,3 +106,15 @@ def test_the_retention_setting_is_checked() -> None:
         RouterSettings(ledger_retain_batches=-1)
     with pytest.raises(ValueError, match="retain_batches"):
         Ledger(ArrowFiles("/nonexistent"), "app", retain_batches=-1)
+
+
+@pytest.mark.integration
+def test_the_router_ledger_prunes_through_hadoops_filesystem(spark: SparkSession, tmp_path: Path) -> None:
+    """The same retention on the classic session's backend (Spark's CheckpointFileManager via the JVM)."""
+    directory = str(tmp_path / "ledger")
+    ledger = Ledger.open(spark, directory, "app", retain_batches=4)
+    ledger.bind(QUERY)
+    for batch_id in range(13):
+        ledger.record(batch_id, version_of(batch_id))
+    entries = {batch_id: version for _, batch_id, version in ledger_entries(spark, directory)}
+    assert entries == {batch_id: version_of(batch_id) for batch_id in model_after(12, 4)}

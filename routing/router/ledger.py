@@ -18,12 +18,25 @@ The ledger directory defaults to ``router_ledger`` inside the query's
 checkpoint (``router.ledger_path`` overrides it). The query id level keeps
 two queries sharing a directory apart: a new checkpoint numbers its batches
 from 0 again.
+
+Retention, like Spark's offset log (``spark.sql.streaming.minBatchesToRetain``):
+only the batch in flight can be re-executed (Spark commits batch N before it
+plans N + 1), so an entry is needed for replay only until its batch commits.
+The ledger keeps the last ``retain_batches`` entries of its query anyway, for
+audits, and prunes the older ones once every ``retain_batches`` batches: when
+batch N is recorded and N is a multiple of it, the entries of batches up to
+N - ``retain_batches`` are deleted (one listing and that many deletes, so a
+few milliseconds per batch on average, and the directory holds at most twice
+``retain_batches`` entries). 0 keeps every entry. A crash between the deletes
+leaves some entries for the next prune; temporary files of writes in flight
+are never touched.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -31,6 +44,10 @@ from routing.checkpoints import CheckpointFiles
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from routing.checkpoints import ArrowFiles
+
+log = logging.getLogger("routing.router.ledger")
 
 #: The ledger directory's name inside the checkpoint when ``router.ledger_path`` is empty.
 DEFAULT_DIRECTORY = "router_ledger"
@@ -42,11 +59,22 @@ def ledger_directory(ledger_path: str, checkpoint_path: str) -> str:
 
 
 class Ledger:
-    def __init__(self, spark: SparkSession, directory: str, app_id: str) -> None:
-        self._files = CheckpointFiles(spark, directory)
+    """One query's replay ledger. Concurrency contract: one caller at a time (the ``foreachBatch`` thread)."""
+
+    def __init__(self, files: CheckpointFiles | ArrowFiles, app_id: str, *, retain_batches: int = 0) -> None:
+        if retain_batches < 0:
+            raise ValueError(f"retain_batches must be 0 (keep every entry) or more, got {retain_batches}")
+        self._files = files
         self._app_id = app_id
+        self._retain = retain_batches
         self._query_id: str | None = None
+        #: Versions read or written by this process; pruned with the files.
         self._known: dict[int, int] = {}
+
+    @classmethod
+    def open(cls, spark: SparkSession, directory: str, app_id: str, *, retain_batches: int = 0) -> Ledger:
+        """The ledger in ``directory``, on the checkpoint's filesystem (see :class:`CheckpointFiles`)."""
+        return cls(CheckpointFiles(spark, directory), app_id, retain_batches=retain_batches)
 
     def bind(self, query_id: str) -> None:
         """Record under this query (known only once the query has started)."""
@@ -83,14 +111,32 @@ class Ledger:
                 raise RuntimeError(f"ledger entry of batch {batch_id} exists but cannot be read")
             return recorded
         self._known[batch_id] = version
+        if self._retain and batch_id and batch_id % self._retain == 0:
+            self.prune(batch_id - self._retain)
         return version
+
+    def prune(self, last: int) -> int:
+        """Delete the entries of batches up to ``last`` (inclusive); how many were deleted.
+
+        Only committed batches may be pruned: :meth:`record` prunes at most up to ``retain_batches``
+        batches before the one it records, all of which Spark committed before planning that one.
+        """
+        query = self._bound_query
+        doomed = [name for name in self._files.list_names(query) if name.isdigit() and int(name) <= last]
+        for name in doomed:
+            self._files.delete(query, name)
+        for batch_id in [batch_id for batch_id in self._known if batch_id <= last]:
+            del self._known[batch_id]
+        if doomed:
+            log.info("ledger: pruned %d entries of batches up to %d (query %s)", len(doomed), last, query)
+        return len(doomed)
 
     def versions(self) -> dict[int, int]:
         """Every recorded batch id of the bound query -> version (read fresh from the files)."""
         return {batch_id: version for _, batch_id, version in read_ledger(self._files, self._bound_query)}
 
 
-def read_ledger(files: CheckpointFiles, query_id: str | None = None) -> list[tuple[str, int, int]]:
+def read_ledger(files: CheckpointFiles | ArrowFiles, query_id: str | None = None) -> list[tuple[str, int, int]]:
     """(query id, batch id, version) of every entry, of one query or of all."""
     entries = []
     for query in [query_id] if query_id is not None else files.list_names():

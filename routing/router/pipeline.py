@@ -537,7 +537,12 @@ class Router:
         self.validator = settings.validator()
         router = settings.router
         create_table_if_absent(spark, settings.subscriptions.table_path)
-        self.ledger = Ledger(spark, ledger_directory(router.ledger_path, router.checkpoint_path), router.app_id)
+        self.ledger = Ledger.open(
+            spark,
+            ledger_directory(router.ledger_path, router.checkpoint_path),
+            router.app_id,
+            retain_batches=router.ledger_retain_batches,
+        )
         # The outputs exist from the start, so a batch can skip an append it has no rows for.
         outputs = [(router.deliveries_path, DELIVERIES_DDL), (router.dead_letters_path, DEAD_LETTERS_DDL)]
         if router.write_unrouted:
