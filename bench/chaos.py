@@ -397,7 +397,7 @@ class ChaosRun:
             max_offsets_per_trigger=plan.max_offsets_per_trigger,
             refresh_interval_s=1.0,
             # The checks hold every routed record to the ledger entry of its batch: keep them all.
-            ledger_retain_batches=0,
+            retain_batches=0,
         )
         self.settings = settings.replace(
             subscriptions=dataclasses.replace(settings.subscriptions, events_topic=EVENTS_TOPIC)

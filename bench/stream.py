@@ -361,6 +361,8 @@ def variant_settings(
         deliveries_path=str(root / "deliveries"),
         dead_letters_path=str(root / "dead_letters"),
         unrouted_path=str(root / "unrouted"),
+        # The per-batch profile reads every batch's report (bench/latency.py's runs hold hundreds).
+        retain_batches=0,
     )
     subscriptions = dataclasses.replace(settings.subscriptions, table_path=str(table))
     return settings.replace(router=router, subscriptions=subscriptions)

@@ -153,7 +153,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jobs import local_kafka
     from jobs.produce import produce
     from jobs.refresh_subscriptions import refresh_from_kafka
-    from jobs.route import summarize
     from routing.router.pipeline import Router
     from routing.spark import get_spark
 
@@ -190,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         say("summary")
         total = int(produced["produced"]) + int(oversized["produced"])
-        conserved = print_summary(spark, settings, summarize(router.batch_reports()), total)
+        conserved = print_summary(spark, settings, router.run_summary(), total)
         spark.stop()
     finally:
         say("cleaning up")

@@ -64,27 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Totals over the batches this run processed (:meth:`Router.batch_reports`)."""
-    totals: dict[str, Any] = {
-        "batches": len(reports),
-        "input_rows": 0,
-        "deliveries": 0,
-        "unmatched": 0,
-        "dead_letters": 0,
-        "dead_letters_by_reason": {},
-        "snapshot_versions": [],
-    }
-    for row in reports.values():
-        for name in ("input_rows", "deliveries", "unmatched", "dead_letters"):
-            totals[name] += row[name]
-        for reason, count in row["dead_letters_by_reason"].items():
-            totals["dead_letters_by_reason"][reason] = totals["dead_letters_by_reason"].get(reason, 0) + count
-        if row["snapshot_version"] not in totals["snapshot_versions"]:
-            totals["snapshot_versions"].append(row["snapshot_version"])
-    return totals
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -143,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lost = router.lease.lost if router.lease is not None else None
     finally:
         router.close()
-    summary = summarize(router.batch_reports())
+    summary = router.run_summary()
     if lost is not None:
         print(
             f"route: lost the lease on checkpoint {settings.router.checkpoint_path} after {summary['batches']} "

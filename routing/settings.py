@@ -482,7 +482,7 @@ class RouterSettings:
     OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path", "snapshot_files_path")
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
         "refresh_thread_nice": (0, 19, " a nice increment"),
-        "ledger_retain_batches": (0, MAX_INT_SETTING, " 0 (keep every entry) or a number of batches"),
+        "retain_batches": (0, MAX_INT_SETTING, " 0 (keep everything) or a number of batches"),
     }
 
     #: Kafka topics to route (ignored when ``subscribe_pattern`` is set).
@@ -519,10 +519,11 @@ class RouterSettings:
     #: Directory of the replay ledger: one write-once file per batch id (which snapshot version it routed
     #: with). Empty: ``router_ledger`` inside ``checkpoint_path``, beside Spark's own offset log.
     ledger_path: str = ""
-    #: Ledger entries kept: the last this many batches (older ones are pruned every this many batches), as
-    #: Spark keeps its offset log (``spark.sql.streaming.minBatchesToRetain``, 100). Only the batch in flight
-    #: is ever replayed; the rest is for audits. 0 keeps every entry.
-    ledger_retain_batches: int = 100
+    #: Batches whose ledger entries and reports (in the driver's memory) are kept: the last this many, older
+    #: ones pruned every this many batches, as Spark keeps its offset log (``minBatchesToRetain``, 100). Only
+    #: the batch in flight is ever replayed; the rest is for audits. 0 keeps everything. A run's totals are
+    #: summed as it goes, so they cover every batch either way.
+    retain_batches: int = 100
     #: Also publish deliveries to Kafka: none, single (one topic) or per_subscriber (a topic template).
     kafka_sink: str = "none"
     kafka_sink_topic: str = "deliveries"

@@ -100,10 +100,10 @@ def test_an_explicit_prune_reports_what_it_deleted(tmp_path: Path) -> None:
 
 
 def test_the_retention_setting_is_checked() -> None:
-    assert RouterSettings().ledger_retain_batches == 100
-    assert RouterSettings(ledger_retain_batches=0).ledger_retain_batches == 0
-    with pytest.raises(ConfigError, match="ledger_retain_batches"):
-        RouterSettings(ledger_retain_batches=-1)
+    assert RouterSettings().retain_batches == 100
+    assert RouterSettings(retain_batches=0).retain_batches == 0
+    with pytest.raises(ConfigError, match="retain_batches"):
+        RouterSettings(retain_batches=-1)
     with pytest.raises(ValueError, match="retain_batches"):
         Ledger(ArrowFiles("/nonexistent"), "app", retain_batches=-1)
 

@@ -516,6 +516,63 @@ class BatchReport:
         }
 
 
+#: The counts :class:`RunTotals` sums over a run's batches.
+TOTALLED = ("input_rows", "deliveries", "unmatched", "dead_letters")
+
+
+class RunTotals:
+    """Totals over the batches of one run, kept up to date as batches end.
+
+    The router keeps only its last ``router.retain_batches`` reports (a driver that runs for weeks must not
+    keep one per batch), so a run's summary cannot be summed from them at the end: it is summed here, batch
+    by batch. A batch id reported twice (a batch re-executed in the same process) counts once, as its last
+    report says.
+    """
+
+    def __init__(self) -> None:
+        self._batches: set[int] = set()
+        self._counts = dict.fromkeys(TOTALLED, 0)
+        self._dead_by_reason: dict[str, int] = {}
+        #: Snapshot version -> batches that routed with it, in order of first use.
+        self._versions: dict[int, int] = {}
+
+    @classmethod
+    def of(cls, reports: dict[int, dict[str, Any]]) -> RunTotals:
+        """The totals of these reports (:meth:`BatchReport.as_dict`, by batch id)."""
+        totals = cls()
+        for row in reports.values():
+            totals.add(row)
+        return totals
+
+    def add(self, row: dict[str, Any], *, replacing: dict[str, Any] | None = None) -> None:
+        """Count one batch's report; ``replacing`` is the report it replaces (the same batch id), if any."""
+        if replacing is not None:
+            self._count(replacing, -1)
+        self._batches.add(row["batch_id"])
+        self._count(row, 1)
+
+    def _count(self, row: dict[str, Any], sign: int) -> None:
+        for name in TOTALLED:
+            self._counts[name] += sign * row[name]
+        for reason, count in row["dead_letters_by_reason"].items():
+            self._dead_by_reason[reason] = self._dead_by_reason.get(reason, 0) + sign * count
+            if not self._dead_by_reason[reason]:
+                del self._dead_by_reason[reason]
+        version = row["snapshot_version"]
+        self._versions[version] = self._versions.get(version, 0) + sign
+        if not self._versions[version]:
+            del self._versions[version]
+
+    def as_dict(self) -> dict[str, Any]:
+        """``batches``, the counts, ``dead_letters_by_reason`` and ``snapshot_versions`` (in order of first use)."""
+        return {
+            "batches": len(self._batches),
+            **self._counts,
+            "dead_letters_by_reason": dict(self._dead_by_reason),
+            "snapshot_versions": list(self._versions),
+        }
+
+
 class Router:
     """Everything the driver keeps between micro-batches.
 
@@ -541,7 +598,7 @@ class Router:
             spark,
             ledger_directory(router.ledger_path, router.checkpoint_path),
             router.app_id,
-            retain_batches=router.ledger_retain_batches,
+            retain_batches=router.retain_batches,
         )
         # The outputs exist from the start, so a batch can skip an append it has no rows for.
         outputs = [(router.deliveries_path, DELIVERIES_DDL), (router.dead_letters_path, DEAD_LETTERS_DDL)]
@@ -562,7 +619,10 @@ class Router:
             transport=router.snapshot_transport,
             thread_nice=router.refresh_thread_nice,
         )
+        #: The last ``router.retain_batches`` batches' reports, by batch id (all of them when it is 0).
         self.reports: dict[int, BatchReport] = {}
+        #: Every batch of this run, summed (the reports themselves are pruned).
+        self.totals = RunTotals()
         #: The hot path's column expressions, built once (see :class:`BatchPlan`).
         self.plan = BatchPlan(router, self.validator)
         from routing.spark import is_connect
@@ -613,9 +673,11 @@ class Router:
             self.lease = None
 
     def batch_reports(self) -> dict[int, dict[str, Any]]:
-        """Every batch this router processed, as :meth:`BatchReport.as_dict`, by batch id.
+        """The batches this router processed, as :meth:`BatchReport.as_dict`, by batch id: the last
+        ``router.retain_batches`` of them (every one when it is 0); :meth:`run_summary` has the run's totals.
 
-        On Spark Connect the batches ran in the server's worker: their reports come from :func:`batch_records`.
+        On Spark Connect the batches ran in the server's worker: their reports come from :func:`batch_records`,
+        every batch of the run (those files are not pruned).
         """
         if self.connect:
             if not self.identity.query_id:
@@ -724,11 +786,37 @@ class Router:
             # Every write is committed: the Delta state the next appends need is computed in the background.
             self.warmer.start(written)
         with self._lock:
+            replaced = self.reports.get(batch_id)
+            self.totals.add(report.as_dict(), replacing=None if replaced is None else replaced.as_dict())
             self.reports[batch_id] = report
+            retain = router.retain_batches
+            if retain and batch_id and batch_id % retain == 0:
+                self._forget_through(batch_id - retain)
         if self.connect and self.identity.query_id:
             # The job's client process has no other way to learn it (see ConnectBatches).
             # Replaced, not written once: a batch Spark re-executes belongs to the run that re-executed it.
             batch_records(self.spark, router).write(self.identity.query_id, batch_id, report.as_dict())
+
+    def _forget_through(self, last: int) -> None:
+        """Drop what this process keeps of batches up to ``last`` (their report, progress figures, log mark).
+
+        At most twice ``router.retain_batches`` batches are kept, as in the ledger. Called under ``_lock``.
+        """
+        for kept in (self.reports, self.durations_ms):
+            for batch_id in [batch_id for batch_id in kept if batch_id <= last]:
+                del kept[batch_id]
+        self.logged_batches = {batch_id for batch_id in self.logged_batches if batch_id > last}
+
+    def run_summary(self) -> dict[str, Any]:
+        """Totals over every batch this run processed (:class:`RunTotals`), whatever the retention.
+
+        On Spark Connect the batches ran in the server's worker: summed from their records
+        (:func:`batch_records`), which are kept for the whole run.
+        """
+        if self.connect:
+            return RunTotals.of(self.batch_reports()).as_dict()
+        with self._lock:
+            return self.totals.as_dict()
 
     def _wait_for_warm(self, timer: StageTimer) -> None:
         """Let the previous batch's warm finish before this batch's first Spark job (see AppendStateWarmer)."""

@@ -1,4 +1,5 @@
-"""The ``router.metrics_path`` table: one row per batch, equal to an independent count, written once.
+"""The ``router.metrics_path`` table: one row per batch, equal to an independent count, written once;
+and the run's totals, which cover every batch when older reports and ledger entries are pruned.
 
 The batches are static DataFrames in the Kafka source's shape handed straight to
 :meth:`Router.process_batch` (what ``foreachBatch`` does), so no broker is
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from router_support import apply_subscriptions, router_settings
+from router_support import apply_subscriptions, ledger_versions, router_settings
 
 from routing.errors import TopicError
 from routing.reference import ReferenceMatcher
@@ -76,24 +77,43 @@ def expected_counts(rows: list[tuple[Any, ...]], settings: Settings, pairs: list
 
 @pytest.mark.slow
 def test_metrics_rows_match_an_independent_count_once_per_batch(spark: Any, settings: Settings, tmp_path: Path) -> None:
-    local = router_settings(settings, tmp_path, ["metrics"], metrics_path=str(tmp_path / "router_metrics"))
+    # Two batches retained: batch 2 prunes batch 0's report and ledger entry; the run's totals keep it.
+    local = router_settings(
+        settings, tmp_path, ["metrics"], metrics_path=str(tmp_path / "router_metrics"), retain_batches=2
+    )
     local = local.replace(limits=dataclasses.replace(local.limits, max_payload_bytes=4096))
     version = apply_subscriptions(spark, local, tmp_path / "subs.json", subscribe=SUBSCRIPTIONS)
     pairs = read_active(spark, local.subscriptions.table_path)
     router = Router(spark, local)
     router.snapshots.maybe_refresh(force=True)
     router.bind_query("metrics-test-query")
-    batches = {0: records(0, 300), 1: records(1, 200)}
+    batches = {0: records(0, 300), 1: records(1, 200), 2: records(2, 40), 3: records(3, 30)}
     try:
-        for batch_id, rows in batches.items():
-            router.process_batch(batch_frame(spark, rows), batch_id)
+        for batch_id in (0, 1):
+            router.process_batch(batch_frame(spark, batches[batch_id]), batch_id)
         router.process_batch(batch_frame(spark, batches[0]), 0)  # Spark re-executing batch 0
+        assert router.reports[0].replayed is True  # the in-memory report is the re-execution's
+        for batch_id in (2, 3):
+            router.process_batch(batch_frame(spark, batches[batch_id]), batch_id)
     finally:
         router.close(progress_wait_s=0)
 
+    assert sorted(router.reports) == [1, 2, 3]
+    assert ledger_versions(spark, local) == [(1, version), (2, version), (3, version)]
+    summary = router.run_summary()
+    every = [expected_counts(rows, local, pairs) for rows in batches.values()]
+    assert summary["batches"] == 4 and summary["snapshot_versions"] == [version]
+    for name in ("input_rows", "deliveries", "unmatched", "dead_letters"):
+        assert summary[name] == sum(counts.get(name, 0) for counts in every), name
+    assert summary["dead_letters_by_reason"] == {
+        reason: total
+        for reason in DEAD_LETTER_REASONS
+        if (total := sum(counts.get(f"dead_{reason}", 0) for counts in every))
+    }
+
     table = spark.read.format("delta").load(local.router.metrics_path)
     written = {row["batch_id"]: row.asDict() for row in table.collect()}
-    assert table.count() == 2 and sorted(written) == [0, 1], "one row per batch id, the replay wrote nothing"
+    assert table.count() == 4 and sorted(written) == [0, 1, 2, 3], "one row per batch id, the replay wrote nothing"
     for batch_id, batch_rows in batches.items():
         row = written[batch_id]
         expected = expected_counts(batch_rows, local, pairs)
@@ -112,7 +132,6 @@ def test_metrics_rows_match_an_independent_count_once_per_batch(spark: Any, sett
     deliveries = spark.read.format("delta").load(local.router.deliveries_path)
     for batch_id in batches:
         assert written[batch_id]["deliveries"] == deliveries.where(f"batch_id = {batch_id}").count()
-    assert router.reports[0].replayed is True  # the in-memory report is the re-execution's
 
 
 @pytest.mark.parametrize(("value", "expected"), [("", ""), ("var/delta/router_metrics", "RESOLVED")])
