@@ -799,8 +799,9 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
         "progress's `durationMs` (medians; planning = queryPlanning + getBatch); inside `addBatch` (the "
         "`foreachBatch` call) the driver's own stage timers: the router's `BatchReport.stages` (ledger, snapshot, "
         "plan: building the frames, write_deliveries: the idempotent append and its commit, observe: the "
-        "counters, warm_wait: waiting for the Delta state for this append, computed in the background since the "
-        "previous commit), the passthrough's write and warm (in line); other = "
+        "counters, warm: the Delta state for the next append, in line after the commit (`router.delta_warm` = "
+        "auto under this trigger), warm_wait: waiting for it when it runs in the background instead), the "
+        "passthrough's write and warm (in line); other = "
         "addBatch minus the stages.",
         "",
         markdown_table(header, rows),

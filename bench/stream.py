@@ -451,7 +451,8 @@ def start_passthrough(
     The same source, partitioning, table properties and idempotent append as the router, and nothing else. It warms
     the table's Delta state for the next append in line once the batch has committed
     (:func:`routing.streaming.warm_append_state`): the cost a plain copy pays inside its next append, and the router
-    on a background thread (:class:`routing.streaming.AppendStateWarmer`). Available-now unless ``trigger_interval``
+    too under a processing-time trigger, or on a background thread under available-now (``router.delta_warm`` auto,
+    :class:`routing.streaming.AppendStateWarmer`). Available-now unless ``trigger_interval``
     is given (``bench/latency.py`` runs it on the processing-time trigger); each ``foreachBatch`` call's seconds go
     to ``batch_seconds``, and its ``write`` and ``warm`` seconds to ``stages[batch id]``, when given.
     """
@@ -796,7 +797,7 @@ ROUTER_STAGES = (
     ("ledger", "ledger lookup and record"),
     ("snapshot", "snapshot version check, pin (the first batch also waits for the first snapshot)"),
     ("plan", "the batch's frames from the prebuilt expressions"),
-    ("warm_wait", "router: waiting for the previous batch's Delta warm, run in the background since its commit"),
+    ("warm_wait", "router, background warm: waiting for the previous batch's Delta warm, run since its commit"),
     ("count", "counting pass of a re-executed batch"),
     ("write", "the passthrough's copy: Kafka read + Delta commit"),
     ("write_deliveries", "deliveries: pass over the input (Kafka read, classification, UDF, fan-out) + Delta commit"),
@@ -804,7 +805,7 @@ ROUTER_STAGES = (
     ("write_dead_letters", "dead letters: write + commit (only when the batch has some)"),
     ("write_unmatched", "unmatched: write + commit (only when written and the batch has some)"),
     ("kafka_sink", "Kafka sink"),
-    ("warm", "passthrough: Delta state for the next append, in line after the commit"),
+    ("warm", "Delta state for the next append, in line after the commit (passthrough; router with an inline warm)"),
     ("metrics", "metrics table row"),
 )
 #: Phases of the query progress's ``durationMs`` outside ``addBatch`` (the foreachBatch call).

@@ -654,3 +654,25 @@ def test_spark_gc_is_g1_or_parallel() -> None:
     for wrong in ("G1", "serial", "", "-XX:+UseParallelGC"):
         with pytest.raises(ConfigError, match=r"spark\.gc must be one of g1, parallel"):
             load_settings(env={}, overrides=parse_overrides([f"spark.gc={wrong}"]))
+
+
+@pytest.mark.parametrize(
+    ("delta_warm", "trigger", "background"),
+    [
+        ("auto", "available_now", True),
+        ("auto", "processing_time", False),
+        ("inline", "available_now", False),
+        ("inline", "processing_time", False),
+        ("background", "available_now", True),
+        ("background", "processing_time", True),
+    ],
+)
+def test_delta_warm_resolves_auto_by_the_trigger(delta_warm: str, trigger: str, background: bool) -> None:
+    router = load_settings(overrides={"router": {"delta_warm": delta_warm, "trigger": trigger}}).router
+    assert router.background_warm is background
+
+
+def test_delta_warm_is_auto_inline_or_background() -> None:
+    assert load_settings().router.delta_warm == "auto"
+    with pytest.raises(ConfigError, match="delta_warm must be one of auto, background, inline"):
+        load_settings(overrides={"router": {"delta_warm": "sometimes"}})

@@ -629,8 +629,9 @@ class Router:
 
         #: A Spark Connect session: batches run in the server's ``foreachBatch`` worker (:class:`ConnectBatches`).
         self.connect = is_connect(spark)
-        #: Each batch's warm of the tables it wrote runs here, overlapping the next batch's start (none on
-        #: Spark Connect, which has no JVM to warm through; see :class:`routing.streaming.AppendStateWarmer`).
+        #: Each batch's warm of the tables it wrote runs here: waited for at once (``router.delta_warm`` inline), or
+        #: overlapping the next batch's start (background). None on Spark Connect, which has no JVM to warm
+        #: through; see :class:`routing.streaming.AppendStateWarmer`.
         self.warmer = None if self.connect else AppendStateWarmer(spark)
         #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task; Spark Connect has no
         #: accumulators, so there the metrics' ``match_ms`` and ``distinct_keys_per_arrow_batch_sum`` stay 0.
@@ -783,8 +784,11 @@ class Router:
                 self._write_metrics(report)
             written.append(router.metrics_path)
         if self.warmer is not None:
-            # Every write is committed: the Delta state the next appends need is computed in the background.
+            # Every write is committed: compute the Delta state the next appends need (router.delta_warm).
             self.warmer.start(written)
+            if not router.background_warm:
+                with timer("warm"):
+                    self.warmer.wait()
         with self._lock:
             replaced = self.reports.get(batch_id)
             self.totals.add(report.as_dict(), replacing=None if replaced is None else replaced.as_dict())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -105,13 +106,14 @@ def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings
         router.close(progress_wait_s=0)
 
 
+@pytest.mark.parametrize("delta_warm", ["background", "inline"])
 def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
-    spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delta_warm: str
 ) -> None:
     """The Delta state an idempotent append needs is computed after the previous batch's commit (warm), on the
-    warmer's own thread while the batch returns, so the append on a batch's path to its visible commit is
-    the one Spark job that writes the rows; and a batch reuses its plan's column expressions instead of
-    rebuilding them (about 2,100 JVM round trips before)."""
+    warmer's own thread: while the batch returns (background), or before it does (inline); either way the
+    append on a batch's path to its visible commit is the one Spark job that writes the rows. And a batch
+    reuses its plan's column expressions instead of rebuilding them (about 2,100 JVM round trips before)."""
     import threading
 
     import py4j.clientserver
@@ -119,20 +121,23 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     from routing import streaming
     from routing.router import pipeline
 
-    local = router_settings(settings, tmp_path, ["steady"])
+    local = router_settings(settings, tmp_path, ["steady"], delta_warm=delta_warm)
     apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
     router = started_router(spark, local, "steady")
     sc = spark.sparkContext
     jobs: list[tuple[str, str, int]] = []  # (step, table, Spark jobs it ran), in call order
     threads: dict[str, set[str]] = {"append": set(), "warm": set()}  # the threads each step ran on
+    ended: dict[str, list[float]] = {"append": [], "warm": []}  # when each call of a step returned
+    returned: list[float] = []  # when each process_batch call returned
 
     def counted(name: str, step: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
-            group = f"{name}-{len(jobs)}"
+            group = f"{name}-{delta_warm}-{len(jobs)}"  # unique in the session: the tracker keeps old groups' jobs
             sc.setJobGroup(group, name)
             try:
                 return step(*args, **kwargs)
             finally:
+                ended[name].append(time.perf_counter())
                 jobs.append((name, str(args[1]), len(sc.statusTracker().getJobIdsForGroup(group))))
                 threads[name].add(threading.current_thread().name)
                 sc.setJobGroup(None, None)
@@ -153,6 +158,7 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
         for batch_id in range(3):
             calls[0] = 0
             router.process_batch(batch_frame(spark, [b"a.b", b"a", b"x.b", b"a.c"] * 50), batch_id)
+            returned.append(time.perf_counter())
     finally:
         router.close(progress_wait_s=0)  # waits for the last batch's warm
     assert calls[0] > 0, "JVM calls not counted (not a pinned-thread py4j gateway?)"
@@ -170,6 +176,10 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     assert threads["append"] == {threading.current_thread().name}, threads
     assert len(threads["warm"]) == 1 and next(iter(threads["warm"])).startswith("delta-warm"), threads
     assert {"plan", "warm_wait", "write_deliveries", "observe"} <= set(router.reports[2].stages)
+    # Inline, each batch's warm ends before the batch returns; in the background, after (it is not waited for).
+    done_before_return = [warm < back for warm, back in zip(ended["warm"], returned, strict=True)]
+    assert done_before_return == [delta_warm == "inline"] * 3, (ended, returned)
+    assert ("warm" in router.reports[2].stages) == (delta_warm == "inline")
 
 
 def generated_code(frame: Any) -> str:
