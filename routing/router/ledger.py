@@ -58,6 +58,16 @@ def ledger_directory(ledger_path: str, checkpoint_path: str) -> str:
     return ledger_path or os.path.join(checkpoint_path, DEFAULT_DIRECTORY)
 
 
+def prune_through(batch_id: int, retain_batches: int) -> int | None:
+    """The last batch id to prune once ``batch_id`` is recorded, or None (the ledger's and the router's rule).
+
+    Every ``retain_batches`` batches (0: never), everything up to ``batch_id - retain_batches`` goes.
+    """
+    if retain_batches and batch_id and batch_id % retain_batches == 0:
+        return batch_id - retain_batches
+    return None
+
+
 class Ledger:
     """One query's replay ledger. Concurrency contract: one caller at a time (the ``foreachBatch`` thread)."""
 
@@ -111,8 +121,9 @@ class Ledger:
                 raise RuntimeError(f"ledger entry of batch {batch_id} exists but cannot be read")
             return recorded
         self._known[batch_id] = version
-        if self._retain and batch_id and batch_id % self._retain == 0:
-            self.prune(batch_id - self._retain)
+        last = prune_through(batch_id, self._retain)
+        if last is not None:
+            self.prune(last)
         return version
 
     def prune(self, last: int) -> int:

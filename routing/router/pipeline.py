@@ -67,7 +67,7 @@ from routing import delta_tables
 from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.classify import classify_projections, project
-from routing.router.ledger import Ledger, ledger_directory
+from routing.router.ledger import Ledger, ledger_directory, prune_through
 from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import (
@@ -530,7 +530,8 @@ class RunTotals:
     """
 
     def __init__(self) -> None:
-        self._batches: set[int] = set()
+        #: Distinct batch ids counted: a replacement is the same batch again (a set of ids would grow forever).
+        self._batches = 0
         self._counts = dict.fromkeys(TOTALLED, 0)
         self._dead_by_reason: dict[str, int] = {}
         #: Snapshot version -> batches that routed with it, in order of first use.
@@ -546,9 +547,10 @@ class RunTotals:
 
     def add(self, row: dict[str, Any], *, replacing: dict[str, Any] | None = None) -> None:
         """Count one batch's report; ``replacing`` is the report it replaces (the same batch id), if any."""
-        if replacing is not None:
+        if replacing is None:
+            self._batches += 1
+        else:
             self._count(replacing, -1)
-        self._batches.add(row["batch_id"])
         self._count(row, 1)
 
     def _count(self, row: dict[str, Any], sign: int) -> None:
@@ -566,7 +568,7 @@ class RunTotals:
     def as_dict(self) -> dict[str, Any]:
         """``batches``, the counts, ``dead_letters_by_reason`` and ``snapshot_versions`` (in order of first use)."""
         return {
-            "batches": len(self._batches),
+            "batches": self._batches,
             **self._counts,
             "dead_letters_by_reason": dict(self._dead_by_reason),
             "snapshot_versions": list(self._versions),
@@ -789,17 +791,18 @@ class Router:
             if not router.background_warm:
                 with timer("warm"):
                     self.warmer.wait()
+        row = report.as_dict()
         with self._lock:
             replaced = self.reports.get(batch_id)
-            self.totals.add(report.as_dict(), replacing=None if replaced is None else replaced.as_dict())
+            self.totals.add(row, replacing=None if replaced is None else replaced.as_dict())
             self.reports[batch_id] = report
-            retain = router.retain_batches
-            if retain and batch_id and batch_id % retain == 0:
-                self._forget_through(batch_id - retain)
+            last = prune_through(batch_id, router.retain_batches)
+            if last is not None:
+                self._forget_through(last)
         if self.connect and self.identity.query_id:
             # The job's client process has no other way to learn it (see ConnectBatches).
             # Replaced, not written once: a batch Spark re-executes belongs to the run that re-executed it.
-            batch_records(self.spark, router).write(self.identity.query_id, batch_id, report.as_dict())
+            batch_records(self.spark, router).write(self.identity.query_id, batch_id, row)
 
     def _forget_through(self, last: int) -> None:
         """Drop what this process keeps of batches up to ``last`` (their report, progress figures, log mark).
