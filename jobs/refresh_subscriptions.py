@@ -235,11 +235,13 @@ def refresh_from_kafka(
     query.awaitTermination()
     # On Spark Connect the batches ran in the server's worker, which left their summaries in the checkpoint.
     # Earlier runs on the checkpoint left theirs too: this run's batches are those after its last commit.
-    summaries = (
-        apply_batch.summaries
-        if not connect
-        else read_batch_summaries(spark, settings, str(query.id), from_batch=first_batch)
-    )
+    if connect:
+        summaries = read_batch_summaries(spark, settings, str(query.id), from_batch=first_batch)
+        # Read: delete them, and whatever earlier runs that stopped before reading theirs left.
+        last_read = summaries[-1].batch_id if summaries else first_batch - 1
+        batch_records(spark, settings).prune(str(query.id), last_read)
+    else:
+        summaries = apply_batch.summaries
     return RunSummary(summaries, latest_version(spark, subscriptions.table_path), deactivated)
 
 

@@ -279,7 +279,8 @@ class BatchRecords:
     query learns what each batch did only from files: ``<checkpoint>/<directory>/<query id>/<batch id>``
     (through :class:`routing.checkpoints.CheckpointFiles`, so any filesystem the checkpoint is on). A batch
     Spark re-executes replaces its record: it belongs to the run that re-executed it. The router's batch
-    reports and the refresh job's batch summaries are both kept here.
+    reports and the refresh job's batch summaries are both kept here; whoever writes them prunes them
+    (:meth:`prune`), so that a job that runs for weeks leaves a bounded number of files.
     """
 
     spark: SparkSession
@@ -293,6 +294,14 @@ class BatchRecords:
 
     def write(self, query_id: str, batch_id: int, record: dict[str, Any]) -> None:
         self._files().replace(json.dumps(record, sort_keys=True).encode(), query_id, str(batch_id))
+
+    def prune(self, query_id: str, through: int) -> int:
+        """Delete the query's records of batches up to ``through`` (inclusive); how many were deleted."""
+        files = self._files()
+        doomed = [name for name in files.list_names(query_id) if name.isdigit() and int(name) <= through]
+        for name in doomed:
+            files.delete(query_id, name)
+        return len(doomed)
 
     def read(self, query_id: str, *, from_batch: int = 0) -> dict[int, dict[str, Any]]:
         """The query's records by batch id, in batch order, from batch ``from_batch`` on (a run's own batches

@@ -650,6 +650,8 @@ class Router:
         self.logged_batches: set[int] = set()
         #: On Spark Connect: the first batch id this run processes (see :func:`first_batch_of_run`).
         self._first_batch = 0
+        #: The first batch id this router processed (where :attr:`totals` start).
+        self._first_processed: int | None = None
         #: The query progress's ``durationMs`` per batch id (filled by the listener, asynchronously).
         self.durations_ms: dict[int, dict[str, int]] = {}
 
@@ -680,15 +682,10 @@ class Router:
         ``router.retain_batches`` of them (every one when it is 0); :meth:`run_summary` has the run's totals.
 
         On Spark Connect the batches ran in the server's worker: their reports come from :func:`batch_records`,
-        every batch of the run (those files are not pruned).
+        which the worker prunes by the same rule.
         """
         if self.connect:
-            if not self.identity.query_id:
-                return {}
-            # The query's earlier runs left theirs too: this run's batches are those after its last commit.
-            return batch_records(self.spark, self.settings.router).read(
-                self.identity.query_id, from_batch=self._first_batch
-            )
+            return {batch_id: _report_of(record) for batch_id, record in self._connect_records().items()}
         with self._lock:
             return {batch_id: report.as_dict() for batch_id, report in self.reports.items()}
 
@@ -793,16 +790,23 @@ class Router:
                     self.warmer.wait()
         row = report.as_dict()
         with self._lock:
+            if self._first_processed is None:
+                self._first_processed = batch_id
             replaced = self.reports.get(batch_id)
             self.totals.add(row, replacing=None if replaced is None else replaced.as_dict())
             self.reports[batch_id] = report
             last = prune_through(batch_id, router.retain_batches)
             if last is not None:
                 self._forget_through(last)
+            totals = {"first_batch": self._first_processed, "totals": self.totals.as_dict()}
         if self.connect and self.identity.query_id:
-            # The job's client process has no other way to learn it (see ConnectBatches).
-            # Replaced, not written once: a batch Spark re-executes belongs to the run that re-executed it.
-            batch_records(self.spark, router).write(self.identity.query_id, batch_id, row)
+            # The job's client process has no other way to learn it (see ConnectBatches). Replaced, not
+            # written once: a batch Spark re-executes belongs to the run that re-executed it. Each record
+            # carries the run's totals so far, so the records can be pruned like the reports.
+            records = batch_records(self.spark, router)
+            records.write(self.identity.query_id, batch_id, {**row, RUN_TOTALS: totals})
+            if last is not None:
+                records.prune(self.identity.query_id, last)
 
     def _forget_through(self, last: int) -> None:
         """Drop what this process keeps of batches up to ``last`` (their report, progress figures, log mark).
@@ -817,13 +821,34 @@ class Router:
     def run_summary(self) -> dict[str, Any]:
         """Totals over every batch this run processed (:class:`RunTotals`), whatever the retention.
 
-        On Spark Connect the batches ran in the server's worker: summed from their records
-        (:func:`batch_records`), which are kept for the whole run.
+        On Spark Connect the batches ran in the server's worker: the totals its last record carries
+        (:func:`batch_records`).
         """
-        if self.connect:
-            return RunTotals.of(self.batch_reports()).as_dict()
-        with self._lock:
-            return self.totals.as_dict()
+        if not self.connect:
+            with self._lock:
+                return self.totals.as_dict()
+        records = self._connect_records()
+        if not records:
+            return RunTotals().as_dict()
+        carried = records[max(records)].get(RUN_TOTALS)
+        if carried is not None and carried["first_batch"] == self._first_batch:
+            return dict(carried["totals"])
+        # Not the totals of this run's batches (a worker that started elsewhere in the run): sum the records
+        # there are, which is every batch of the run unless some were pruned.
+        log.warning(
+            "the server's worker totals do not start at this run's first batch %d: summing the %d batch records kept",
+            self._first_batch,
+            len(records),
+        )
+        return RunTotals.of({batch_id: _report_of(record) for batch_id, record in records.items()}).as_dict()
+
+    def _connect_records(self) -> dict[int, dict[str, Any]]:
+        """On Spark Connect: this run's batch records that are kept (see :meth:`batch_reports`)."""
+        if not self.identity.query_id:
+            return {}
+        # The query's earlier runs left theirs too: this run's batches are those after its last commit.
+        records = batch_records(self.spark, self.settings.router)
+        return records.read(self.identity.query_id, from_batch=self._first_batch)
 
     def _wait_for_warm(self, timer: StageTimer) -> None:
         """Let the previous batch's warm finish before this batch's first Spark job (see AppendStateWarmer)."""
@@ -990,6 +1015,15 @@ def batch_records(spark: SparkSession, router: RouterSettings) -> BatchRecords:
 
 #: The reports' directory inside the checkpoint (:func:`batch_records`).
 REPORTS_DIRECTORY = "router_reports"
+#: A Connect batch record's run totals so far: ``{"first_batch": the worker's first batch, "totals": ...}``.
+RUN_TOTALS = "run_totals"
+
+
+def _report_of(record: dict[str, Any]) -> dict[str, Any]:
+    """A Connect batch record without the run totals it carries: the batch's :meth:`BatchReport.as_dict`."""
+    return {name: value for name, value in record.items() if name != RUN_TOTALS}
+
+
 #: The routers of this process's ``foreachBatch`` worker (Spark Connect), by checkpoint.
 _connect_routers: dict[str, Router] = {}
 

@@ -165,3 +165,8 @@ def test_batch_records_keep_each_batchs_last_record_in_batch_order(spark: SparkS
     assert list(records.read("query").items()) == [(0, {"rows": 1}), (2, {"rows": 3}), (10, {"rows": 10})]
     assert records.read("query", from_batch=2) == {2: {"rows": 3}, 10: {"rows": 10}}
     assert records.read("another query") == {0: {"rows": 0}}
+    # Pruning deletes one query's records up to a batch, and nothing else.
+    assert records.prune("query", 2) == 2
+    assert records.read("query") == {10: {"rows": 10}}
+    assert records.prune("query", 2) == 0
+    assert records.read("another query") == {0: {"rows": 0}}

@@ -34,8 +34,10 @@ from router_support import (
 
 from integration.test_router_metrics import KEYS as METRICS_KEYS
 from jobs.connect_server import ConnectServer
+from jobs.refresh_subscriptions import SUMMARIES_DIRECTORY
 from routing import delta_tables
 from routing.router.ledger import ledger_entries
+from routing.router.pipeline import REPORTS_DIRECTORY
 from routing.router.snapshot_files import DEFAULT_DIRECTORY
 from routing.router.tables import DEAD_LETTERS_DDL, DELIVERIES_DDL
 from routing.settings import REPO_ROOT, Settings
@@ -89,7 +91,8 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     # Several batches per run, the same ones in both modes (max offsets per trigger).
     classic = router_settings(settings, tmp_path / "classic", [topic], max_offsets_per_trigger=150)
     version = apply_subscriptions(spark, classic, tmp_path / "subscriptions.jsonl", subscribe=SUBSCRIPTIONS)
-    connect = router_settings(settings, tmp_path / "connect", [topic], max_offsets_per_trigger=150)
+    # The worker keeps the last 2 batches' ledger entries and report files: the summary still covers all.
+    connect = router_settings(settings, tmp_path / "connect", [topic], max_offsets_per_trigger=150, retain_batches=2)
     connect = connect.replace(subscriptions=classic.subscriptions)
 
     classic_reports = run_available_now(spark, classic).batch_reports()
@@ -120,7 +123,10 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     snapshot_files = list((Path(classic.subscriptions.table_path) / DEFAULT_DIRECTORY).glob(f"{version}-*.frozen"))
     assert len(snapshot_files) == 1
     assert {entry[2] for entry in ledger_entries(spark, connect.router.ledger_path)} == {version}
-    assert len(ledger_entries(spark, connect.router.ledger_path)) == summary["batches"]
+    kept = [entry[1] for entry in ledger_entries(spark, connect.router.ledger_path)]
+    assert summary["batches"] == 3 and kept == [1, 2]  # batch 2 pruned batch 0's entry
+    reports = Path(connect.router.checkpoint_path) / REPORTS_DIRECTORY
+    assert sorted(int(path.name) for path in reports.glob("*/*") if path.name.isdigit()) == kept  # its report too
 
     # Spark re-executes a batch whose commit is missing: the worker's router finds its version in the ledger
     # (through pyarrow), takes the careful path (Delta skips the write: no observed metrics over Connect) and
@@ -139,7 +145,7 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     assertDataFrameEqual(
         delta_tables.read(spark, connect.router.deliveries_path).select(*stable_columns(DELIVERIES_DDL)), expected
     )
-    assert len(ledger_entries(spark, connect.router.ledger_path)) == summary["batches"]
+    assert [entry[1] for entry in ledger_entries(spark, connect.router.ledger_path)] == kept
 
     # tail on Connect: the server's worker hands each batch over through the tail's checkpoint, the job
     # prints it; the same rows in the same order as tail in classic mode prints from the classic table.
@@ -215,6 +221,9 @@ def test_connect_refresh_job_applies_exactly_what_classic_does(
     later_summary = json.loads(run_job(connect_server, "jobs.refresh_subscriptions", "--json", *flags)[-1])
     assert later_summary == later.as_dict()
     assert (later_summary["batches"], later_summary["events"]) == (1, 1)
+    # The client deletes the summaries it has read: none pile up in the checkpoint run after run.
+    summaries = Path(connect.subscriptions.checkpoint_path) / SUMMARIES_DIRECTORY
+    assert [path for path in summaries.rglob("*") if path.is_file()] == []
 
     for table, columns in (
         ("table_path", ["subscriber_id", "pattern", "active", "updated_at", "change_id", "source"]),
