@@ -30,9 +30,10 @@ processing-time trigger (``--trigger-seconds``) and the same
 takes the whole backlog):
 
 (a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one
-    idempotent append of the source columns per batch, and the Delta state for the
-    next append warmed in line after the commit, where the router warms it on a
-    background thread; its table is created with the router's table properties,
+    idempotent append of the source columns per batch through Delta's public
+    writer, and the Delta state for the next append's txn check warmed in line
+    after the commit; the router's first attempts need no check and no warm
+    (``router.delta_append`` = direct); its table is created with the router's table properties,
     and the two share the SparkSession and so every session setting);
 (b) **native router**: the real :class:`routing.router.pipeline.Router`, over
     ``--subscriptions`` random patterns (``bench.stream.subscription_pairs``)
@@ -798,10 +799,10 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
         "query waits for the next trigger, or starts at once when it is behind). The phases are the query "
         "progress's `durationMs` (medians; planning = queryPlanning + getBatch); inside `addBatch` (the "
         "`foreachBatch` call) the driver's own stage timers: the router's `BatchReport.stages` (ledger, snapshot, "
-        "plan: building the frames, write_deliveries: the idempotent append and its commit, observe: the "
-        "counters, warm: the Delta state for the next append, in line after the commit (`router.delta_warm` = "
-        "auto under this trigger), warm_wait: waiting for it when it runs in the background instead), the "
-        "passthrough's write and warm (in line); other = "
+        "plan: building the frames, write_deliveries: the append and its commit, observe: the counters; a "
+        "router with `router.delta_append` = writer also has warm: the Delta state for the next append's txn "
+        "check, in line after the commit, or warm_wait: waiting for it in the background), the passthrough's "
+        "write (through the public writer, txnAppId checked) and warm (in line); other = "
         "addBatch minus the stages.",
         "",
         markdown_table(header, rows),

@@ -37,12 +37,13 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
     the table's Delta state for the next append in line after each commit
     (:func:`routing.streaming.warm_append_state`: the set-transaction lookup of an
     idempotent append costs a state reconstruction per table version in Delta 4.4;
-    a plain copy pays the same inside its next append); the router runs that warm
-    on a background thread that overlaps its next batch's start
-    (:class:`routing.streaming.AppendStateWarmer`). Its table is created with the
-    router's table properties (``router.delta_checkpoint_interval``), and it
-    shares the router's SparkSession and so every session setting: the two pay
-    the same Delta costs;
+    a plain copy pays the same inside its next append). The router's first
+    attempts skip that lookup instead (``router.delta_append`` = direct,
+    :func:`routing.streaming.first_append`: its ledger proves no earlier attempt
+    wrote, which a copy without a ledger cannot know), so they have nothing to
+    warm. Its table is created with the router's table properties
+    (``router.delta_checkpoint_interval``), and it shares the router's
+    SparkSession and so every session setting;
 (b) **native router**: the real :class:`routing.router.pipeline.Router`;
 (c) **python trie**: the same ``Router`` with only the matcher swapped for
     :class:`routing.matchers.TrieMatcher`, called per key in Python inside the
@@ -448,11 +449,11 @@ def start_passthrough(
 ) -> StreamingQuery:
     """Variant (a), the baseline: the router's Kafka source copied to the deliveries table as it is.
 
-    The same source, partitioning, table properties and idempotent append as the router, and nothing else. It warms
-    the table's Delta state for the next append in line once the batch has committed
-    (:func:`routing.streaming.warm_append_state`): the cost a plain copy pays inside its next append, and the router
-    too under a processing-time trigger, or on a background thread under available-now (``router.delta_warm`` auto,
-    :class:`routing.streaming.AppendStateWarmer`). Available-now unless ``trigger_interval``
+    The same source, partitioning and table properties as the router, and Delta's documented idempotent append
+    (``txnAppId``), which a copy without the router's ledger needs for every batch. It warms the table's Delta state
+    for the next append in line once the batch has committed (:func:`routing.streaming.warm_append_state`): the cost
+    a plain copy pays inside its next append (the router's first attempts skip the lookup that needs it:
+    ``router.delta_append`` = direct). Available-now unless ``trigger_interval``
     is given (``bench/latency.py`` runs it on the processing-time trigger); each ``foreachBatch`` call's seconds go
     to ``batch_seconds``, and its ``write`` and ``warm`` seconds to ``stages[batch id]``, when given.
     """
@@ -805,7 +806,7 @@ ROUTER_STAGES = (
     ("write_dead_letters", "dead letters: write + commit (only when the batch has some)"),
     ("write_unmatched", "unmatched: write + commit (only when written and the batch has some)"),
     ("kafka_sink", "Kafka sink"),
-    ("warm", "Delta state for the next append, in line after the commit (passthrough; router with an inline warm)"),
+    ("warm", "Delta state for the next append, in line after the commit (passthrough; router through the writer)"),
     ("metrics", "metrics table row"),
 )
 #: Phases of the query progress's ``durationMs`` outside ``addBatch`` (the foreachBatch call).

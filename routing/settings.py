@@ -459,6 +459,7 @@ TRIGGERS = frozenset({"processing_time", "available_now"})
 KAFKA_SINKS = frozenset({"none", "single", "per_subscriber"})
 SNAPSHOT_TRANSPORTS = frozenset({"file", "broadcast"})
 DELTA_WARMS = frozenset({"auto", "inline", "background"})
+DELTA_APPENDS = frozenset({"direct", "writer"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -560,6 +561,12 @@ class RouterSettings:
     #: batches run back to back and only throughput counts), ``inline`` under processing time (measured with a
     #: 1 s trigger on 2 cores: the background warm slowed the next batch's own work beside it and doubled p99).
     delta_warm: str = "auto"
+    #: How a batch's first attempt appends (``routing.streaming.first_append``): ``direct``, Delta's transaction
+    #: with the batch's set transaction and without the public writer's check of it (its ledger entry proves
+    #: no earlier attempt wrote, so the check's state reconstruction, three Spark jobs a batch, is skipped and
+    #: there is nothing to warm); ``writer``, the public writer with ``txnAppId`` as for a re-execution (and the
+    #: warm above). Re-executions, catalog table names and Spark Connect always take the writer.
+    delta_append: str = "direct"
 
     @property
     def background_warm(self) -> bool:
@@ -577,6 +584,7 @@ class RouterSettings:
             ("kafka_sink", self.kafka_sink, KAFKA_SINKS),
             ("snapshot_transport", self.snapshot_transport, SNAPSHOT_TRANSPORTS),
             ("delta_warm", self.delta_warm, DELTA_WARMS),
+            ("delta_append", self.delta_append, DELTA_APPENDS),
         ):
             if value not in allowed:
                 choices = ", ".join(sorted(allowed))

@@ -27,6 +27,8 @@ What each piece guarantees:
   is a path or a catalog name (:mod:`routing.delta_tables`, which every read and write goes through).
 * :func:`idempotent_append` -- an append carrying ``txnAppId``/``txnVersion``: Delta commits it
   once per (app id, version) and skips it when a re-executed batch writes it again.
+  :func:`first_append` commits the same set transaction without Delta's check (and its state
+  reconstruction), for a first attempt the router's ledger has proved.
 * :class:`AppendStateWarmer` -- :func:`warm_append_state` for the tables a batch wrote, run on a
   thread of its own once the batch has committed, so the state reconstruction overlaps what the
   next batch does before its first append instead of holding up the batch that committed.
@@ -346,6 +348,64 @@ def idempotent_append(
     delta_tables.save(frame.sparkSession, writer, table)
 
 
+#: Set once :func:`first_append` has found Delta's internal write API not as expected (logged once).
+_first_append_missing = False
+
+
+def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_version: int) -> bool:
+    """Append ``frame`` with the set transaction (``transaction_app_id``, ``txn_version``) and no idempotency
+    check; False, having written nothing, where it cannot (then use :func:`idempotent_append`).
+
+    **Only for a version the caller knows no earlier attempt wrote** -- the router's first attempt at a batch,
+    proved by creating its ledger entry (:mod:`routing.router.ledger`): the entry is made before any write
+    and exactly once, so no attempt before this one reached a write.
+
+    Why: :func:`idempotent_append`'s ``txnAppId`` makes Delta ask the table's latest snapshot which version
+    the app id committed last, and Delta 4.4 answers from the snapshot's *full state*: a state
+    reconstruction of three Spark jobs over the log since its checkpoint (which lists every file of the
+    table), before a row is written. Here the answer is known, so the append skips the question: it
+    writes the files and commits them together with the same ``txn`` action the public writer's commit
+    carries, through Delta's ``OptimisticTransaction`` (one Spark job, the write). The commit on disk is
+    the same, so a re-execution of the batch, which takes :func:`idempotent_append`, finds the version and
+    is skipped exactly as before. Nothing is read, so the commit is a blind append: it conflicts with no
+    concurrent append.
+
+    Declines (False) on Spark Connect (no JVM here), for catalog table names (the public writer resolves
+    them), when the frame's columns are not exactly the table's (the public writer enforces or merges the
+    schema), and when Delta's internal API differs (logged once). A failure of the write or the commit
+    itself raises, like the public writer's.
+    """
+    global _first_append_missing
+    from routing.spark import is_connect
+
+    if _first_append_missing or is_connect(frame.sparkSession) or delta_tables.is_table_name(table):
+        return False
+    spark = frame.sparkSession
+    jvm: Any = spark.sparkContext._jvm
+    try:
+        delta = jvm.org.apache.spark.sql.delta
+        transaction = delta.DeltaLog.forTable(spark._jsparkSession, table).startTransaction()
+        if list(transaction.metadata().schema().fieldNames()) != frame.columns:
+            return False
+        write_operation = getattr(getattr(delta, "DeltaOperations$Write$"), "MODULE$")
+        # DeltaOperations.Write(mode = Append, the rest their defaults), as the public append's commit names it.
+        defaults = [getattr(write_operation, f"apply$default${index}")() for index in range(2, 10)]
+        operation = write_operation.apply(jvm.org.apache.spark.sql.SaveMode.Append, *defaults)
+        now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
+        set_transaction = delta.actions.SetTransaction(transaction_app_id, txn_version, now)
+    except Exception as error:  # no such class or method in this Delta: the public writer serves
+        from py4j.protocol import Py4JJavaError
+
+        if isinstance(error, Py4JJavaError):
+            raise
+        _first_append_missing = True
+        log.warning("Delta's transaction API is not as expected (%s); appending through the public writer", error)
+        return False
+    files = transaction.writeFiles(frame._jdf)
+    transaction.commit(getattr(files, "$colon$plus")(set_transaction), operation)
+    return True
+
+
 #: Whether :func:`warm_append_state` has logged that it cannot warm (once per process).
 _warm_failure_logged = False
 
@@ -424,6 +484,11 @@ class AppendStateWarmer:
     def _warm(self, tables: list[str]) -> None:
         for table in tables:
             warm_append_state(self._spark, table)
+
+    @property
+    def started(self) -> bool:
+        """Whether a warm was started and not yet waited for."""
+        return self._pending is not None
 
     def wait(self) -> float:
         """Block until the warm in flight, if any, has finished; the seconds spent waiting."""

@@ -52,7 +52,7 @@ def on_disk(directory: Path) -> dict[int, int]:
 def test_entries_older_than_the_retention_are_pruned_and_the_rest_kept(tmp_path: Path, retain: int) -> None:
     ledger = open_ledger(tmp_path, retain)
     for batch_id in range(57):
-        assert ledger.record(batch_id, version_of(batch_id)) == version_of(batch_id)
+        assert ledger.record_once(batch_id, version_of(batch_id)) == (version_of(batch_id), True)
         entries = on_disk(tmp_path)
         assert set(entries) == model_after(batch_id, retain), batch_id
         assert batch_id in entries  # the batch in flight can always be replayed
@@ -62,8 +62,10 @@ def test_entries_older_than_the_retention_are_pruned_and_the_rest_kept(tmp_path:
     restarted = open_ledger(tmp_path, retain)
     assert restarted.recorded_version(56) == version_of(56)
     assert restarted.recorded_version(min(model_after(56, retain)) - 1) is None
-    # Its re-execution keeps the recorded version, whatever the snapshot is now.
-    assert restarted.record(56, 9999) == version_of(56)
+    # Its re-execution keeps the recorded version, whatever the snapshot is now, and did not create the entry
+    # (so the router takes the careful path, even with the same version).
+    assert restarted.record_once(56, 9999) == (version_of(56), False)
+    assert restarted.record_once(56, version_of(56)) == (version_of(56), False)
 
 
 def test_zero_keeps_every_entry(tmp_path: Path) -> None:

@@ -676,3 +676,10 @@ def test_delta_warm_is_auto_inline_or_background() -> None:
     assert load_settings().router.delta_warm == "auto"
     with pytest.raises(ConfigError, match="delta_warm must be one of auto, background, inline"):
         load_settings(overrides={"router": {"delta_warm": "sometimes"}})
+
+
+def test_delta_append_is_direct_or_writer() -> None:
+    assert load_settings().router.delta_append == "direct"
+    assert load_settings(overrides={"router": {"delta_append": "writer"}}).router.delta_append == "writer"
+    with pytest.raises(ConfigError, match="delta_append must be one of direct, writer"):
+        load_settings(overrides={"router": {"delta_append": "fast"}})

@@ -108,6 +108,15 @@ class Ledger:
 
     def record(self, batch_id: int, version: int) -> int:
         """Record ``version`` for ``batch_id`` once; the version on record (another writer's, if it was first)."""
+        return self.record_once(batch_id, version)[0]
+
+    def record_once(self, batch_id: int, version: int) -> tuple[int, bool]:
+        """:meth:`record`, and whether this call created the entry.
+
+        Created means no attempt at ``batch_id`` before this one recorded it, and since every attempt records
+        before it writes anything, none wrote anything either: what lets the router's first attempt append
+        without Delta's check of its txn version (:func:`routing.streaming.first_append`).
+        """
         entry = {
             "app_id": self._app_id,
             "query_id": self._bound_query,
@@ -119,12 +128,12 @@ class Ledger:
             recorded = self.recorded_version(batch_id)
             if recorded is None:
                 raise RuntimeError(f"ledger entry of batch {batch_id} exists but cannot be read")
-            return recorded
+            return recorded, False
         self._known[batch_id] = version
         last = prune_through(batch_id, self._retain)
         if last is not None:
             self.prune(last)
-        return version
+        return version, True
 
     def prune(self, last: int) -> int:
         """Delete the entries of batches up to ``last`` (inclusive); how many were deleted.

@@ -24,14 +24,18 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
    query's progress make one JSON line per batch (``StreamingQueryListener``).
 
 So the common batch (no dead letters) costs one pass over its input, one Delta
-commit and one small ledger file. Once it has committed, the Delta state the next
-batch's idempotent append will need is computed on a background thread
-(:class:`routing.streaming.AppendStateWarmer`), overlapping Spark's commit log, the
-next trigger and the next batch's ledger and plan; that batch waits for it (stage
-``warm_wait``, usually short or zero) before its first Spark job, so its path from
-trigger to visible commit is one Spark job. A batch Spark re-executes (its id is in the
-ledger) takes the careful path: a counting pass first, then every output with
-rows, each skipped by Delta if that write had committed.
+commit and one small ledger file. Its first attempt appends with
+:func:`routing.streaming.first_append` (``router.delta_append`` = direct): the commit
+carries the batch's ``txn`` action like the public writer's, without the public writer's
+check of it, which would reconstruct the table's state (three Spark jobs): the ledger
+entry this attempt created proves no earlier attempt wrote. So its path from trigger to
+visible commit is one Spark job. Through the public writer (``router.delta_append`` =
+writer, catalog table names, Spark Connect), the state the next batch's check needs is
+computed once this batch has committed (:class:`routing.streaming.AppendStateWarmer`, in
+line or in the background: ``router.delta_warm``), to the same effect. A batch Spark
+re-executes (its id is in the ledger) takes the careful path: a counting pass first,
+then every output with rows through the public writer, each skipped by Delta if that
+write had committed.
 
 Conservation: every input record becomes exactly one of {one or more
 deliveries, one dead letter, one unrouted record}.
@@ -85,6 +89,7 @@ from routing.streaming import (
     QueryIdentity,
     checkpoint_query_id,
     create_delta_table_if_absent,
+    first_append,
     first_batch_of_run,
     idempotent_append,
     kafka_source,
@@ -707,9 +712,9 @@ class Router:
             with timer("snapshot"):
                 current = self.snapshots.current_version
             with timer("ledger"):
-                version = self.ledger.record(batch_id, current)
-            # Another writer recorded this batch first: route like a re-execution.
-            replayed = version != current
+                version, created = self.ledger.record_once(batch_id, current)
+            # Another writer recorded this batch first: route like a re-execution (with its version).
+            replayed = not created
         else:
             version, replayed = recorded, True
         with timer("snapshot"):
@@ -719,6 +724,7 @@ class Router:
             with timer("plan"):
                 classified = plan.classified(batch)
                 judged = plan.judged(classified, plan.route_column(published, self._route_udf))
+            # The tables appended through Delta's public writer: the next batch's append there warms first.
             written: list[str] = []
             metrics: dict[str, int] | None = None
             if not replayed:
@@ -729,8 +735,7 @@ class Router:
                     deliveries = plan.deliveries(observed, version, batch_id, routed_at)
                 self._wait_for_warm(timer)
                 with timer("write_deliveries"):
-                    self._append(deliveries, router.deliveries_path, batch_id)
-                written.append(router.deliveries_path)
+                    self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=True)
                 with timer("observe"):
                     metrics = _completed(observation)
             if metrics is None:
@@ -741,8 +746,7 @@ class Router:
                 if metrics["deliveries"]:
                     with timer("write_deliveries"):
                         deliveries = plan.deliveries(judged, version, batch_id, routed_at)
-                        self._append(deliveries, router.deliveries_path, batch_id)
-                    written.append(router.deliveries_path)
+                        self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=False)
             udf_after = self.udf_figures()  # the figures of the first pass over the input
             # The UDF counts distinct keys per Arrow batch; summed, a key in two Arrow batches counts twice.
             names = ("match_ns", "distinct_keys_per_arrow_batch_sum", "python_ns", "udf_rows")
@@ -754,13 +758,11 @@ class Router:
                 source = judged if metrics[f"dead_{FANOUT_REASON}"] else judged_in_jvm(classified)
                 with timer("write_dead_letters"):
                     dead_letters = dead_letters_frame(source, version, batch_id, routed_at)
-                    self._append(dead_letters, router.dead_letters_path, batch_id)
-                written.append(router.dead_letters_path)
+                    self._append(dead_letters, router.dead_letters_path, batch_id, written, first_attempt=not replayed)
             if router.write_unrouted and metrics["unmatched"]:
                 with timer("write_unmatched"):
                     unrouted = unrouted_frame(judged, version, batch_id, routed_at)
-                    self._append(unrouted, router.unrouted_path, batch_id)
-                written.append(router.unrouted_path)
+                    self._append(unrouted, router.unrouted_path, batch_id, written, first_attempt=not replayed)
             if router.kafka_sink != "none" and metrics["deliveries"]:
                 with timer("kafka_sink"):
                     self._publish_to_kafka(plan.deliveries(judged, version, batch_id, routed_at))
@@ -780,9 +782,8 @@ class Router:
         )
         if router.metrics_path:
             with timer("metrics"):
-                self._write_metrics(report)
-            written.append(router.metrics_path)
-        if self.warmer is not None:
+                self._write_metrics(report, written)
+        if self.warmer is not None and written:
             # Every write is committed: compute the Delta state the next appends need (router.delta_warm).
             self.warmer.start(written)
             if not router.background_warm:
@@ -852,7 +853,7 @@ class Router:
 
     def _wait_for_warm(self, timer: StageTimer) -> None:
         """Let the previous batch's warm finish before this batch's first Spark job (see AppendStateWarmer)."""
-        if self.warmer is not None:
+        if self.warmer is not None and self.warmer.started:
             with timer("warm_wait"):
                 self.warmer.wait()
 
@@ -882,10 +883,22 @@ class Router:
             udf = arrow_udf(route, ROUTE_DDL, ArrowUDFType.SCALAR_ITER).asNondeterministic()
         return cast("Callable[[Column], Column]", udf)
 
-    def _append(self, frame: DataFrame, path: str, batch_id: int) -> None:
-        idempotent_append(frame, path, self.identity.txn_app_id, batch_id, partition_by=(PARTITION_COLUMN,))
+    def _append(self, frame: DataFrame, path: str, batch_id: int, written: list[str], *, first_attempt: bool) -> None:
+        """Append the batch's rows to ``path`` once per batch id; adds ``path`` to ``written`` when the public
+        writer did it (its next append needs the Delta state a warm computes).
 
-    def _write_metrics(self, report: BatchReport) -> None:
+        A first attempt (the batch's ledger entry was created by this attempt) takes
+        :func:`routing.streaming.first_append` (``router.delta_append`` = direct): the same commit without
+        Delta's check of the txn version, which cannot have been committed yet.
+        """
+        txn_app_id = self.identity.txn_app_id
+        direct = first_attempt and self.settings.router.delta_append == "direct"
+        if direct and first_append(frame, path, txn_app_id, batch_id):
+            return
+        idempotent_append(frame, path, txn_app_id, batch_id, partition_by=(PARTITION_COLUMN,))
+        written.append(path)
+
+    def _write_metrics(self, report: BatchReport, written: list[str]) -> None:
         """Append the batch's report to the ``router.metrics_path`` Delta table, once per batch id.
 
         Idempotent like the other tables (``txnAppId`` = app id:query id, ``txnVersion`` = batch id): a batch
@@ -904,13 +917,14 @@ class Router:
             report.serialized_bytes,
             {stage: round(seconds, 4) for stage, seconds in report.stages.items()},
         ]
-        idempotent_append(
-            self.spark.createDataFrame([tuple(values)], METRICS_DDL),
-            self.settings.router.metrics_path,
-            self.identity.txn_app_id,
-            report.batch_id,
-            merge_schema=True,
-        )
+        row_frame = self.spark.createDataFrame([tuple(values)], METRICS_DDL)
+        path, txn_app_id = self.settings.router.metrics_path, self.identity.txn_app_id
+        direct = not report.replayed and self.settings.router.delta_append == "direct"
+        if direct and first_append(row_frame, path, txn_app_id, report.batch_id):
+            return
+        # A table from an older release lacks the newer columns (first_append declines it): merged in.
+        idempotent_append(row_frame, path, txn_app_id, report.batch_id, merge_schema=True)
+        written.append(path)
 
     def _publish_to_kafka(self, deliveries: DataFrame) -> None:
         """Deliveries to Kafka with the delivery id as key and header (consumers dedupe on it)."""

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 from router_support import apply_subscriptions, ledger_versions, router_settings
 
+from routing import delta_tables
 from routing.router.pipeline import SOURCE_DDL, Router
-from routing.router.tables import DELIVERIES_STATS_COLUMNS
+from routing.router.tables import DELIVERIES_STATS_COLUMNS, PARTITION_COLUMN
 from routing.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -106,13 +107,23 @@ def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings
         router.close(progress_wait_s=0)
 
 
-@pytest.mark.parametrize("delta_warm", ["background", "inline"])
+@pytest.mark.parametrize(
+    ("delta_append", "delta_warm"), [("direct", "auto"), ("writer", "background"), ("writer", "inline")]
+)
 def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
-    spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delta_warm: str
+    spark: Any,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    delta_append: str,
+    delta_warm: str,
 ) -> None:
-    """The Delta state an idempotent append needs is computed after the previous batch's commit (warm), on the
-    warmer's own thread: while the batch returns (background), or before it does (inline); either way the
-    append on a batch's path to its visible commit is the one Spark job that writes the rows. And a batch
+    """A batch's append on its path to its visible commit is the one Spark job that writes the rows.
+
+    Direct (the default): a first attempt commits its txn version without Delta's check of it, so no batch,
+    not even the first on a cold table, reconstructs the table's state and nothing is warmed. Through the
+    public writer the check needs that state: it is computed after the previous batch's commit (warm), on
+    the warmer's own thread, while the batch returns (background) or before it does (inline). And a batch
     reuses its plan's column expressions instead of rebuilding them (about 2,100 JVM round trips before)."""
     import threading
 
@@ -121,18 +132,19 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     from routing import streaming
     from routing.router import pipeline
 
-    local = router_settings(settings, tmp_path, ["steady"], delta_warm=delta_warm)
+    local = router_settings(settings, tmp_path, ["steady"], delta_append=delta_append, delta_warm=delta_warm)
     apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
     router = started_router(spark, local, "steady")
     sc = spark.sparkContext
     jobs: list[tuple[str, str, int]] = []  # (step, table, Spark jobs it ran), in call order
-    threads: dict[str, set[str]] = {"append": set(), "warm": set()}  # the threads each step ran on
-    ended: dict[str, list[float]] = {"append": [], "warm": []}  # when each call of a step returned
+    threads: dict[str, set[str]] = {"append": set(), "first_append": set(), "warm": set()}  # where each step ran
+    ended: dict[str, list[float]] = {"append": [], "first_append": [], "warm": []}  # when each call returned
     returned: list[float] = []  # when each process_batch call returned
 
     def counted(name: str, step: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
-            group = f"{name}-{delta_warm}-{len(jobs)}"  # unique in the session: the tracker keeps old groups' jobs
+            # Unique in the session: the tracker keeps old groups' jobs.
+            group = f"{name}-{delta_append}-{delta_warm}-{len(jobs)}"
             sc.setJobGroup(group, name)
             try:
                 return step(*args, **kwargs)
@@ -145,6 +157,7 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
         return run
 
     monkeypatch.setattr(pipeline, "idempotent_append", counted("append", streaming.idempotent_append))
+    monkeypatch.setattr(pipeline, "first_append", counted("first_append", streaming.first_append))
     monkeypatch.setattr(streaming, "warm_append_state", counted("warm", streaming.warm_append_state))
     calls = [0]
     send = py4j.clientserver.ClientServerConnection.send_command
@@ -164,7 +177,20 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     assert calls[0] > 0, "JVM calls not counted (not a pinned-thread py4j gateway?)"
     assert calls[0] < 800, f"{calls[0]} JVM round trips for one batch: are the plan's expressions rebuilt?"
     assert router.reports[2].metrics["deliveries"] == 250
+    assert "count" not in router.reports[2].stages  # the write's observation counted the batch
     deliveries = local.router.deliveries_path
+    assert threads["append"] <= {threading.current_thread().name}, threads
+    if delta_append == "direct":
+        # One job per batch from the first on, and no warm: nothing ever reads the table's set transactions.
+        assert jobs == [("first_append", deliveries, 1)] * 3, jobs
+        assert threads["first_append"] == {threading.current_thread().name}, threads
+        assert not {"warm", "warm_wait"} & {stage for report in router.reports.values() for stage in report.stages}
+        # The commits carry the batches' txn versions as the public writer's do: a re-execution skips them.
+        committed = delta_tables.read(spark, deliveries).count()
+        again = delta_tables.read(spark, deliveries).limit(5)
+        streaming.idempotent_append(again, deliveries, router.identity.txn_app_id, 2, partition_by=(PARTITION_COLUMN,))
+        assert delta_tables.read(spark, deliveries).count() == committed
+        return
     assert [(name, path) for name, path, _ in jobs] == [("append", deliveries), ("warm", deliveries)] * 3
     appends = [count for name, _, count in jobs if name == "append"]
     warms = [count for name, _, count in jobs if name == "warm"]
@@ -173,9 +199,10 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     assert appends[0] > 1 and appends[1:] == [1, 1], appends
     assert all(count > 0 for count in warms), warms
     # Each warm ran on the warmer's thread, not on the batch's own path.
-    assert threads["append"] == {threading.current_thread().name}, threads
     assert len(threads["warm"]) == 1 and next(iter(threads["warm"])).startswith("delta-warm"), threads
-    assert {"plan", "warm_wait", "write_deliveries", "observe"} <= set(router.reports[2].stages)
+    assert {"plan", "write_deliveries", "observe"} <= set(router.reports[2].stages)
+    # Only a warm left running in the background is waited for at the next batch's start.
+    assert ("warm_wait" in router.reports[2].stages) == (delta_warm == "background")
     # Inline, each batch's warm ends before the batch returns; in the background, after (it is not waited for).
     done_before_return = [warm < back for warm, back in zip(ended["warm"], returned, strict=True)]
     assert done_before_return == [delta_warm == "inline"] * 3, (ended, returned)
