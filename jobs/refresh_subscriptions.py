@@ -238,7 +238,8 @@ def refresh_from_kafka(
     if connect:
         summaries = read_batch_summaries(spark, settings, str(query.id), from_batch=first_batch)
         # Read: delete them, and whatever earlier runs that stopped before reading theirs left.
-        last_read = summaries[-1].batch_id if summaries else first_batch - 1
+        read_ids = [summary.batch_id for summary in summaries if summary.batch_id is not None]
+        last_read = max(read_ids, default=first_batch - 1)
         batch_records(spark, settings).prune(str(query.id), last_read)
     else:
         summaries = apply_batch.summaries
