@@ -29,12 +29,11 @@ processing-time trigger (``--trigger-seconds``) and the same
 ``maxOffsetsPerTrigger`` (``--max-offsets``, high, so a batch after a slow one
 takes the whole backlog):
 
-(a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one
-    idempotent append of the source columns per batch through Delta's public
-    writer, and the Delta state for the next append's txn check warmed in line
-    after the commit; the router's first attempts need no check and no warm
-    (``router.delta_append`` = direct); its table is created with the router's table properties,
-    and the two share the SparkSession and so every session setting);
+(a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one append
+    of the source columns per batch: one Spark job and one commit, the same append
+    as the router's first attempt at a batch, ``router.delta_append`` = direct);
+    its table is created with the router's table properties, and the two share
+    the SparkSession and so every session setting);
 (b) **native router**: the real :class:`routing.router.pipeline.Router`, over
     ``--subscriptions`` random patterns (``bench.stream.subscription_pairs``)
     plus one catch-all subscription ``#`` of subscriber ``bench-latency-all``.
@@ -98,7 +97,7 @@ start, the progress's ``timestamp``, to the history timestamp of the commit that
 carries the batch's ``txn`` version: the part of each latency the batch itself
 adds, besides waiting for its trigger), the whole batch (``triggerExecution``),
 the progress's ``durationMs`` phases, and inside ``addBatch`` the driver's stage
-timers (the router's ``BatchReport.stages``; the passthrough's write and warm).
+timers (the router's ``BatchReport.stages``; the passthrough's write).
 
 The broker is ``jobs.local_kafka``'s, on this bench's own ports and data
 directory (``--set kafka.client_port=...`` to change them); it is stopped at
@@ -228,7 +227,7 @@ class BatchPhases:
     #: triggerExecution (the whole batch).
     duration_ms: dict[str, int]
     #: Seconds of each stage inside ``foreachBatch`` (the router's ``BatchReport.stages``; the passthrough's
-    #: write and warm).
+    #: write).
     stages: dict[str, float] = dataclasses.field(default_factory=dict)
     #: Epoch ms of the Delta commit carrying the batch's rows (the history timestamp), None if it made none.
     commit_ms: int | None = None
@@ -802,7 +801,7 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
         "plan: building the frames, write_deliveries: the append and its commit, observe: the counters; a "
         "router with `router.delta_append` = writer also has warm: the Delta state for the next append's txn "
         "check, in line after the commit, or warm_wait: waiting for it in the background), the passthrough's "
-        "write (through the public writer, txnAppId checked) and warm (in line); other = "
+        "write (the same append); other = "
         "addBatch minus the stages.",
         "",
         markdown_table(header, rows),

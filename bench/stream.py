@@ -32,18 +32,17 @@ Variants
 Every variant reads the topic from ``earliest`` with the available-now trigger,
 the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
 
-(a) **passthrough**: Kafka -> Delta copy, no routing (``foreachBatch`` idempotent
-    append of the source columns, partitioned like the router's tables). It warms
-    the table's Delta state for the next append in line after each commit
-    (:func:`routing.streaming.warm_append_state`: the set-transaction lookup of an
-    idempotent append costs a state reconstruction per table version in Delta 4.4;
-    a plain copy pays the same inside its next append). The router's first
-    attempts skip that lookup instead (``router.delta_append`` = direct,
-    :func:`routing.streaming.first_append`: its ledger proves no earlier attempt
-    wrote, which a copy without a ledger cannot know), so they have nothing to
-    warm. Its table is created with the router's table properties
+(a) **passthrough**: Kafka -> Delta copy, no routing (``foreachBatch`` append
+    of the source columns, partitioned like the router's tables): one Spark job
+    and one commit per batch, the same append as the router's first attempt at a
+    batch (``router.delta_append`` = direct,
+    :func:`routing.streaming.first_append`), which skips Delta's txn-version
+    check because its ledger proves no earlier attempt wrote. Without a ledger the
+    copy is not replay-safe; with that check (``txnAppId``, a state reconstruction
+    of three Spark jobs per batch in Delta 4.4) it would be slower, so this is the
+    harder baseline. Its table is created with the router's table properties
     (``router.delta_checkpoint_interval``), and it shares the router's
-    SparkSession and so every session setting;
+    SparkSession and so every session setting: the two pay the same Delta costs;
 (b) **native router**: the real :class:`routing.router.pipeline.Router`;
 (c) **python trie**: the same ``Router`` with only the matcher swapped for
     :class:`routing.matchers.TrieMatcher`, called per key in Python inside the
@@ -449,19 +448,20 @@ def start_passthrough(
 ) -> StreamingQuery:
     """Variant (a), the baseline: the router's Kafka source copied to the deliveries table as it is.
 
-    The same source, partitioning and table properties as the router, and Delta's documented idempotent append
-    (``txnAppId``), which a copy without the router's ledger needs for every batch. It warms the table's Delta state
-    for the next append in line once the batch has committed (:func:`routing.streaming.warm_append_state`): the cost
-    a plain copy pays inside its next append (the router's first attempts skip the lookup that needs it:
-    ``router.delta_append`` = direct). Available-now unless ``trigger_interval``
-    is given (``bench/latency.py`` runs it on the processing-time trigger); each ``foreachBatch`` call's seconds go
-    to ``batch_seconds``, and its ``write`` and ``warm`` seconds to ``stages[batch id]``, when given.
+    The same source, partitioning and table properties as the router, and the same append as the router's first
+    attempt at a batch (:func:`routing.streaming.first_append`: one Spark job and one commit carrying the batch's
+    ``txn`` version, which ``bench/latency.py`` maps commits to batches by). Without the router's ledger this copy
+    cannot know a batch is a first attempt, so it is not replay-safe (the benchmark re-executes no batch); with
+    Delta's ``txnAppId`` check, which a replay-safe copy needs, each batch would also reconstruct the table's state
+    first (three Spark jobs, 0.4-0.8 s a batch on this host). Available-now unless ``trigger_interval`` is given
+    (``bench/latency.py`` runs it on the processing-time trigger); each ``foreachBatch`` call's seconds go to
+    ``batch_seconds``, and its ``write`` seconds to ``stages[batch id]``, when given.
     """
     from pyspark.sql import functions as F
 
     from routing.router.pipeline import SOURCE_DDL, kafka_stream, output_table_properties
     from routing.router.tables import PARTITION_COLUMN
-    from routing.streaming import create_delta_table_if_absent, idempotent_append, start_query, warm_append_state
+    from routing.streaming import create_delta_table_if_absent, first_append, start_query
 
     router = settings.router
     # Created like the router's tables (partitioning, properties such as router.delta_checkpoint_interval).
@@ -476,14 +476,13 @@ def start_passthrough(
     def copy(batch: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         frame = batch.withColumn(PARTITION_COLUMN, F.to_date(F.col("timestamp")))
-        idempotent_append(frame, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
-        written = time.perf_counter()
-        warm_append_state(spark, router.deliveries_path)
+        if not first_append(frame, router.deliveries_path, router.app_id, batch_id):
+            raise RuntimeError(f"the passthrough cannot append to {router.deliveries_path} as the router does")
         finished = time.perf_counter()
         if batch_seconds is not None:
             batch_seconds.append(finished - started)
         if stages is not None:
-            stages[batch_id] = {"write": written - started, "warm": finished - written}
+            stages[batch_id] = {"write": finished - started}
 
     return start_query(
         kafka_stream(spark, settings),
@@ -806,7 +805,7 @@ ROUTER_STAGES = (
     ("write_dead_letters", "dead letters: write + commit (only when the batch has some)"),
     ("write_unmatched", "unmatched: write + commit (only when written and the batch has some)"),
     ("kafka_sink", "Kafka sink"),
-    ("warm", "Delta state for the next append, in line after the commit (passthrough; router through the writer)"),
+    ("warm", "Delta state for the next append's txn check, in line after the commit (router through the writer)"),
     ("metrics", "metrics table row"),
 )
 #: Phases of the query progress's ``durationMs`` outside ``addBatch`` (the foreachBatch call).

@@ -371,8 +371,8 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
     concurrent append.
 
     Declines (False) on Spark Connect (no JVM here), for catalog table names (the public writer resolves
-    them), when the frame's columns are not exactly the table's (the public writer enforces or merges the
-    schema), and when Delta's internal API differs (logged once). A failure of the write or the commit
+    them), when the frame's columns are not the table's (in any order; the public writer enforces or merges
+    the schema), and when Delta's internal API differs (logged once). A failure of the write or the commit
     itself raises, like the public writer's.
     """
     global _first_append_missing
@@ -385,7 +385,8 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
     try:
         delta = jvm.org.apache.spark.sql.delta
         transaction = delta.DeltaLog.forTable(spark._jsparkSession, table).startTransaction()
-        if list(transaction.metadata().schema().fieldNames()) != frame.columns:
+        columns = list(transaction.metadata().schema().fieldNames())
+        if sorted(columns) != sorted(frame.columns):
             return False
         write_operation = getattr(getattr(delta, "DeltaOperations$Write$"), "MODULE$")
         # DeltaOperations.Write(mode = Append, the rest their defaults), as the public append's commit names it.
@@ -401,7 +402,7 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
         _first_append_missing = True
         log.warning("Delta's transaction API is not as expected (%s); appending through the public writer", error)
         return False
-    files = transaction.writeFiles(frame._jdf)
+    files = transaction.writeFiles(frame.select(*columns)._jdf)  # in the table's column order
     transaction.commit(getattr(files, "$colon$plus")(set_transaction), operation)
     return True
 

@@ -117,12 +117,11 @@ def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: o
             batches = step["batches"]
             assert sum(batch["input_rows"] for batch in batches) == expected, where
             assert all(batch["commit_ms"] is not None and batch["commit_ms"] > batch["trigger_ms"] for batch in batches)
-            # The passthrough's public writer warms in line after its commit; the router's first attempts append
-            # directly (router.delta_append = direct), so it has nothing to warm.
-            stages = {"write_deliveries"} if "router" in variant else {"write", "warm"}
+            # Both append with one Spark job and nothing to warm: the passthrough plainly, the router's first
+            # attempts directly (router.delta_append = direct).
+            stages = {"write_deliveries"} if "router" in variant else {"write"}
             assert all(stages <= set(batch["stage_seconds"]) for batch in batches), where
-            if "router" in variant:
-                assert not any({"warm", "warm_wait"} & set(batch["stage_seconds"]) for batch in batches), where
+            assert not any({"warm", "warm_wait"} & set(batch["stage_seconds"]) for batch in batches), where
             assert all("addBatch" in batch["duration_ms"] for batch in batches), where
         assert run["operations"] and set(run["operations"]) <= {"WRITE"}
         # Steps never share a commit (each step starts once the previous one is committed).
