@@ -269,6 +269,18 @@ class ArrowFiles:
         return sorted(info.base_name for info in infos)
 
 
+def delete_batch_files(files: CheckpointFiles | ArrowFiles, directory: str, through: int) -> int:
+    """Delete the files of ``directory`` named by a batch id up to ``through`` (inclusive); how many were deleted.
+
+    Other names (a temporary file of a write in flight) are left alone. The ledger's and the batch records'
+    pruning.
+    """
+    doomed = [name for name in files.list_names(directory) if name.isdigit() and int(name) <= through]
+    for name in doomed:
+        files.delete(directory, name)
+    return len(doomed)
+
+
 # -- the lease ----------------------------------------------------------------------------
 
 

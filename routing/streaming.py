@@ -299,11 +299,9 @@ class BatchRecords:
 
     def prune(self, query_id: str, through: int) -> int:
         """Delete the query's records of batches up to ``through`` (inclusive); how many were deleted."""
-        files = self._files()
-        doomed = [name for name in files.list_names(query_id) if name.isdigit() and int(name) <= through]
-        for name in doomed:
-            files.delete(query_id, name)
-        return len(doomed)
+        from routing.checkpoints import delete_batch_files
+
+        return delete_batch_files(self._files(), query_id, through)
 
     def read(self, query_id: str, *, from_batch: int = 0) -> dict[int, dict[str, Any]]:
         """The query's records by batch id, in batch order, from batch ``from_batch`` on (a run's own batches

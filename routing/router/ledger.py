@@ -40,7 +40,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from routing.checkpoints import CheckpointFiles
+from routing.checkpoints import CheckpointFiles, delete_batch_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -142,14 +142,12 @@ class Ledger:
         batches before the one it records, all of which Spark committed before planning that one.
         """
         query = self._bound_query
-        doomed = [name for name in self._files.list_names(query) if name.isdigit() and int(name) <= last]
-        for name in doomed:
-            self._files.delete(query, name)
+        deleted = delete_batch_files(self._files, query, last)
         for batch_id in [batch_id for batch_id in self._known if batch_id <= last]:
             del self._known[batch_id]
-        if doomed:
-            log.info("ledger: pruned %d entries of batches up to %d (query %s)", len(doomed), last, query)
-        return len(doomed)
+        if deleted:
+            log.info("ledger: pruned %d entries of batches up to %d (query %s)", deleted, last, query)
+        return deleted
 
     def versions(self) -> dict[int, int]:
         """Every recorded batch id of the bound query -> version (read fresh from the files)."""

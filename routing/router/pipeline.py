@@ -799,13 +799,14 @@ class Router:
             last = prune_through(batch_id, router.retain_batches)
             if last is not None:
                 self._forget_through(last)
-            totals = {"first_batch": self._first_processed, "totals": self.totals.as_dict()}
-        if self.connect and self.identity.query_id:
+            # Only a Connect worker hands its totals on (in each batch's record).
+            carried = {"first_batch": self._first_processed, "totals": self.totals.as_dict()} if self.connect else None
+        if carried is not None and self.identity.query_id:
             # The job's client process has no other way to learn it (see ConnectBatches). Replaced, not
             # written once: a batch Spark re-executes belongs to the run that re-executed it. Each record
             # carries the run's totals so far, so the records can be pruned like the reports.
             records = batch_records(self.spark, router)
-            records.write(self.identity.query_id, batch_id, {**row, RUN_TOTALS: totals})
+            records.write(self.identity.query_id, batch_id, {**row, RUN_TOTALS: carried})
             if last is not None:
                 records.prune(self.identity.query_id, last)
 
@@ -841,7 +842,7 @@ class Router:
             self._first_batch,
             len(records),
         )
-        return RunTotals.of({batch_id: _report_of(record) for batch_id, record in records.items()}).as_dict()
+        return RunTotals.of(records).as_dict()  # reads only a report's own fields
 
     def _connect_records(self) -> dict[int, dict[str, Any]]:
         """On Spark Connect: this run's batch records that are kept (see :meth:`batch_reports`)."""
@@ -883,7 +884,17 @@ class Router:
             udf = arrow_udf(route, ROUTE_DDL, ArrowUDFType.SCALAR_ITER).asNondeterministic()
         return cast("Callable[[Column], Column]", udf)
 
-    def _append(self, frame: DataFrame, path: str, batch_id: int, written: list[str], *, first_attempt: bool) -> None:
+    def _append(
+        self,
+        frame: DataFrame,
+        path: str,
+        batch_id: int,
+        written: list[str],
+        *,
+        first_attempt: bool,
+        partition_by: tuple[str, ...] = (PARTITION_COLUMN,),
+        merge_schema: bool = False,
+    ) -> None:
         """Append the batch's rows to ``path`` once per batch id; adds ``path`` to ``written`` when the public
         writer did it (its next append needs the Delta state a warm computes).
 
@@ -895,7 +906,7 @@ class Router:
         direct = first_attempt and self.settings.router.delta_append == "direct"
         if direct and first_append(frame, path, txn_app_id, batch_id):
             return
-        idempotent_append(frame, path, txn_app_id, batch_id, partition_by=(PARTITION_COLUMN,))
+        idempotent_append(frame, path, txn_app_id, batch_id, partition_by=partition_by, merge_schema=merge_schema)
         written.append(path)
 
     def _write_metrics(self, report: BatchReport, written: list[str]) -> None:
@@ -917,14 +928,16 @@ class Router:
             report.serialized_bytes,
             {stage: round(seconds, 4) for stage, seconds in report.stages.items()},
         ]
-        row_frame = self.spark.createDataFrame([tuple(values)], METRICS_DDL)
-        path, txn_app_id = self.settings.router.metrics_path, self.identity.txn_app_id
-        direct = not report.replayed and self.settings.router.delta_append == "direct"
-        if direct and first_append(row_frame, path, txn_app_id, report.batch_id):
-            return
         # A table from an older release lacks the newer columns (first_append declines it): merged in.
-        idempotent_append(row_frame, path, txn_app_id, report.batch_id, merge_schema=True)
-        written.append(path)
+        self._append(
+            self.spark.createDataFrame([tuple(values)], METRICS_DDL),
+            self.settings.router.metrics_path,
+            report.batch_id,
+            written,
+            first_attempt=not report.replayed,
+            partition_by=(),
+            merge_schema=True,
+        )
 
     def _publish_to_kafka(self, deliveries: DataFrame) -> None:
         """Deliveries to Kafka with the delivery id as key and header (consumers dedupe on it)."""
