@@ -63,7 +63,6 @@ use super::node::{Branch, CNode, Child, Generation, INode, MainKind, MainNode, S
 use super::sync::epoch::{self, Guard};
 use super::{help_reclaim, CsTrie};
 use crate::topic::{PatternWord, SEPARATOR};
-use smol_str::SmolStrBuilder;
 
 /// Patterns longer than this (in words) take the one-pair path, which is
 /// iterative; the offline subtree builder recurses once per word.
@@ -119,22 +118,16 @@ impl<'a> Batch<'a> {
         (item.end - item.start) as usize
     }
 
-    /// The words of `item` from `depth` on, joined: a tail's text. Built
-    /// from the parsed words (the walk has just read them, so they are in
-    /// cache), not sliced from the pattern text.
+    /// The words of `item` from `depth` on, joined: a tail's text. The words
+    /// are slices of one parse of the pattern's text, the first at its start,
+    /// so this is the pattern from the byte where word `depth` starts: one
+    /// copy, not one per word and separator.
     fn suffix(&self, item: u32, depth: usize) -> SmolStr {
-        let item = &self.items[item as usize];
-        let mut text = SmolStrBuilder::new();
-        for (at, word) in self.words[item.start as usize + depth..item.end as usize]
-            .iter()
-            .enumerate()
-        {
-            if at > 0 {
-                text.push(SEPARATOR);
-            }
-            text.push_str(word.text);
-        }
-        text.finish()
+        let words = &self.words[self.items[item as usize].start as usize..];
+        // Both are slices of the text that was parsed (an equal earlier row's, when consecutive rows repeat a
+        // pattern), so the difference is a byte offset into it, and so into this row's equal text.
+        let offset = (words[depth].text.as_ptr() as usize).wrapping_sub(words[0].text.as_ptr() as usize);
+        SmolStr::new(&self.patterns[item as usize][offset..])
     }
 
     /// The text of the literal word at `depth` of `item`.
@@ -228,9 +221,10 @@ fn group_by_word<'b>(
 }
 
 /// Ahead of visiting group `at` of `groups` (ranges of `items`, which go at
-/// least one word past `depth`), prefetch what the visit will read: the first
-/// item of the group [`AHEAD`] groups on, and the next word of the one
-/// `AHEAD / 2` on (whose item was prefetched earlier).
+/// least one word past `depth`), prefetch what the visit will read, in three
+/// stages: the first item of the group [`AHEAD`] groups on; the next word and
+/// the pattern of the one `AHEAD / 2` on (whose item was prefetched earlier);
+/// and that word's text for the one `AHEAD / 4` on.
 #[inline]
 fn prefetch_groups(
     batch: &Batch<'_>,
@@ -243,8 +237,17 @@ fn prefetch_groups(
         prefetch(&batch.items[items[range.start] as usize]);
     }
     if let Some((_, _, range)) = groups.get(at + AHEAD / 2) {
-        let item = &batch.items[items[range.start] as usize];
+        let index = items[range.start] as usize;
+        let item = &batch.items[index];
         prefetch(batch.words.as_ptr().wrapping_add(item.start as usize + depth + 1));
+        prefetch(batch.patterns.as_ptr().wrapping_add(index));
+    }
+    // The text itself, which a tail's suffix and the branch's key copy.
+    if let Some((_, _, range)) = groups.get(at + AHEAD / 4) {
+        let item = &batch.items[items[range.start] as usize];
+        if let Some(word) = batch.words.get(item.start as usize + depth + 1) {
+            prefetch(word.text.as_ptr());
+        }
     }
 }
 
