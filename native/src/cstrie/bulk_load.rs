@@ -58,8 +58,9 @@
 use std::sync::Arc;
 
 use super::gcas::{gcas, gcas_read, read_root};
-use super::hamt::{hash_word, prefetch, Leaf, SmolStr};
+use super::hamt::{hash_word, prefetch, sort_by_hash_key, Leaf, SmolStr};
 use super::node::{Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
+use super::scratch::scratch_vec;
 use super::sync::epoch::{self, Guard};
 use super::{help_reclaim, CsTrie};
 use crate::topic::{PatternWord, SEPARATOR};
@@ -169,17 +170,17 @@ fn group_by_word<'b>(
     depth: usize,
 ) -> Vec<(PatternWord<'b>, u64, std::ops::Range<usize>)> {
     // (word hash, item, index of the word in `batch.words`)
-    let mut keyed: Vec<(u64, u32, u32)> = items
-        .iter()
-        .map(|&item| {
-            let word = batch.items[item as usize].start + depth as u32;
-            (batch.words[word as usize].hash, item, word)
-        })
-        .collect();
+    let mut keyed: Vec<(u64, u32, u32)> = scratch_vec(items.len());
+    keyed.extend(items.iter().map(|&item| {
+        let word = batch.items[item as usize].start + depth as u32;
+        (batch.words[word as usize].hash, item, word)
+    }));
     if !keyed.is_sorted_by_key(|&(hash, _, _)| hash) {
-        keyed.sort_unstable_by_key(|&(hash, _, _)| hash);
+        sort_by_hash_key(&mut keyed, |&(hash, _, _)| hash);
     }
-    let mut groups = Vec::new();
+    // At most one group per item: reserved at once (a million groups are not regrown step by step), so the
+    // buffer is advised to huge pages with the others.
+    let mut groups = scratch_vec(keyed.len());
     let mut start = 0;
     while start < keyed.len() {
         if let Some(&(_, _, ahead)) = keyed.get(start + AHEAD) {
@@ -312,7 +313,7 @@ fn fresh_child(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
 fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generation) -> (Arc<INode>, usize) {
     let mut cnode = CNode::default();
     let groups = group_by_word(batch, items, depth);
-    let mut literals: Vec<Leaf<Branch>> = Vec::with_capacity(groups.len());
+    let mut literals: Vec<Leaf<Branch>> = scratch_vec(groups.len());
     let mut added = 0;
     for at in 0..groups.len() {
         prefetch_groups(batch, items, &groups, at, depth);
@@ -366,12 +367,12 @@ impl CsTrie {
             (low, None) => low,
         };
         let mut batch = Batch {
-            patterns: Vec::with_capacity(expected),
-            words: Vec::with_capacity(expected * 4),
-            items: Vec::with_capacity(expected),
+            patterns: scratch_vec(expected),
+            words: scratch_vec(expected * 4),
+            items: scratch_vec(expected),
         };
         let mut slow: Vec<u32> = Vec::new();
-        let mut fast: Vec<u32> = Vec::with_capacity(expected);
+        let mut fast: Vec<u32> = scratch_vec(expected);
         let mut previous: Option<(&str, u32, u32)> = None;
         for (pattern, subscriber) in pairs {
             let index = batch.items.len() as u32;
@@ -477,7 +478,7 @@ impl CsTrie {
         let mut children = Vec::new();
         let deeper = &mut items[at_root..];
         let groups = group_by_word(batch, deeper, depth);
-        let mut literals: Vec<Leaf<Branch>> = Vec::with_capacity(groups.len());
+        let mut literals: Vec<Leaf<Branch>> = scratch_vec(groups.len());
         for at in 0..groups.len() {
             prefetch_groups(batch, deeper, &groups, at, depth);
             let (word, hash, range) = groups[at].clone();

@@ -62,6 +62,7 @@
 //! word always hashes the same, so callers may hash a key word once and
 //! probe many tables with it.
 
+use super::scratch::scratch_vec;
 use std::hash::BuildHasher;
 use std::sync::{Arc, OnceLock};
 
@@ -439,8 +440,10 @@ struct Newcomers<V> {
 
 impl<V> Newcomers<V> {
     fn new(leaves: Vec<Leaf<V>>) -> Self {
+        let mut hashes = scratch_vec(leaves.len());
+        hashes.extend(leaves.iter().map(|leaf| leaf.hash));
         Newcomers {
-            hashes: leaves.iter().map(|leaf| leaf.hash).collect(),
+            hashes,
             leaves: leaves.into_iter(),
         }
     }
@@ -579,7 +582,7 @@ fn sorted_unique<V>(mut leaves: Vec<Leaf<V>>) -> Vec<Leaf<V>> {
     if leaves.windows(2).all(|pair| pair[0].hash != pair[1].hash) {
         return leaves;
     }
-    let mut unique: Vec<Leaf<V>> = Vec::with_capacity(leaves.len());
+    let mut unique: Vec<Leaf<V>> = scratch_vec(leaves.len());
     let mut run_start = 0;
     for leaf in leaves {
         if unique.last().is_some_and(|last: &Leaf<V>| last.hash != leaf.hash) {
@@ -598,23 +601,31 @@ const RADIX_SORT_MIN: usize = 4096;
 /// Bits of the hash each radix pass orders by (two passes: the top 22 bits).
 const RADIX_BITS: u32 = 11;
 
-/// Sort `leaves` by hash. Large inputs (a million subscribers of one pattern)
-/// take two counting passes over the top 22 bits, which leave a uniformly
-/// hashed input almost sorted, then an insertion pass fixes the few leaves
-/// that share those bits: O(n) moves in all, where a comparison sort of
-/// 32-byte leaves made ~20 comparisons and moves per leaf.
+/// Sort `leaves` by hash (see [`sort_by_hash_key`]).
 fn sort_by_hash<V>(leaves: &mut Vec<Leaf<V>>) {
-    let n = leaves.len();
+    sort_by_hash_key(leaves, |leaf| leaf.hash);
+}
+
+/// Sort `items` by a 64-bit hash of each (`hash`, uniformly spread). Large
+/// inputs (a million subscribers of one pattern, a million distinct first
+/// words) take two counting passes over the top 22 bits, which leave a
+/// uniformly hashed input almost sorted, then an insertion pass fixes the few
+/// items that share those bits: O(n) moves in all, where a comparison sort of
+/// 32-byte leaves made ~20 comparisons and moves per leaf. Runs of equal
+/// hashes (one word repeated) cost the insertion pass nothing.
+pub(crate) fn sort_by_hash_key<T>(items: &mut Vec<T>, hash: impl Fn(&T) -> u64) {
+    let n = items.len();
     if n < RADIX_SORT_MIN || n > u32::MAX as usize {
-        leaves.sort_unstable_by_key(|leaf| leaf.hash);
+        items.sort_unstable_by_key(&hash);
         return;
     }
     let digit = |hash: u64, pass: u32| ((hash >> (64 - RADIX_BITS * (pass + 1))) & ((1 << RADIX_BITS) - 1)) as usize;
     // Least significant digit first: pass 0 orders by bits 42..53, pass 1 by 53..64.
     let mut counts = vec![[0u32; 2]; 1 << RADIX_BITS];
-    for leaf in leaves.iter() {
-        counts[digit(leaf.hash, 1)][0] += 1;
-        counts[digit(leaf.hash, 0)][1] += 1;
+    for item in items.iter() {
+        let hash = hash(item);
+        counts[digit(hash, 1)][0] += 1;
+        counts[digit(hash, 0)][1] += 1;
     }
     let mut starts = vec![[0u32; 2]; 1 << RADIX_BITS];
     for pass in 0..2 {
@@ -624,34 +635,34 @@ fn sort_by_hash<V>(leaves: &mut Vec<Leaf<V>>) {
             sum += count[pass];
         }
     }
-    let mut scratch: Vec<std::mem::MaybeUninit<Leaf<V>>> = Vec::with_capacity(n);
+    let mut scratch: Vec<std::mem::MaybeUninit<T>> = scratch_vec(n);
     scratch.resize_with(n, std::mem::MaybeUninit::uninit);
-    for leaf in leaves.drain(..) {
-        let slot = &mut starts[digit(leaf.hash, 1)][0];
-        scratch[*slot as usize].write(leaf);
+    for item in items.drain(..) {
+        let slot = &mut starts[digit(hash(&item), 1)][0];
+        scratch[*slot as usize].write(item);
         *slot += 1;
     }
-    let spare = leaves.spare_capacity_mut();
+    let spare = items.spare_capacity_mut();
     for slot in scratch.iter() {
         // SAFETY: the first pass wrote every index of `scratch` exactly once
         // (its positions are the prefix sums of the exact digit counts, and
-        // each leaf advances its digit's position by one), and this pass
-        // reads each index exactly once, moving the leaf out; `scratch` holds
+        // each item advances its digit's position by one), and this pass
+        // reads each index exactly once, moving the item out; `scratch` holds
         // `MaybeUninit`, so nothing is dropped twice when it goes.
-        let leaf = unsafe { slot.assume_init_read() };
-        let at = &mut starts[digit(leaf.hash, 0)][1];
-        spare[*at as usize].write(leaf);
+        let item = unsafe { slot.assume_init_read() };
+        let at = &mut starts[digit(hash(&item), 0)][1];
+        spare[*at as usize].write(item);
         *at += 1;
     }
-    // SAFETY: `drain(..)` left `leaves` empty with capacity for `n`, and the
+    // SAFETY: `drain(..)` left `items` empty with capacity for `n`, and the
     // loop above wrote each of its first `n` slots exactly once (prefix sums
     // of the exact counts of the top digit, as for the first pass).
-    unsafe { leaves.set_len(n) };
-    // Leaves that share the top 22 bits are in input order: insertion-sort them.
+    unsafe { items.set_len(n) };
+    // Items that share the top 22 bits are in input order: insertion-sort them.
     for at in 1..n {
         let mut j = at;
-        while j > 0 && leaves[j - 1].hash > leaves[j].hash {
-            leaves.swap(j - 1, j);
+        while j > 0 && hash(&items[j - 1]) > hash(&items[j]) {
+            items.swap(j - 1, j);
             j -= 1;
         }
     }
@@ -1020,6 +1031,33 @@ mod tests {
         }
         check(&map);
         assert!(map.slots.is_none() && map.is_empty());
+    }
+
+    #[test]
+    fn sort_by_hash_key_sorts_like_a_comparison_sort() {
+        let mut rng = crate::rng::Rng(11);
+        // Below and above the radix threshold; uniform hashes, a few repeated ones (one word in many
+        // patterns), and keys that share their top 22 bits (the insertion pass's work).
+        for n in [0, 1, 100, RADIX_SORT_MIN, 50_000] {
+            let mut items: Vec<(u64, usize)> = (0..n)
+                .map(|at| {
+                    let hash = match rng.below(4) {
+                        0 => 42,
+                        1 => (7 << 42) | rng.below(1 << 20) as u64,
+                        _ => rng.next_u64(),
+                    };
+                    (hash, at)
+                })
+                .collect();
+            let mut expected = items.clone();
+            expected.sort_by_key(|&(hash, _)| hash);
+            sort_by_hash_key(&mut items, |&(hash, _)| hash);
+            let hashes = |items: &[(u64, usize)]| items.iter().map(|&(hash, _)| hash).collect::<Vec<_>>();
+            assert_eq!(hashes(&items), hashes(&expected), "n = {n}");
+            let mut payloads: Vec<usize> = items.iter().map(|&(_, at)| at).collect();
+            payloads.sort_unstable();
+            assert_eq!(payloads, (0..n).collect::<Vec<_>>(), "every item once, n = {n}");
+        }
     }
 
     #[test]

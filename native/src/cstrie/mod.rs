@@ -144,6 +144,7 @@ mod freeze;
 mod gcas;
 mod hamt;
 mod node;
+mod scratch;
 mod sync;
 mod traverse;
 

@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 
 use super::atomic_arc::AtomicArc;
 use super::hamt::{Hamt, Leaf, SmolStr};
+use super::scratch::scratch_vec;
 use crate::topic::PatternWord;
 
 /// A generation stamp. Each root I-node gets a fresh one (a per-trie counter),
@@ -152,7 +153,9 @@ impl SubscriberSet {
         if ids.peek().is_none() {
             return (set, added);
         }
-        let (table, new) = table.insert_many(ids.collect());
+        let mut leaves = scratch_vec(ids.size_hint().0);
+        leaves.extend(ids);
+        let (table, new) = table.insert_many(leaves);
         (SubscriberSet::Many(Arc::new(table)), added + new)
     }
 
