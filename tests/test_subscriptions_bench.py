@@ -63,7 +63,9 @@ def test_help_lists_the_flags() -> None:
 @pytest.mark.timeout(180)
 def test_tiny_run_writes_every_loading_section(tmp_path: Path) -> None:
     sizes = ",".join(str(n) for n in SIZES)
-    report, stderr = run(tmp_path, "--sizes", sizes, "--repeats", "1", "--skip", "rust", timeout=170)
+    report, stderr = run(
+        tmp_path, "--sizes", sizes, "--repeats", "1", "--load-repeats", "2", "--skip", "rust", timeout=170
+    )
     assert "Load average" in report
     expected = {(shape, f"{n:,}") for shape in SHAPES for n in SIZES}
 
@@ -91,6 +93,18 @@ def test_tiny_run_writes_every_loading_section(tmp_path: Path) -> None:
         assert row[3] in {"pass", "fail", "n/a"} or row[3].startswith("inconclusive"), row
     assert all(row[3] == "n/a" for row in targets[-3:])  # no Rust run, no refresh
     assert "TrieMatcher subscribe loop" in stderr  # progress lines go to stderr
+    # The loads of one (shape, n) take turns, round by round, rather than running kind after kind.
+    label = f"wide n={SIZES[0]:,}: "
+    loads = [line.split(label, 1)[1] for line in stderr.splitlines() if label in line and "(round " in line]
+    assert loads == [
+        f"{kind} (round {round_number} of 2)"
+        for round_number in (1, 2)
+        for kind in (
+            "TrieMatcher subscribe loop",
+            "CSTrieMatcher subscribe loop",
+            "CSTrieMatcher.subscribe_many",
+        )
+    ]
 
 
 @pytest.mark.slow
