@@ -15,6 +15,14 @@ from typing import Any
 from routing.settings import is_uri
 
 
+def on_local_filesystem(directory: str, default_fs: str = "file:///") -> bool:
+    """Whether ``directory`` is on the local filesystem: a ``file:`` URI, or a plain path when Hadoop's
+    ``fs.defaultFS`` (``default_fs``) is the local one (with an HDFS default, a plain path is on HDFS)."""
+    if is_uri(directory):
+        return directory.split(":", 1)[0].lower() == "file"
+    return default_fs.split(":", 1)[0].lower() == "file"
+
+
 class FilesystemUnavailable(RuntimeError):
     """pyarrow cannot open the directory's filesystem (the message says which URI and why)."""
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from routing.checkpoints import ArrowFiles
+from routing.checkpoints import ArrowFiles, CheckpointFiles
 from routing.config import ConfigError
 from routing.router.ledger import Ledger, ledger_entries, read_ledger
 from routing.settings import RouterSettings
@@ -112,9 +112,10 @@ def test_the_retention_setting_is_checked() -> None:
 
 @pytest.mark.integration
 def test_the_router_ledger_prunes_through_hadoops_filesystem(spark: SparkSession, tmp_path: Path) -> None:
-    """The same retention on the classic session's backend (Spark's CheckpointFileManager via the JVM)."""
+    """The same retention through Hadoop's FileSystem (Spark's CheckpointFileManager via the JVM: the classic
+    session's backend for directories off the local disk, forced here)."""
     directory = str(tmp_path / "ledger")
-    ledger = Ledger.open(spark, directory, "app", retain_batches=4)
+    ledger = Ledger(CheckpointFiles(spark, directory, backend="hadoop"), "app", retain_batches=4)
     ledger.bind(QUERY)
     for batch_id in range(13):
         ledger.record(batch_id, version_of(batch_id))

@@ -1,4 +1,7 @@
-"""The checkpoint lease (:mod:`routing.checkpoints`) on a real Hadoop FileSystem, through the shared session.
+"""The checkpoint lease (:mod:`routing.checkpoints`) on a local checkpoint, through the shared session.
+
+A classic session writes a local checkpoint's files in-process (pyarrow), as the jobs do; the Hadoop
+backend's contract is in ``tests/test_checkpoint_files.py``.
 
 A holder on another machine, or one that died, is written as the lease file such a job would have left
 (the same JSON, through the same ``CheckpointFiles``); a dead holder on this machine is a real child
