@@ -3,8 +3,9 @@
 :func:`arrow_filesystem` maps a directory setting to a pyarrow filesystem and a path in it: local
 paths, ``file:``, ``s3://`` (and Hadoop's ``s3a://``/``s3n://`` names for the same buckets),
 ``gs://``, ``hdfs://`` and ``abfs[s]://``, as far as pyarrow was built with them. Used by the snapshot
-files (:mod:`routing.router.snapshot_files`) and, where there is no JVM to reach Hadoop's FileSystem
-(Spark Connect), by the checkpoint files (:mod:`routing.checkpoints`).
+files (:mod:`routing.router.snapshot_files`) and by the checkpoint files (:mod:`routing.checkpoints`)
+where there is no JVM to reach Hadoop's FileSystem (Spark Connect) or the directory is on the local
+disk (:func:`on_local_filesystem`).
 """
 
 from __future__ import annotations

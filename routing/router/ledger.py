@@ -3,9 +3,10 @@
 Before a batch writes anything, its snapshot version is written to one small
 write-once file per batch id, ``<ledger dir>/<query id>/<batch id>``, like
 Spark's own offset log: through Hadoop's ``FileSystem`` (Spark's
-``CheckpointFileManager``, via the JVM gateway:
-:class:`routing.checkpoints.CheckpointFiles`), so it works on HDFS, S3 and
-ABFS alike, with no Spark job and no Delta commit. The file is written to a
+``CheckpointFileManager``, via the JVM gateway), or in-process through pyarrow
+on a local disk (:class:`routing.checkpoints.CheckpointFiles` picks), so it
+works on local disks, HDFS, S3 and ABFS alike, with no Spark job and no Delta
+commit. The file is written to a
 temporary name and renamed into place without overwriting, so a batch id is
 recorded exactly once: a second writer (a re-executed batch racing a zombie)
 finds the first one's version. When Spark re-executes a batch after a crash
