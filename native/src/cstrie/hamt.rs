@@ -62,9 +62,10 @@
 //! word always hashes the same, so callers may hash a key word once and
 //! probe many tables with it.
 
-use super::scratch::scratch_vec;
 use std::hash::BuildHasher;
 use std::sync::{Arc, OnceLock};
+
+use super::scratch::scratch_vec;
 
 pub(crate) use smol_str::SmolStr;
 
@@ -577,7 +578,7 @@ fn rebuild_with<V: Clone>(
 /// its words by hash) are not moved at all.
 fn sorted_unique<V>(mut leaves: Vec<Leaf<V>>) -> Vec<Leaf<V>> {
     if !leaves.is_sorted_by_key(|leaf| leaf.hash) {
-        sort_by_hash(&mut leaves);
+        sort_by_hash_key(&mut leaves, |leaf| leaf.hash);
     }
     if leaves.windows(2).all(|pair| pair[0].hash != pair[1].hash) {
         return leaves;
@@ -600,11 +601,6 @@ fn sorted_unique<V>(mut leaves: Vec<Leaf<V>>) -> Vec<Leaf<V>> {
 const RADIX_SORT_MIN: usize = 4096;
 /// Bits of the hash each radix pass orders by (two passes: the top 22 bits).
 const RADIX_BITS: u32 = 11;
-
-/// Sort `leaves` by hash (see [`sort_by_hash_key`]).
-fn sort_by_hash<V>(leaves: &mut Vec<Leaf<V>>) {
-    sort_by_hash_key(leaves, |leaf| leaf.hash);
-}
 
 /// Sort `items` by a 64-bit hash of each (`hash`, uniformly spread). Large
 /// inputs (a million subscribers of one pattern, a million distinct first
