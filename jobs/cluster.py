@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -60,18 +61,58 @@ def spark_home() -> Path:
     return home
 
 
-def free_ports(count: int, host: str = HOST) -> list[int]:
-    """``count`` distinct TCP ports nothing listens on right now (the broker's tests use it too)."""
-    probes = []
+#: The kernel hands these out for outgoing connections and ``bind(port 0)``.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: Linux's default ephemeral range, if the file above cannot be read.
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+#: Ports below this are left alone (well-known and commonly configured services).
+LOWEST_FREE_PORT = 10000
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range, inclusive (Linux's default where it cannot be read)."""
     try:
-        for _ in range(count):
-            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            probe.bind((host, 0))
-            probes.append(probe)
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
+        low, high = (int(word) for word in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
+    return low, high
+
+
+def free_port_candidates(ephemeral: tuple[int, int]) -> range:
+    """Ports :func:`free_ports` chooses from: the larger span outside ``ephemeral`` (and >= 10000)."""
+    low, high = ephemeral
+    below = range(LOWEST_FREE_PORT, max(LOWEST_FREE_PORT, low))
+    above = range(max(LOWEST_FREE_PORT, high + 1), 65536)
+    return below if len(below) >= len(above) else above
+
+
+def free_ports(count: int, host: str = HOST, *, start: int | None = None) -> list[int]:
+    """``count`` distinct TCP ports nothing listens on right now, outside the ephemeral range.
+
+    A port is often bound well after it is chosen (a test session's broker starts when its first
+    test needs it). A port from the ephemeral range can be taken in between by any outgoing
+    connection, so these come from outside it, where only an explicit bind can take them. The
+    search starts at ``start`` (callers running side by side pass disjoint starts, such as one per
+    pytest-xdist worker) or at a random port, and probes each candidate by binding it.
+    """
+    candidates = free_port_candidates(ephemeral_port_range())
+    if start is None:
+        start = random.SystemRandom().randrange(candidates.start, candidates.stop)
+    elif start not in candidates:
+        raise ValueError(f"start port {start} is outside {candidates.start}-{candidates.stop - 1}")
+    found: list[int] = []
+    offset = start - candidates.start
+    for step in range(len(candidates)):
+        port = candidates[(offset + step) % len(candidates)]
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise OSError(f"fewer than {count} free TCP ports on {host} in {candidates.start}-{candidates.stop - 1}")
 
 
 @dataclasses.dataclass

@@ -8,7 +8,10 @@ are marked ``integration`` by folder (:func:`pytest_collection_modifyitems`); ``
   home) under the session's pytest tmp dir; only the jars come from the real ``var/jars``.
   Its Kafka ports are the configured ones if something already listens there (a broker from
   ``make kafka-start``, reused), otherwise two free ports, so concurrent test sessions on one
-  machine each get their own broker instead of stopping each other's.
+  machine each get their own broker instead of stopping each other's. The broker binds them when
+  the first test needs it, minutes later, so they come from outside the kernel's ephemeral range
+  (an outgoing connection cannot take them meanwhile), searched from a band of their own for each
+  pytest-xdist worker (:func:`worker_port_start`).
 * ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
   end of the session only if it started it (a watchdog stops it even if the run is killed).
 * ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from jobs.cluster import free_ports
+from jobs.cluster import ephemeral_port_range, free_port_candidates, free_ports
 from routing.settings import REPO_ROOT, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -54,6 +58,8 @@ SESSION_JIT = "lazy"
 TEST_GC = "parallel"
 os.environ.setdefault("ROUTER__SPARK__JIT", CHILD_JIT)
 os.environ.setdefault("ROUTER__SPARK__GC", TEST_GC)
+#: Ports between the starts of two pytest-xdist workers' searches for free ports.
+WORKER_PORT_BAND = 1000
 #: Every test under this folder is marked ``integration`` (real Kafka, Spark or Delta), so no file has to say so.
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
@@ -132,6 +138,19 @@ def make_test_settings(root: Path, *, client_port: int, controller_port: int) ->
     )
 
 
+def worker_port_start(worker: str, offset: int) -> int | None:
+    """Where pytest-xdist worker ``worker`` (``gw<N>``) starts its search for free ports, or None (random).
+
+    Workers choose their ports at the same moment, and a port stays free until its broker binds it,
+    so each worker searches a band of its own: ``offset`` (random, < :data:`WORKER_PORT_BAND`) into
+    the N-th band. The offset keeps two test runs side by side apart too.
+    """
+    if not worker.startswith("gw") or not worker[2:].isdigit():
+        return None
+    candidates = free_port_candidates(ephemeral_port_range())
+    return candidates[(int(worker[2:]) * WORKER_PORT_BAND + offset) % len(candidates)]
+
+
 @pytest.fixture(scope="session")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     from jobs.local_kafka import port_in_use
@@ -140,7 +159,8 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     if port_in_use(configured.host, configured.client_port):
         client_port, controller_port = configured.client_port, configured.controller_port
     else:
-        client_port, controller_port = free_ports(2, configured.host)
+        start = worker_port_start(os.environ.get("PYTEST_XDIST_WORKER", ""), random.randrange(WORKER_PORT_BAND))
+        client_port, controller_port = free_ports(2, configured.host, start=start)
     root = tmp_path_factory.mktemp("var")
     return make_test_settings(root, client_port=client_port, controller_port=controller_port)
 
