@@ -140,7 +140,7 @@ from stream import (
     write_subscriptions,
 )
 
-from jobs.demo import create_topics, delete_topics
+from jobs.demo import create_topics, delete_topics, topics_with_prefix
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 
 if TYPE_CHECKING:
@@ -1134,6 +1134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[VariantRun] = []
     spark: SparkSession | None = None
     try:
+        # Topics of runs that were killed before their cleanup: gigabytes each.
+        stale = topics_with_prefix(settings, "bench.latency.")
+        if stale:
+            progress(f"deleting {len(stale)} topic(s) left by earlier runs: {', '.join(stale)}")
+            delete_topics(settings, stale)
         create_topics(settings, list(topics.values()))
         spark = get_spark(settings, app_name="bench-latency")
         deadline = time.monotonic() + bound_s
@@ -1159,6 +1164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spark is not None:
             spark.stop()
         if broker.started and not keep:
+            if left := local_kafka.wait_for_topic_files_gone(settings, list(topics.values())):
+                progress(f"{len(left)} deleted partition directories still on disk (gone at the next broker start)")
             local_kafka.stop(settings)
             progress("broker stopped")
         if watchdog is not None:

@@ -128,7 +128,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing`, `jobs`, `udfs` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.demo import create_topics, delete_topics
+from jobs.demo import create_topics, delete_topics, topics_with_prefix
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 from routing.topic import HASH, STAR, split_words
 
@@ -1138,6 +1138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress(f"broker at {settings.kafka.bootstrap_servers}")
     broker = local_kafka.ensure_running(settings)
     try:
+        # Topics of runs that were killed before their cleanup: gigabytes each.
+        stale = topics_with_prefix(settings, "bench.stream.")
+        if stale:
+            progress(f"deleting {len(stale)} topic(s) left by earlier runs: {', '.join(stale)}")
+            delete_topics(settings, stale)
         create_topics(settings, [topic, prefix_topic, warmup_topic])
         progress(f"producing {plan.messages:,} vocab messages to {topic}")
         results.produced = produce(
@@ -1172,11 +1177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(f"produced: {results.produced['msg_per_s']:,.0f} msg/s")
         measure(plan, settings, results, topic=topic, prefix_topic=prefix_topic, warmup_topic=warmup_topic)
     finally:
+        # The main topic's prefix also covers the warm-up topic's sink topics; each name once.
+        run_topics = list(dict.fromkeys([topic, prefix_topic, warmup_topic, *sink_topics(settings, topic)]))
         with contextlib.suppress(Exception):
-            topics = [topic, prefix_topic, warmup_topic]
-            # The main topic's prefix also covers the warm-up topic's sink topics; each name once.
-            delete_topics(settings, list(dict.fromkeys([*topics, *sink_topics(settings, topic)])))
+            delete_topics(settings, run_topics)
         if broker.started and not args.keep_broker:
+            if left := local_kafka.wait_for_topic_files_gone(settings, run_topics):
+                progress(f"{len(left)} deleted partition directories still on disk (gone at the next broker start)")
             local_kafka.stop(settings)
             progress("broker stopped")
     text = report(plan, results, argv)

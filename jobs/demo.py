@@ -86,6 +86,14 @@ def create_topics(settings: Settings, topics: Sequence[str], partitions: int | N
         future.result(30)
 
 
+def topics_with_prefix(settings: Settings, prefix: str) -> list[str]:
+    """The broker's topics whose names start with ``prefix`` (a benchmark's runs), sorted."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.kafka_client_config())
+    return sorted(name for name in admin.list_topics(timeout=30).topics if name.startswith(prefix))
+
+
 def delete_topics(settings: Settings, topics: Sequence[str]) -> None:
     """Delete ``topics``; a failure is logged, never raised (cleanup only)."""
     from confluent_kafka.admin import AdminClient

@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -517,6 +518,38 @@ def stop(settings: Settings | None = None) -> bool:
     _CHILDREN.pop(pid, None)
     paths.pid_file.unlink(missing_ok=True)
     return True
+
+
+#: A partition's log directory, after ``<topic>-``: live, or renamed for deletion.
+_PARTITION_DIR = re.compile(r"[0-9]+(\.[0-9a-f]+-delete)?")
+
+
+def topic_files(settings: Settings, topics: Sequence[str]) -> list[Path]:
+    """The managed broker's log directories of ``topics`` (``<topic>-<partition>``, or ``...<id>-delete``)."""
+    data = BrokerPaths(Path(settings.kafka.data_dir)).data
+    if not data.is_dir():
+        return []
+    return sorted(
+        path
+        for path in data.iterdir()
+        for topic in topics
+        if path.name.startswith(f"{topic}-") and _PARTITION_DIR.fullmatch(path.name[len(topic) + 1 :])
+    )
+
+
+def wait_for_topic_files_gone(settings: Settings, topics: Sequence[str], timeout_s: float = 30.0) -> list[Path]:
+    """Wait until the running broker has removed every file of the deleted ``topics``; those still left.
+
+    Kafka renames a deleted topic's partitions and removes them ``log.segment.delete.delay.ms`` (1 s here,
+    ``conf/kafka/server.properties``) later, on a running broker only: stopped sooner, they stay on disk
+    until its next start. A benchmark that deletes gigabytes of topics calls this before it stops the broker.
+    """
+    deadline = time.monotonic() + timeout_s
+    left = topic_files(settings, topics)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = topic_files(settings, topics)
+    return left
 
 
 def kill(settings: Settings | None = None) -> int | None:

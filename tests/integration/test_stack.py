@@ -287,6 +287,28 @@ def test_a_broker_tied_to_its_starter_dies_with_it(tmp_path: Path) -> None:
     assert broker_jvms(data_dir) == []
 
 
+def test_deleted_topics_leave_no_files_once_waited_for(settings: Settings, kafka_broker: local_kafka.Broker) -> None:
+    """What the benchmarks rely on before they stop their broker (gigabytes of topics per run)."""
+    from jobs.demo import create_topics, delete_topics, topics_with_prefix
+
+    prefix = f"leftover-{time.monotonic_ns()}."
+    topics = [f"{prefix}a", f"{prefix}b"]
+    create_topics(settings, topics, partitions=2)
+    for topic in topics:
+        produce(settings, topic, [(b"k", b"v" * 1000)] * 50)
+    assert topics_with_prefix(settings, prefix) == topics
+    assert topics_with_prefix(settings, f"{prefix}a") == [f"{prefix}a"]
+    data = Path(settings.kafka.data_dir) / "data"
+    expected = [data / f"{topic}-{partition}" for topic in topics for partition in (0, 1)]
+    assert local_kafka.topic_files(settings, topics) == expected
+    assert local_kafka.topic_files(settings, [f"{prefix}"]) == []  # a prefix is not a topic
+
+    delete_topics(settings, topics)
+    assert local_kafka.wait_for_topic_files_gone(settings, topics, timeout_s=30) == []
+    assert [path.name for path in data.iterdir() if path.name.startswith(prefix)] == []
+    assert topics_with_prefix(settings, prefix) == []
+
+
 def test_start_refuses_a_port_in_use(fresh_settings: Settings) -> None:
     for port_name in ("client_port", "controller_port"):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
