@@ -122,7 +122,7 @@ import shutil
 import sys
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -231,6 +231,9 @@ class BatchPhases:
     stages: dict[str, float] = dataclasses.field(default_factory=dict)
     #: Epoch ms of the Delta commit carrying the batch's rows (the history timestamp), None if it made none.
     commit_ms: int | None = None
+    #: Whether Delta wrote a checkpoint of the table's log at that commit: every ``delta.checkpointInterval``
+    #: (10) versions, in the committing writer's post-commit hook, so inside this batch.
+    checkpointed: bool = False
 
     @property
     def visible_ms(self) -> int | None:
@@ -288,9 +291,14 @@ def last_batch_id(query: StreamingQuery) -> int:
 
 
 def batch_phases(
-    progress: dict[int, Any], batch_ids: Sequence[int], stages: dict[int, dict[str, float]], commits: dict[int, int]
+    progress: dict[int, Any],
+    batch_ids: Sequence[int],
+    stages: dict[int, dict[str, float]],
+    commits: dict[int, int],
+    checkpointed: Collection[int] = (),
 ) -> list[BatchPhases]:
-    """The phases of ``batch_ids`` that read rows (``commits``: batch id -> commit epoch ms)."""
+    """The phases of ``batch_ids`` that read rows (``commits``: batch id -> commit epoch ms; ``checkpointed``: the
+    batch ids whose commit Delta checkpointed)."""
     import datetime as dt
 
     phases = []
@@ -307,6 +315,7 @@ def batch_phases(
                 {name: int(value) for name, value in dict(event.durationMs or {}).items()},
                 dict(stages.get(batch_id, {})),
                 commits.get(batch_id),
+                batch_id in checkpointed,
             )
         )
     return phases
@@ -615,7 +624,7 @@ def run_variant(
         time.sleep(1.0)  # progress events reach the listener asynchronously
         spark.streams.removeListener(recorder.listener)
     progress(f"{variant}: timing the visible rows against the Delta log")
-    commits = measure_latencies(spark, settings, run)
+    commits, checkpointed = measure_latencies(spark, settings, run)
     if query is not None:
         if router is not None:
             stages = {batch_id: dict(report.stages) for batch_id, report in router.reports.items()}
@@ -623,7 +632,9 @@ def run_variant(
             stages = passthrough_stages
         progress_of = recorder.of(str(query.id))
         for step in run.steps:
-            step.batches = batch_phases(progress_of, step_batches.get(step.index, range(0)), stages, commits)
+            step.batches = batch_phases(
+                progress_of, step_batches.get(step.index, range(0)), stages, commits, checkpointed
+            )
     return run
 
 
@@ -659,10 +670,22 @@ def commit_files(table: Path) -> tuple[dict[str, int], dict[int, int], dict[int,
     return added, started, modified, batches
 
 
-def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) -> dict[int, int]:
+def checkpoint_versions(table: Path) -> set[int]:
+    """The versions of ``table`` that have a Delta checkpoint (``<version>.checkpoint.parquet``, or its multi-part
+    and V2 forms ``<version>.checkpoint.<part>.<parts>.parquet`` and ``<version>.checkpoint.<uuid>.<ext>``)."""
+    versions = set()
+    for path in (table / "_delta_log").glob("*.checkpoint*"):
+        version, _, rest = path.name.partition(".")
+        if version.isdigit() and rest.startswith("checkpoint") and path.suffix in {".parquet", ".json"}:
+            versions.add(int(version))
+    return versions
+
+
+def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) -> tuple[dict[int, int], set[int]]:
     """Fill each step's histogram: latency = history timestamp of the row's commit - its intended time.
 
-    Returns batch id -> history timestamp of the commit that batch's append made (for :class:`BatchPhases`).
+    Returns batch id -> history timestamp of the commit that batch's append made, and the ids of the batches
+    whose commit Delta checkpointed (for :class:`BatchPhases`).
     """
     from delta.tables import DeltaTable
     from hdrh.histogram import HdrHistogram
@@ -670,7 +693,7 @@ def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) 
 
     path = settings.router.deliveries_path
     if not run.steps or not DeltaTable.isDeltaTable(spark, path):
-        return {}
+        return {}, set()
     history = (
         DeltaTable.forPath(spark, path)
         .history()
@@ -742,7 +765,9 @@ def measure_latencies(spark: SparkSession, settings: Settings, run: VariantRun) 
         run.commit_gap_ms = (float(gaps[len(gaps) // 2]), float(gaps[-1]))
     # Cross-check of the docstring's claim: the history timestamp is the commit file's modification time.
     run.mtime_matches = (sum(abs(versions[v][0] - modified.get(v, -10)) <= 1 for v in used), len(used))
-    return {batch_id: versions[version][0] for version, batch_id in batches.items() if version in versions}
+    commits = {batch_id: versions[version][0] for version, batch_id in batches.items() if version in versions}
+    checkpoints = checkpoint_versions(Path(path))
+    return commits, {batch_id for version, batch_id in batches.items() if version in checkpoints}
 
 
 # --- report --------------------------------------------------------------------------------------------------------
@@ -764,7 +789,8 @@ def _median(values: Sequence[float]) -> float | None:
 def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
     """Where each batch's time went, per variant and rate (median ms over the step's batches)."""
     header = ["variant", "msg/s", "batches", "rows/batch", "trigger -> visible commit, p50 / max"]
-    header += ["whole batch, p50 / max", *PROGRESS_PHASES, "inside addBatch (median ms)"]
+    header += ["whole batch, p50 / max", "of them with a Delta checkpoint: batches, whole batch p50"]
+    header += [*PROGRESS_PHASES, "inside addBatch (median ms)"]
     rows = []
     for run in runs:
         for step in run.steps:
@@ -773,6 +799,7 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
                 continue
             visible = [float(b.visible_ms) for b in batches if b.visible_ms is not None]
             whole = [float(b.duration_ms.get("triggerExecution", 0)) for b in batches]
+            checkpointed = [float(b.duration_ms.get("triggerExecution", 0)) for b in batches if b.checkpointed]
             stage_names = list(dict.fromkeys(name for b in batches for name in b.stages))
             inside = ", ".join(
                 f"{name} {_ms(_median([b.phase(name) for b in batches]))}" for name in [*stage_names, "other"]
@@ -785,6 +812,7 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
                     _ms(_median([float(b.input_rows) for b in batches])),
                     f"{_ms(_median(visible))} / {_ms(max(visible, default=None))}",
                     f"{_ms(_median(whole))} / {_ms(max(whole, default=None))}",
+                    f"{len(checkpointed)}, {_ms(_median(checkpointed))}" if checkpointed else "0",
                     *[_ms(_median([b.phase(name) for b in batches])) for name in PROGRESS_PHASES],
                     inside,
                 ]
@@ -795,7 +823,10 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
         "Per step, over the batches that read rows: *trigger -> visible commit* is the batch's share of every "
         "latency above (the trigger's start to the history timestamp of the commit its append made; a message "
         "also waits for its batch's trigger); *whole batch* is the progress's `triggerExecution` (after it the "
-        "query waits for the next trigger, or starts at once when it is behind). The phases are the query "
+        "query waits for the next trigger, or starts at once when it is behind). Every "
+        "`delta.checkpointInterval` (10) commits Delta also writes a checkpoint of the table's log, in the "
+        "commit's post-commit hook, so inside that batch: the batches with one, and their whole batch's median, "
+        "are counted apart. The phases are the query "
         "progress's `durationMs` (medians; planning = queryPlanning + getBatch); inside `addBatch` (the "
         "`foreachBatch` call) the driver's own stage timers: the router's `BatchReport.stages` (ledger, snapshot, "
         "plan: building the frames, write_deliveries: the append and its commit, observe: the counters; a "

@@ -45,6 +45,82 @@ def test_help_lists_the_flags() -> None:
         assert flag in done.stdout, f"{flag} missing from --help"
 
 
+#: (file names in ``_delta_log``, the versions with a checkpoint).
+CHECKPOINT_TABLE = [
+    (["00000000000000000009.json", "00000000000000000010.json"], set()),
+    (["00000000000000000010.checkpoint.parquet", "_last_checkpoint"], {10}),
+    (["00000000000000000020.checkpoint.0000000001.0000000002.parquet"], {20}),  # multi-part
+    (["00000000000000000030.checkpoint.80a083e8-7026-4e79-81be-64bd76c43a11.json"], {30}),  # V2, top-level
+    ([".00000000000000000010.checkpoint.parquet.crc", "00000000000000000040.crc"], set()),  # checksums
+    (["00000000000000000050.checkpoint.parquet", "00000000000000000060.checkpoint.parquet"], {50, 60}),
+]
+
+
+@pytest.mark.parametrize(("names", "expected"), CHECKPOINT_TABLE)
+def test_checkpoint_versions_come_from_the_log_file_names(
+    names: list[str], expected: set[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import latency
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    for name in names:
+        (log / name).write_text("")
+    assert latency.checkpoint_versions(tmp_path) == expected
+
+
+def test_batches_whose_commit_was_checkpointed_are_counted_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phases table splits off the batches whose commit carried a Delta checkpoint (their whole batch p50)."""
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import latency
+
+    def event(batch_id: int, whole_ms: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            numInputRows=100,
+            timestamp=f"2026-11-27T10:00:{batch_id:02d}.000Z",
+            durationMs={"triggerExecution": whole_ms, "addBatch": whole_ms - 100},
+        )
+
+    wholes = {0: 500, 1: 2400, 2: 600, 3: 700, 4: 2600, 5: 0}
+    progress = {batch_id: event(batch_id, whole) for batch_id, whole in wholes.items()}
+    progress[5].numInputRows = 0  # read nothing: left out
+    commits = {batch_id: 1_795_000_000_000 + batch_id for batch_id in range(5)}
+    phases = latency.batch_phases(progress, range(6), {}, commits, checkpointed={1, 4, 5})
+    assert [(phase.batch_id, phase.checkpointed) for phase in phases] == [
+        (0, False),
+        (1, True),
+        (2, False),
+        (3, False),
+        (4, True),
+    ]
+    step = latency.Step(variant="(a) passthrough", index=1, rate=10, seconds=1.0)
+    step.batches = phases
+    run = latency.VariantRun(variant="(a) passthrough")
+    run.steps.append(step)
+    plan = latency.Plan(
+        rates=(10,),
+        step_seconds=1.0,
+        warmup_seconds=0.0,
+        trigger_seconds=1.0,
+        drain_seconds=1.0,
+        subscriptions=1,
+        max_offsets=1,
+        variants=("a",),
+        seed=1,
+        vocabulary=1,
+        payload_bytes=1,
+    )
+    lines = "\n".join(latency.phase_lines(plan, [run])).splitlines()
+    header = next(line for line in lines if line.startswith("| variant"))
+    row = next(line for line in lines if line.startswith("| (a) passthrough"))
+    cells = dict(zip(header.strip("|").split(" | "), row.strip("|").split(" | "), strict=True))
+    assert cells["of them with a Delta checkpoint: batches, whole batch p50"].strip() == "2, 2,600"
+    assert cells["whole batch, p50 / max"].strip() == "700 / 2,600"
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(900)
