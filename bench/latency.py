@@ -133,14 +133,16 @@ from harness import markdown_table
 from stream import (
     NATIVE,
     PASSTHROUGH,
+    delete_earlier_topics,
     progress,
     start_passthrough,
+    stop_broker_once_topics_gone,
     subscription_pairs,
     variant_settings,
     write_subscriptions,
 )
 
-from jobs.demo import create_topics, delete_topics, topics_with_prefix
+from jobs.demo import create_topics, delete_topics
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 
 if TYPE_CHECKING:
@@ -1165,11 +1167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[VariantRun] = []
     spark: SparkSession | None = None
     try:
-        # Topics of runs that were killed before their cleanup: gigabytes each.
-        stale = topics_with_prefix(settings, "bench.latency.")
-        if stale:
-            progress(f"deleting {len(stale)} topic(s) left by earlier runs: {', '.join(stale)}")
-            delete_topics(settings, stale)
+        delete_earlier_topics(settings, "bench.latency.")
         create_topics(settings, list(topics.values()))
         spark = get_spark(settings, app_name="bench-latency")
         deadline = time.monotonic() + bound_s
@@ -1195,10 +1193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spark is not None:
             spark.stop()
         if broker.started and not keep:
-            if left := local_kafka.wait_for_topic_files_gone(settings, list(topics.values())):
-                progress(f"{len(left)} deleted partition directories still on disk (gone at the next broker start)")
-            local_kafka.stop(settings)
-            progress("broker stopped")
+            stop_broker_once_topics_gone(settings, list(topics.values()))
         if watchdog is not None:
             watchdog.close()
     text = report(plan, runs, argv, (load_before, os.getloadavg()))

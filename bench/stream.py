@@ -176,6 +176,25 @@ def progress(message: str) -> None:
     print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
+def delete_earlier_topics(settings: Settings, prefix: str) -> None:
+    """Delete the topics under ``prefix`` that runs killed before their cleanup left behind (gigabytes each)."""
+    stale = topics_with_prefix(settings, prefix)
+    if stale:
+        progress(f"deleting {len(stale)} topic(s) left by earlier runs: {', '.join(stale)}")
+        delete_topics(settings, stale)
+
+
+def stop_broker_once_topics_gone(settings: Settings, topics: Sequence[str]) -> None:
+    """Stop the broker this run started once the files of its deleted ``topics`` are gone (a stopped broker
+    would keep them on disk until its next start)."""
+    from jobs import local_kafka
+
+    if left := local_kafka.wait_for_topic_files_gone(settings, topics):
+        progress(f"{len(left)} deleted partition directories still on disk (gone at the next broker start)")
+    local_kafka.stop(settings)
+    progress("broker stopped")
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     seed: int
@@ -1138,11 +1157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress(f"broker at {settings.kafka.bootstrap_servers}")
     broker = local_kafka.ensure_running(settings)
     try:
-        # Topics of runs that were killed before their cleanup: gigabytes each.
-        stale = topics_with_prefix(settings, "bench.stream.")
-        if stale:
-            progress(f"deleting {len(stale)} topic(s) left by earlier runs: {', '.join(stale)}")
-            delete_topics(settings, stale)
+        delete_earlier_topics(settings, "bench.stream.")
         create_topics(settings, [topic, prefix_topic, warmup_topic])
         progress(f"producing {plan.messages:,} vocab messages to {topic}")
         results.produced = produce(
@@ -1182,10 +1197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             delete_topics(settings, run_topics)
         if broker.started and not args.keep_broker:
-            if left := local_kafka.wait_for_topic_files_gone(settings, run_topics):
-                progress(f"{len(left)} deleted partition directories still on disk (gone at the next broker start)")
-            local_kafka.stop(settings)
-            progress("broker stopped")
+            stop_broker_once_topics_gone(settings, run_topics)
     text = report(plan, results, argv)
     print(text)
     if not args.no_write:
