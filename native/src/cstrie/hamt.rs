@@ -8,39 +8,45 @@
 //! a million distinct next words (`tenant<i>.orders.#`) or a million
 //! subscribers of one pattern (`audit.#`) costs O(n²) in all. Here each table
 //! is the Ctrie's own bitmap-indexed node, made persistent: a write copies
-//! only the nodes on the path to its key, each at most 16 slots, and shares
+//! only the nodes on the path to its key, each at most [`WAYS`] (8) slots, and shares
 //! everything else with the previous version.
 //!
 //! # Layout
 //!
-//! A key's 64-bit hash ([`hash_word`]) is consumed 4 bits per level, **most
-//! significant bits first** (16 levels), so the leaves of a subtree are
+//! A key's 64-bit hash ([`hash_word`]) is consumed 3 bits per level, **most
+//! significant bits first** (22 levels, the last one bit), so the leaves of a subtree are
 //! exactly a range of hash values and a list of leaves sorted by hash is
 //! already in the order a bulk build lays them out. A bitmap node is one slot
 //! array (`Arc<[Slot]>`, a single allocation) plus a bitmap with one bit per
 //! 4-bit chunk value, held by its parent's slot; its slots hold, in bit order,
-//! either a leaf or the node for the next 4 bits. A leaf holds its key, hash and value **inline** in the slot: no
+//! either a leaf or the node for the next 3 bits. A leaf holds its key, hash and value **inline** in the slot: no
 //! allocation per binding and no pointer to chase before the key comparison.
 //! Keys are [`SmolStr`]s: texts of up to 23 bytes (nearly every word and
 //! subscriber id) live inline too, so copying a slot copies bytes and bumps no
 //! reference count, and dropping one releases nothing. Two distinct keys that
-//! share all 64 bits (so all 16 levels) sit together in a collision list at
+//! share all 64 bits (so all 22 levels) sit together in a collision list at
 //! the bottom, compared by text.
 //!
-//! Why 16 ways and not the Ctrie's 32: a path copy clones every slot of each
+//! Why 8 ways and not the Ctrie's 32: a path copy clones every slot of each
 //! node on the path, and a slot that holds a node bumps that node's reference
-//! count, an atomic write to a cache line of its own. With a million
-//! subscribers of one pattern the top levels are all nodes, so a subscribe
-//! made 3 x 32 such writes (and as many releases when the old version went)
-//! at 32 ways and makes 4 x 16 at 16; measured, subscribes to that set ran
-//! 1.23x faster and a million `tenant<i>` branches 1.3x, while bulk loads and
-//! freezes, which copy nothing, cost ~5% more for the extra level.
+//! count, an atomic write to a cache line of its own (and, when the old version
+//! goes, as many releases). With a million subscribers of one pattern the top
+//! levels are all nodes, so a subscribe makes about w x log_w(n) such writes:
+//! 3 x 32 at 32 ways, 4 x 16 at 16, 6 x 8 at 8, but 9 x 4 at 4 with twice the
+//! node visits and allocations of 16. Measured from Python on a million
+//! subscribers of `audit.#` (`bench/subscriptions.py`, two interleaved runs
+//! each, same build otherwise): 16 ways ran 1.23x faster than 32; 8 ways
+//! 1.07x faster than 16 (0.47x TrieMatcher's rate against 0.44x, and 0.60-0.62x
+//! against 0.57-0.58x at 100,000), and 4 ways 0.9x of 8. Bulk loads and
+//! freezes, which copy nothing, pay for the extra levels: the million-pair
+//! bulk loads moved by -5% to +5% between 16 and 8 ways, within the runs'
+//! noise.
 //!
 //! The form is canonical: no node below the root holds a single leaf (it is
 //! pulled up into its parent's slot), and no node is empty, so equal contents
 //! give equal shapes and `remove` shrinks the trie back.
 //!
-//! # Complexity (n keys, w = 16)
+//! # Complexity (n keys, w = [`WAYS`] = 8)
 //!
 //! | operation | cost |
 //! |---|---|
@@ -69,10 +75,12 @@ use super::scratch::scratch_vec;
 
 pub(crate) use smol_str::SmolStr;
 
-const BITS_PER_LEVEL: u32 = 4;
-/// Bitmap levels: 12 of 5 bits and a last one of the 4 bits left (64 = 12 x 5 + 4).
-const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
-const CHUNK_MASK: u64 = (1 << BITS_PER_LEVEL) - 1;
+const BITS_PER_LEVEL: u32 = 3;
+/// Slots of a bitmap node at most (its branching factor).
+pub(crate) const WAYS: usize = 1 << BITS_PER_LEVEL;
+/// Bitmap levels: 21 of 3 bits and a last one of the 1 bit left (64 = 21 x 3 + 1).
+pub(crate) const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
+const CHUNK_MASK: u64 = WAYS as u64 - 1;
 /// Bits the last level takes: what the others leave.
 const LAST_BITS: u32 = 64 - BITS_PER_LEVEL * (LEVELS - 1);
 
@@ -97,6 +105,12 @@ thread_local! {
 #[cfg(test)]
 pub(crate) fn slots_copied() -> usize {
     SLOTS_COPIED.with(std::cell::Cell::get)
+}
+
+/// Levels a path through a full table of `n` keys takes: ceil(log_w(n)) (tests only).
+#[cfg(test)]
+pub(crate) fn levels_for(n: usize) -> usize {
+    (usize::BITS - (n.max(2) - 1).leading_zeros()).div_ceil(BITS_PER_LEVEL) as usize
 }
 
 #[inline]
@@ -1187,26 +1201,28 @@ mod tests {
         for i in 0..100_000 {
             map = map.insert(SmolStr::new(format!("tenant{i}")), ());
         }
-        // log16(100k) is 4.2: paths are ~5 levels, the deepest a few more. The
+        // log8(100k) is 5.5: paths are ~6 levels, the deepest a few more. The
         // hash seed is random per process, and a path of depth d + 1 needs two
-        // keys sharing 4d hash bits: depth 11 came up about once in 300 runs,
-        // 15 (56 bits) about one seed in ten million.
+        // of the 5 x 10^9 key pairs to share d x BITS_PER_LEVEL hash bits: at
+        // 56 bits that is about one seed in ten million.
+        let deepest = 56_u32.div_ceil(BITS_PER_LEVEL) as usize;
         let levels = depth(&map);
-        assert!(levels <= 14, "depth {levels} for 100k keys");
+        assert!(levels <= deepest, "depth {levels} for 100k keys");
         let before = slots_copied();
         for i in 0..1_000 {
             map = map.insert(SmolStr::new(format!("new{i}")), ());
         }
-        // At most 16 slots per level on the path (mostly fewer below the
+        // At most WAYS slots per level on the path (mostly fewer below the
         // top levels), never anything near n = 100,000.
+        let bound = WAYS * (levels_for(100_000) + 1);
         let per_write = (slots_copied() - before) / 1_000;
-        assert!(per_write <= 16 * 6, "{per_write} slots copied per insert");
+        assert!(per_write <= bound, "{per_write} slots copied per insert");
         let before = slots_copied();
         for i in 0..1_000 {
             map = map.remove(&format!("new{i}")).unwrap();
         }
         let per_write = (slots_copied() - before) / 1_000;
-        assert!(per_write <= 16 * 6, "{per_write} slots copied per remove");
+        assert!(per_write <= bound, "{per_write} slots copied per remove");
     }
 
     #[test]

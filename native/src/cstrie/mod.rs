@@ -43,16 +43,16 @@
 //!
 //! `k` = words in the pattern or key, `w` = distinct next words at a node
 //! (its width), `s` = subscribers of one pattern, `n` = pairs; HAMT fan-out
-//! 16 (`hamt.rs` says why not 32).
+//! 8 (`hamt.rs` says why not 32 or 16).
 //!
 //! | operation | cost |
 //! |---|---|
-//! | `subscribe` / `unsubscribe` | O(k · 16 · (log16 w + log16 s)) slots copied, plus retries under contention |
+//! | `subscribe` / `unsubscribe` | O(k · 8 · (log8 w + log8 s)) slots copied, plus retries under contention |
 //! | expanding a tail of t words (a pattern leaves its path) | O(t): one GCAS, the shared words' I-nodes built at once |
-//! | first write below a node after a snapshot | + O(16 · log16 w) per renewed level (one child copied, not the table) |
+//! | first write below a node after a snapshot | + O(8 · log8 w) per renewed level (one child copied, not the table) |
 //! | `subscribe_many` of m pairs | O(m k) to parse, O(m log m) integer sorts, each touched C-node copied once (`bulk_load.rs`) |
 //! | `snapshot` | O(1) |
-//! | `lookup` (live or snapshot) | O(states visited · log16 w) probes (states: see Matching), plus O(t · key words) per tail met + sorting the result |
+//! | `lookup` (live or snapshot) | O(states visited · log8 w) probes (states: see Matching), plus O(t · key words) per tail met + sorting the result |
 //! | `Snapshot::freeze` | O(n) walk + sorting the distinct words and subscribers (`freeze.rs`) |
 //! | `len` (live) | O(1); `Snapshot::len` O(pairs) once, then cached |
 //! | `subscriptions` / `topics` | O(pairs) plus sorting |

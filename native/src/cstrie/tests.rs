@@ -558,21 +558,22 @@ fn writes_copy_a_logarithmic_number_of_slots_for_wide_nodes_and_hot_patterns() {
         let small = slots_copied_per_subscribe(&trie, 0..2_000, pair);
         slots_copied_per_subscribe(&trie, 2_000..40_000, pair);
         let large = slots_copied_per_subscribe(&trie, 40_000..42_000, pair);
-        // log16(40k) ~ 4 levels of at most 16 slots each, plus slack for the
+        // ceil(log_w(40k)) levels of at most w slots each, plus slack for the
         // deeper paths of a random hash: far below n = 40,000.
+        let levels = hamt::levels_for(40_000);
         assert!(
-            large <= 16 * 6,
+            large <= hamt::WAYS * (levels + 2),
             "{shape}: {large} slots copied per subscribe at n = 40k"
         );
-        // From n = 2k to n = 40k (20x), the cost grows by about one level.
+        // From n = 2k to n = 40k (20x), the cost grows by log_w(20) levels.
         assert!(
-            large <= small + 16 * 2,
+            large <= small + hamt::WAYS * 2,
             "{shape}: {small} -> {large} slots per subscribe"
         );
         let _snapshot = trie.snapshot();
         let after_snapshot = slots_copied_per_subscribe(&trie, 42_000..44_000, pair);
         assert!(
-            after_snapshot <= 16 * 7,
+            after_snapshot <= hamt::WAYS * (levels + 3),
             "{shape}: {after_snapshot} slots per subscribe after a snapshot"
         );
     }
