@@ -62,7 +62,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
@@ -70,7 +70,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from routing import delta_tables
 from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
-from routing.router.classify import classify_projections, project
+from routing.router.classify import classify_projections
 from routing.router.ledger import Ledger, ledger_directory, prune_through
 from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
@@ -352,6 +352,80 @@ def observed_metrics() -> list[Column]:
     return metrics
 
 
+class Projection:
+    """A ``select`` of fixed columns whose JVM ``Seq`` is built on first use and reused by every batch.
+
+    ``frame.select(*columns)`` builds the ``Seq`` it hands the JVM afresh, and py4j makes a round trip per
+    column to fill it: about 120 of the ~240 round trips a batch's plan made (a profile of
+    ``BatchPlan``'s frames over an empty source: 86 ``add`` calls and their ``ArrayList``/``toSeq``
+    calls). Here a select is one round trip. :meth:`with_inserted` adds a batch's own columns to a copy
+    made in the JVM. A Spark Connect frame (no JVM here) takes the plain select.
+    """
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        self.columns = tuple(columns)
+        # Built on first use (from the JVM of the frame it is used with), then only read: a race builds them twice.
+        self._jlist: Any = None
+        self._jseq: Any = None
+        self._utils: Any = None
+
+    def __call__(self, frame: DataFrame) -> DataFrame:
+        return self.with_inserted(frame, 0, ())
+
+    def with_inserted(self, frame: DataFrame, at: int, extra: Sequence[Column]) -> DataFrame:
+        """``frame.select(*columns[:at], *extra, *columns[at:])``."""
+        jdf = getattr(frame, "_jdf", None)
+        if jdf is None:
+            return frame.select(*self.columns[:at], *extra, *self.columns[at:])
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+        jvm: Any = frame.sparkSession.sparkContext._jvm
+        if self._jseq is None:
+            self._utils = jvm.PythonUtils  # a held class: its calls skip the name lookups
+            self._jlist = jvm.java.util.ArrayList([column._jc for column in self.columns])
+            self._jseq = self._utils.toSeq(self._jlist)
+        columns = self._jseq
+        if extra:
+            from pyspark.sql import Column as PythonColumn
+
+            copy = jvm.java.util.ArrayList(self._jlist)
+            for offset, column in enumerate(extra):
+                copy.add(at + offset, column._jc if isinstance(column, PythonColumn) else column)  # or a JVM Column
+            columns = self._utils.toSeq(copy)
+        return ClassicDataFrame(jdf.select(columns), frame.sparkSession)
+
+
+class JvmBatchColumns:
+    """:func:`batch_columns` built with direct calls of Spark's Scala ``functions`` (classic Spark only).
+
+    The same expressions, but the PySpark function wrappers record each call's origin for error messages
+    (set, read and clear a JVM thread-local, look up the session, per call): the three columns took ~100
+    JVM round trips that way, two thirds of what was left of a batch's plan, and take ~25 here.
+    """
+
+    def __init__(self, spark: SparkSession, index: Column) -> None:
+        jvm: Any = spark.sparkContext._jvm
+        self._functions = jvm.org.apache.spark.sql.functions
+        self._utils = jvm.PythonUtils
+        self._list = jvm.java.util.ArrayList
+        self._index = index._jc
+
+    def __call__(self, version: int, batch_id: int, routed_at: datetime.datetime | None = None) -> list[Any]:
+        at = routed_at if routed_at is not None else datetime.datetime.now(datetime.UTC)
+        values = (
+            ("snapshot_version", version, "bigint"),
+            ("batch_id", batch_id, "bigint"),
+            ("routed_at", at, "timestamp"),
+        )
+        return [self._constant(value, data_type).alias(name) for name, value, data_type in values]
+
+    def _constant(self, value: object, data_type: str) -> Any:
+        """What :func:`batch_constant` makes of ``value``: ``element_at(array(lit(value).cast(type)), index)``."""
+        literal = self._functions.lit(value).cast(data_type)
+        array = self._functions.array(self._utils.toSeq(self._list([literal])))
+        return self._functions.element_at(array, self._index)
+
+
 class BatchPlan:
     """The column expressions of a batch's hot path, built once per router and reused by every batch.
 
@@ -359,46 +433,64 @@ class BatchPlan:
     classification, judging, the counters and the deliveries' columns for every batch took about
     2,100 round trips per batch (0.3 s of driver time per batch on the shared 2-core machine, at any
     batch size: more than the passthrough's whole Spark job for a 2,000-message batch); reused, a whole
-    batch (ledger, append and warm included) makes about 270. Only what changes is built per batch: the
+    batch (ledger, append and warm included) made about 420, and with each select's JVM column list
+    built once (:class:`Projection`) and the batch's constants made without PySpark's call-origin
+    bookkeeping (:class:`JvmBatchColumns`) it makes 170-260. Only what changes is built per batch: the
     three :func:`batch_columns` (snapshot version, batch id, routing time) and, when the published
-    snapshot changes, the UDF's column. The frames are the same as those
+    snapshot changes, the UDF's projection. The frames are the same as those
     :func:`classify`, :func:`judged_frame`, :func:`fanned_out` and :func:`deliveries_frame` build.
     """
 
     def __init__(self, router: RouterSettings, validator: Validator) -> None:
         from pyspark.sql import functions as F
 
-        self._classify = classify_projections(router, validator, SOURCE_COLUMNS)
+        self._classify = [Projection(columns) for columns in classify_projections(router, validator, SOURCE_COLUMNS)]
         self._classified = [F.col(name) for name in CLASSIFIED_COLUMNS]
         self._routing_key = F.col("routing_key")
-        self._judge = judged_columns(validator.limits.max_fanout)
+        self._judge = Projection(judged_columns(validator.limits.max_fanout))
         self.metrics = observed_metrics()
-        self._fan_condition, self._fan_columns = _fan_out_parts()
-        self._delivery_before, self._delivery_after = _delivery_parts()
+        self._fan_condition, fan_columns = _fan_out_parts()
+        self._fan_out = Projection(fan_columns)
+        before, after = _delivery_parts()
+        self._deliveries = Projection([*before, *after])
+        self._batch_at = len(before)
         self._batch_index = batch_index()
-        self._route: tuple[Published, Column] | None = None
+        self._jvm_batch_columns: JvmBatchColumns | None = None
+        self._route: tuple[Published, Projection] | None = None
 
     def classified(self, batch: DataFrame) -> DataFrame:
         """``batch`` (the source columns) classified: what ``classify(batch).select(*CLASSIFIED_COLUMNS)`` is."""
-        return project(batch, self._classify)
+        for projection in self._classify:
+            batch = projection(batch)
+        return batch
 
-    def route_column(self, published: Published, make_udf: Callable[[Published], Callable[[Column], Column]]) -> Column:
-        """The UDF of ``published`` on ``routing_key``, aliased ``route`` (rebuilt when the snapshot changes)."""
+    def route_column(
+        self, published: Published, make_udf: Callable[[Published], Callable[[Column], Column]]
+    ) -> Projection:
+        """The classified columns plus the UDF of ``published`` on ``routing_key``, aliased ``route`` (rebuilt
+        when the snapshot changes)."""
         if self._route is None or self._route[0] is not published:
-            self._route = (published, make_udf(published)(self._routing_key).alias("route"))
+            route = make_udf(published)(self._routing_key).alias("route")
+            self._route = (published, Projection([*self._classified, route]))
         return self._route[1]
 
-    def judged(self, classified: DataFrame, route: Column) -> DataFrame:
-        """What :func:`judged_frame` makes of ``classified`` with the UDF column ``route``."""
-        return classified.select(*self._classified, route).select(*self._judge)
+    def judged(self, classified: DataFrame, routed: Projection) -> DataFrame:
+        """What :func:`judged_frame` makes of ``classified`` with the UDF's projection ``routed``
+        (:meth:`route_column`)."""
+        return self._judge(routed(classified))
 
     def deliveries(
         self, judged: DataFrame, version: int, batch_id: int, routed_at: datetime.datetime | None = None
     ) -> DataFrame:
         """``deliveries_frame(fanned_out(judged), version, batch_id, routed_at)``."""
-        fanned = judged.where(self._fan_condition).select(*self._fan_columns)
-        batch = batch_columns(version, batch_id, routed_at, self._batch_index)
-        return fanned.select(*self._delivery_before, *batch, *self._delivery_after)
+        fanned = self._fan_out(judged.where(self._fan_condition))
+        if getattr(fanned, "_jdf", None) is None:  # Spark Connect
+            batch: list[Any] = batch_columns(version, batch_id, routed_at, self._batch_index)
+        else:
+            if self._jvm_batch_columns is None:
+                self._jvm_batch_columns = JvmBatchColumns(fanned.sparkSession, self._batch_index)
+            batch = self._jvm_batch_columns(version, batch_id, routed_at)
+        return self._deliveries.with_inserted(fanned, self._batch_at, batch)
 
 
 #: Columns of the ``router.metrics_path`` table taken from :meth:`BatchReport.as_dict`, in order.
