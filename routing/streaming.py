@@ -383,8 +383,10 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
     try:
         delta = jvm.org.apache.spark.sql.delta
         transaction = delta.DeltaLog.forTable(spark._jsparkSession, table).startTransaction()
-        # The schema's JSON in one call (its fieldNames array would be read one element per JVM round trip).
-        columns = [field["name"] for field in json.loads(transaction.metadata().schemaString())["fields"]]
+        # The schema's JSON in one call (its fieldNames array would be read one element per JVM round trip);
+        # None before the table's first commit, which then has no columns to append to.
+        schema = transaction.metadata().schemaString()
+        columns = [field["name"] for field in json.loads(schema)["fields"]] if schema else []
         frame_columns = frame.columns
         if sorted(columns) != sorted(frame_columns):
             return False
