@@ -82,6 +82,7 @@ from routing.router.tables import (
     PARTITION_COLUMN,
     UNROUTED_DDL,
 )
+from routing.spark import is_connect
 from routing.streaming import (
     AfterWrites,
     AppendStateWarmer,
@@ -240,13 +241,19 @@ def batch_columns(
 ) -> list[Column]:
     """``snapshot_version``, ``batch_id`` and ``routed_at`` (the driver's UTC time when not given): the output
     rows' only per-batch columns, each a :func:`batch_constant` (``index``: a prebuilt :func:`batch_index`)."""
-    at = routed_at if routed_at is not None else datetime.datetime.now(datetime.UTC)
     index = batch_index() if index is None else index
     return [
-        batch_constant(version, "bigint", index).alias("snapshot_version"),
-        batch_constant(batch_id, "bigint", index).alias("batch_id"),
-        batch_constant(at, "timestamp", index).alias("routed_at"),
+        batch_constant(value, data_type, index).alias(name)
+        for name, value, data_type in batch_values(version, batch_id, routed_at)
     ]
+
+
+def batch_values(
+    version: int, batch_id: int, routed_at: datetime.datetime | None = None
+) -> tuple[tuple[str, object, str], ...]:
+    """(column, value, type) of each :func:`batch_columns` column; ``routed_at``: the driver's UTC time when None."""
+    at = routed_at if routed_at is not None else datetime.datetime.now(datetime.UTC)
+    return (("snapshot_version", version, "bigint"), ("batch_id", batch_id, "bigint"), ("routed_at", at, "timestamp"))
 
 
 def _source_parts() -> tuple[list[Column], list[Column]]:
@@ -374,8 +381,7 @@ class Projection:
 
     def with_inserted(self, frame: DataFrame, at: int, extra: Sequence[Column]) -> DataFrame:
         """``frame.select(*columns[:at], *extra, *columns[at:])``."""
-        jdf = getattr(frame, "_jdf", None)
-        if jdf is None:
+        if is_connect(frame.sparkSession):
             return frame.select(*self.columns[:at], *extra, *self.columns[at:])
         from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
@@ -392,7 +398,7 @@ class Projection:
             for offset, column in enumerate(extra):
                 copy.add(at + offset, column._jc if isinstance(column, PythonColumn) else column)  # or a JVM Column
             columns = self._utils.toSeq(copy)
-        return ClassicDataFrame(jdf.select(columns), frame.sparkSession)
+        return ClassicDataFrame(frame._jdf.select(columns), frame.sparkSession)
 
 
 class JvmBatchColumns:
@@ -411,12 +417,7 @@ class JvmBatchColumns:
         self._index = index._jc
 
     def __call__(self, version: int, batch_id: int, routed_at: datetime.datetime | None = None) -> list[Any]:
-        at = routed_at if routed_at is not None else datetime.datetime.now(datetime.UTC)
-        values = (
-            ("snapshot_version", version, "bigint"),
-            ("batch_id", batch_id, "bigint"),
-            ("routed_at", at, "timestamp"),
-        )
+        values = batch_values(version, batch_id, routed_at)
         return [self._constant(value, data_type).alias(name) for name, value, data_type in values]
 
     def _constant(self, value: object, data_type: str) -> Any:
@@ -484,7 +485,7 @@ class BatchPlan:
     ) -> DataFrame:
         """``deliveries_frame(fanned_out(judged), version, batch_id, routed_at)``."""
         fanned = self._fan_out(judged.where(self._fan_condition))
-        if getattr(fanned, "_jdf", None) is None:  # Spark Connect
+        if is_connect(fanned.sparkSession):
             batch: list[Any] = batch_columns(version, batch_id, routed_at, self._batch_index)
         else:
             if self._jvm_batch_columns is None:
@@ -724,8 +725,6 @@ class Router:
         self.totals = RunTotals()
         #: The hot path's column expressions, built once (see :class:`BatchPlan`).
         self.plan = BatchPlan(router, self.validator)
-        from routing.spark import is_connect
-
         #: A Spark Connect session: batches run in the server's ``foreachBatch`` worker (:class:`ConnectBatches`).
         self.connect = is_connect(spark)
         #: Each batch's warm of the tables it wrote runs here: waited for at once (``router.delta_warm`` inline), or

@@ -79,7 +79,7 @@ const BITS_PER_LEVEL: u32 = 3;
 /// Slots of a bitmap node at most (its branching factor).
 pub(crate) const WAYS: usize = 1 << BITS_PER_LEVEL;
 /// Bitmap levels: 21 of 3 bits and a last one of the 1 bit left (64 = 21 x 3 + 1).
-pub(crate) const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
+const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
 const CHUNK_MASK: u64 = WAYS as u64 - 1;
 /// Bits the last level takes: what the others leave.
 const LAST_BITS: u32 = 64 - BITS_PER_LEVEL * (LEVELS - 1);
