@@ -40,10 +40,13 @@ for as long as it runs (:class:`CheckpointLease`), kept in the checkpoint itself
 
 Limits, on purpose:
 
-* Mutual exclusion rests on an atomic create-without-overwrite. HDFS, ABFS (hierarchical namespace)
-  and local disks rename atomically; S3 through S3A does not (its rename is a copy), so two jobs
-  starting within the same instant could both win there, the very hole Spark's own checkpoint has on
-  S3. Keep checkpoints on a filesystem with atomic rename.
+* Mutual exclusion rests on an atomic create-without-overwrite. HDFS and ABFS (hierarchical
+  namespace) rename without overwrite atomically, and a local disk goes through :class:`ArrowFiles`'
+  hard link, which is atomic too. S3 through S3A does not (its rename is a copy), so two jobs starting
+  within the same instant could both win there, the very hole Spark's own checkpoint has on S3. Nor
+  does Hadoop's *local* filesystem: its rename checks for the destination and then renames, so two
+  racers can both pass the check (one more reason local directories skip it). Keep checkpoints on a
+  filesystem with atomic rename.
 * Liveness across machines trusts the clocks: they must agree to well within ``timeout_s`` (NTP).
 * A holder that stalls longer than ``timeout_s`` (a long GC pause, a frozen VM) is taken over while it
   still runs; until its next heartbeat notices (at most ``timeout_s / 6`` later) it may finish a batch
@@ -86,7 +89,8 @@ class CheckpointFiles:
     Hadoop's FileSystem through Spark's ``CheckpointFileManager`` (:class:`HadoopFiles`) in a classic
     session; pyarrow's filesystems (:class:`ArrowFiles`) where the process has no JVM (a Spark Connect
     session) and for a directory on the local disk. Both give the same atomic write-once files on local
-    disks and HDFS.
+    disks (ArrowFiles' hard link) and HDFS (Hadoop's rename); not Hadoop's own local filesystem, whose
+    rename is a check then a rename (see "Limits" above).
 
     Why local directories skip Hadoop: its local filesystem made each write-once file cost about 40 ms
     of the driver's time (measured per ledger entry: creating the temporary file 10 ms, closing and
@@ -141,7 +145,13 @@ def _on_local_disk(spark: SparkSession, directory: str) -> bool:
 
 
 class HadoopFiles:
-    """Spark's ``CheckpointFileManager`` for one directory (atomic write-once files on any Hadoop FS)."""
+    """Spark's ``CheckpointFileManager`` for one directory: write-once files on any Hadoop FS.
+
+    Write-once is as atomic as the filesystem's rename without overwrite: atomic on HDFS and ABFS; on
+    Hadoop's local filesystem (only ever forced here: :class:`CheckpointFiles` gives local directories
+    to :class:`ArrowFiles`) racing writers can both pass its exists-check, and the later rename replaces
+    the earlier one's file.
+    """
 
     def __init__(self, spark: SparkSession, directory: str) -> None:
         jvm: Any = spark.sparkContext._jvm
