@@ -168,7 +168,7 @@ impl<'a> Pairs<'a> {
     }
 
     /// Every pair, in row order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&'a str, &'a str)> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&'a str, &'a str)> + Clone + '_ {
         // Validation proved every row non-null, so no row is skipped.
         (0..self.len()).map(|row| (self.patterns.value(row), self.subscribers.value(row)))
     }
