@@ -820,7 +820,7 @@ ROUTER_STAGES = (
     ("count", "counting pass of a re-executed batch"),
     ("write", "the passthrough's copy: Kafka read + Delta commit"),
     ("write_deliveries", "deliveries: pass over the input (Kafka read, classification, UDF, fan-out) + Delta commit"),
-    ("observe", "the write's Observation counters"),
+    ("observe", "the write's counters (the UDF's accumulator; an Observation on Spark Connect)"),
     ("write_dead_letters", "dead letters: write + commit (only when the batch has some)"),
     ("write_unmatched", "unmatched: write + commit (only when written and the batch has some)"),
     ("kafka_sink", "Kafka sink"),

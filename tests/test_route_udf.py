@@ -12,7 +12,7 @@ import pytest
 
 from routing import _native
 from routing.matchers.native import BatchLimitError
-from udfs.route import ROUTE_DDL, ROUTE_TYPE, route_keys
+from udfs.route import ROUTE_DDL, ROUTE_TYPE, UdfStats, UdfStatsParam, route_keys
 
 SUBSCRIBER_BYTES = 255
 
@@ -61,6 +61,50 @@ def test_a_row_over_the_byte_limit_goes_out_alone_and_no_key_is_lost() -> None:
     parts = list(route_keys(matcher, keys, max_fanout=100, max_batch_rows=10, max_output_bytes=100))
     assert [len(part) for part in parts] == [1, 1, 1, 1]
     assert [row["fanout"] for part in parts for row in part.to_pylist()] == [10, 10, None, 10]
+
+
+def test_the_counters_match_one_lookup_per_key_however_the_output_is_cut() -> None:
+    """The batch's counters the router takes from the UDF (null keys, unmatched, over the limit, deliveries),
+    against an independent count: one ``lookup`` per key and the fan-out rule, whatever the parts."""
+    from pyspark.accumulators import Accumulator
+
+    pairs = [("a.#", "x"), ("a.b", "y"), ("#", "z"), ("c.*", "w"), ("d", "v")]
+    matcher = _native.FrozenMatcher.build(pairs)
+    keys = ["a.b", None, "c", "a", "c.d", "d", None, "e.f", "a.b.c", "c.d.e"] * 7
+    max_fanout = 2
+    expected = {"null_keys": 0, "unmatched": 0, "over_limit": 0, "deliveries": 0}
+    for key in keys:
+        if key is None:
+            expected["null_keys"] += 1
+            continue
+        receivers = len(matcher.lookup(key))
+        expected["unmatched"] += receivers == 0
+        expected["over_limit"] += receivers > max_fanout
+        expected["deliveries"] += receivers if receivers <= max_fanout else 0
+    assert expected["over_limit"] > 0 and expected["deliveries"] > 0  # every kind occurs
+    for max_output_bytes in (1 << 20, 40):  # one part, then many
+        stats = Accumulator(0, UdfStats(), UdfStatsParam())
+        parts = list(
+            route_keys(
+                matcher,
+                pa.array(keys, pa.string()),
+                max_fanout=max_fanout,
+                max_batch_rows=1_000,
+                max_output_bytes=max_output_bytes,
+                stats=stats,
+            )
+        )
+        assert (len(parts) == 1) is (max_output_bytes == 1 << 20)
+        figures = stats.value
+        assert figures.rows == len(keys)
+        assert {name: getattr(figures, name) for name in expected} == expected
+
+
+def test_udf_stats_add_element_wise() -> None:
+    param = UdfStatsParam()
+    total = param.addInPlace(UdfStats(*range(8)), UdfStats(*range(10, 18)))
+    assert total == UdfStats(*(left + right for left, right in zip(range(8), range(10, 18), strict=True)))
+    assert param.zero(total) == UdfStats() == (0,) * 8
 
 
 def test_limits_are_errors_never_crashes() -> None:

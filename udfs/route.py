@@ -19,8 +19,9 @@ and yields, per key, a struct of:
 ``fanout``       how many subscribers matched (null for a null key)
 
 Its own figures (matching and Python nanoseconds, the distinct keys of each
-Arrow batch, keys routed) go to the driver in a Spark accumulator (:class:`UdfStatsParam`), not
-in the rows.
+Arrow batch, keys routed) and the batch's counters (null keys, unmatched, over
+the limit, deliveries) go to the driver in a Spark accumulator
+(:class:`UdfStats`), not in the rows.
 
 **Bounded output.** Output batches are cut by bytes as well as rows, following
 Spark 4's ``spark.sql.execution.arrow.maxBytesPerOutputBatch`` convention:
@@ -45,7 +46,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,19 +74,64 @@ ROUTE_TYPE = pa.struct(
 #: (``struct<subscribers:array<string>,fanout:int>``).
 ROUTE_DDL = from_arrow_type(ROUTE_TYPE).simpleString()
 
-#: (match ns, distinct keys of the Arrow batch, Python ns, keys routed), summed over Arrow batches: the sum of
-#: per-batch distinct counts, not the distinct keys of a micro-batch (a key in two Arrow batches counts twice).
-UdfStats = tuple[int, int, int, int]
+
+class UdfStats(NamedTuple):
+    """The UDF's own figures, summed over Arrow batches (and by Spark over tasks).
+
+    The last five are the batch's counters, read off the rows the UDF returns, where classification and
+    the fan-out limit already decided every message's fate (see :func:`message_counts`). Counted here,
+    the router's hot path needs no ``Observation`` of its own: that was a separate, non-generated
+    operator between the UDF and the fan-out, which copied every message's row once more (3% of a
+    100k-message batch in ``bench/stream.py``). Their exactness is the Observation's: both are
+    accumulators Spark merges once per successful task of the write.
+    """
+
+    #: Nanoseconds inside the matcher's ``route_batch``.
+    match_ns: int = 0
+    #: Distinct keys per Arrow batch, summed: a key in two Arrow batches counts twice.
+    distinct_keys: int = 0
+    #: Nanoseconds in the UDF body, matching included.
+    python_ns: int = 0
+    #: Keys routed: one per input record.
+    rows: int = 0
+    #: Null keys: records classification judged dead letters before matching.
+    null_keys: int = 0
+    #: Valid keys no subscriber matched.
+    unmatched: int = 0
+    #: Valid keys matching more than ``max_fanout`` subscribers (dead letters).
+    over_limit: int = 0
+    #: Deliveries: the subscribers of every other key.
+    deliveries: int = 0
 
 
 class UdfStatsParam(AccumulatorParam[UdfStats]):
-    """Adds :data:`UdfStats` element-wise (a Spark accumulator of the UDF's own figures)."""
+    """Adds :class:`UdfStats` element-wise (a Spark accumulator of the UDF's own figures)."""
 
     def zero(self, value: UdfStats) -> UdfStats:
-        return (0, 0, 0, 0)
+        return UdfStats()
 
     def addInPlace(self, value1: UdfStats, value2: UdfStats) -> UdfStats:
-        return (value1[0] + value2[0], value1[1] + value2[1], value1[2] + value2[2], value1[3] + value2[3])
+        return UdfStats(*(left + right for left, right in zip(value1, value2, strict=True)))
+
+
+def message_counts(part: pa.StructArray, max_fanout: int) -> tuple[int, int, int, int]:
+    """(null keys, unmatched, over the limit, deliveries) of one :data:`ROUTE_TYPE` array.
+
+    A null key has a null ``fanout``; a key over the limit a ``fanout`` above ``max_fanout`` and null
+    ``subscribers``, which hold the deliveries of every other key. The same counts as the router's
+    ``observed_metrics`` over the judged rows, with ``max_fanout`` the same limit the JVM judges by.
+    """
+    fanout = part.field("fanout")
+
+    def true_count(mask: pa.Array) -> int:
+        return int(pc.sum(mask).as_py() or 0)
+
+    return (
+        fanout.null_count,
+        true_count(pc.equal(fanout, 0)),
+        true_count(pc.greater(fanout, max_fanout)),
+        int(pc.sum(pc.list_value_length(part.field("subscribers"))).as_py() or 0),
+    )
 
 
 #: A UDF body: key batches in, :data:`ROUTE_TYPE` arrays out (what :func:`make_router` returns).
@@ -142,6 +188,7 @@ def route_keys(
     """Route one Arrow batch of keys: row-aligned :data:`ROUTE_TYPE` arrays, each within ``max_output_bytes``."""
     entered = time.perf_counter_ns()
     match_ns = 0
+    counts = [0, 0, 0, 0]  # message_counts, summed over the parts
     start = 0
     while start < len(keys):
         started = time.perf_counter_ns()
@@ -152,10 +199,13 @@ def route_keys(
         if len(part) == 0:  # route_batch always makes progress; never spin if a matcher breaks that
             raise RuntimeError(f"route_batch returned no rows for {len(keys) - start} keys")
         start += len(part)
+        if stats is not None:
+            for at, count in enumerate(message_counts(part, max_fanout)):
+                counts[at] += count
         yield part
     if stats is not None:
         distinct = int(pc.count_distinct(keys, mode="only_valid").as_py())
-        stats.add((match_ns, distinct, time.perf_counter_ns() - entered, len(keys)))
+        stats.add(UdfStats(match_ns, distinct, time.perf_counter_ns() - entered, len(keys), *counts))
 
 
 def make_router(

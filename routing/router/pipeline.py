@@ -15,8 +15,11 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
 4. **Fan out and write** in one pass: the deliveries (an ``explode`` of each
    message's subscribers) are appended to Delta idempotently (``txnAppId`` =
    app id + ``":"`` + query id, ``txnVersion`` = batch id; :mod:`routing.streaming`,
-   the layer the refresh job shares), and an ``Observation`` on that
-   very write counts every outcome. Only a batch that has dead letters (or
+   the layer the refresh job shares), and that very write counts every
+   outcome: the UDF adds them to an accumulator from the rows it returns
+   (:class:`udfs.route.UdfStats`; on Spark Connect, which has no accumulators,
+   an ``Observation`` on the write), and the dead letters' own write counts
+   their classification reasons. Only a batch that has dead letters (or
    unmatched messages, when they are written) reads its input a second time
    to write them; a batch whose only dead letters were judged in the JVM
    writes them without the UDF. Deliveries optionally go to Kafka too.
@@ -104,6 +107,7 @@ from udfs.route import (
     KIND_UNROUTED,
     ROUTE_DDL,
     RouterFactory,
+    UdfStats,
     UdfStatsParam,
     make_router,
 )
@@ -450,6 +454,7 @@ class BatchPlan:
         self._routing_key = F.col("routing_key")
         self._judge = Projection(judged_columns(validator.limits.max_fanout))
         self.metrics = observed_metrics()
+        self.reason_metrics = reason_metrics()
         self._fan_condition, fan_columns = _fan_out_parts()
         self._fan_out = Projection(fan_columns)
         before, after = _delivery_parts()
@@ -522,6 +527,55 @@ METRICS_DDL = ", ".join(
         "subscriptions BIGINT, serialized_bytes BIGINT, stage_seconds MAP<STRING, DOUBLE>",
     ]
 )
+
+
+def udf_counts(before: UdfStats, after: UdfStats) -> dict[str, int] | None:
+    """The batch's counters from the UDF's accumulator (:class:`udfs.route.UdfStats`) around its deliveries write.
+
+    The UDF sees every record of the batch (a record classification judged gets a null key), so these are
+    :func:`observed_metrics` but for the classification reasons of dead letters, which it cannot tell
+    apart: those are 0 here, and the dead letters' own write counts them (:func:`reason_metrics`). None when
+    the UDF saw no record: the write did not run it (or the batch is empty), so the batch is counted instead.
+    """
+    rows, null_keys, unmatched, over_limit, deliveries = (
+        getattr(after, name) - getattr(before, name)
+        for name in ("rows", "null_keys", "unmatched", "over_limit", "deliveries")
+    )
+    if rows == 0:
+        return None
+    counts = {
+        "input_rows": rows,
+        "deliveries": deliveries,
+        "unmatched": unmatched,
+        "dead_letters": null_keys + over_limit,
+    }
+    counts.update({f"dead_{reason}": 0 for reason in DEAD_LETTER_REASONS})
+    counts[f"dead_{FANOUT_REASON}"] = over_limit
+    return counts
+
+
+def reason_metrics() -> list[Column]:
+    """Per-reason counts over a dead letters frame (one row per dead letter), for an ``Observation`` or ``agg``."""
+    from pyspark.sql import functions as F
+
+    return [F.count_if(F.col("reason") == F.lit(reason)).alias(f"dead_{reason}") for reason in DEAD_LETTER_REASONS]
+
+
+def _take_reasons(metrics: dict[str, int], by_reason: dict[str, int]) -> None:
+    """Fill ``metrics``' classification reasons from the dead letters' counts (:func:`udf_counts` left them 0).
+
+    The fan-out reason stays the UDF's, and the dead letters written must be the ones the UDF counted:
+    a difference is a bug in one of the two counts, logged, never silently averaged away.
+    """
+    written = sum(by_reason.values())
+    if written != metrics["dead_letters"] or by_reason[f"dead_{FANOUT_REASON}"] != metrics[f"dead_{FANOUT_REASON}"]:
+        log.error(
+            "dead letters written (%s) disagree with the UDF's counts (%s dead letters, %s over the fan-out limit)",
+            by_reason,
+            metrics["dead_letters"],
+            metrics[f"dead_{FANOUT_REASON}"],
+        )
+    metrics.update({name: count for name, count in by_reason.items() if name != f"dead_{FANOUT_REASON}"})
 
 
 #: Seconds to wait for an Observation after its write returned (Spark fills it as the write finishes).
@@ -733,7 +787,7 @@ class Router:
         self.warmer = None if self.connect else AppendStateWarmer(spark)
         #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task; Spark Connect has no
         #: accumulators, so there the metrics' ``match_ms`` and ``distinct_keys_per_arrow_batch_sum`` stay 0.
-        self.udf_stats = None if self.connect else spark.sparkContext.accumulator((0, 0, 0, 0), UdfStatsParam())
+        self.udf_stats = None if self.connect else spark.sparkContext.accumulator(UdfStats(), UdfStatsParam())
         self._lock = threading.Lock()
         #: The query the router writes as (``txnAppId`` = app id:query id), known once it has started.
         self.identity = QueryIdentity(router.app_id)
@@ -818,17 +872,27 @@ class Router:
             # The tables appended through Delta's public writer: the next batch's append there warms first.
             written: list[str] = []
             metrics: dict[str, int] | None = None
+            # Dead-letter reasons the counters of the deliveries write leave to the dead letters' own write.
+            reasons_pending = False
             if not replayed:
-                # The hot path: the deliveries write is the one pass, and it counts everything on the way.
+                # The hot path: the deliveries write is the one pass, and it counts everything on the way: in
+                # the UDF (classic Spark's accumulator) or, on Spark Connect, with an Observation.
+                observation = None if self.udf_stats is not None else Observation(f"router_{txn_app_id}_{batch_id}")
                 with timer("plan"):
-                    observation = Observation(f"router_{txn_app_id}_{batch_id}")
-                    observed = judged.observe(observation, *plan.metrics)
-                    deliveries = plan.deliveries(observed, version, batch_id, routed_at)
+                    counted = judged if observation is None else judged.observe(observation, *plan.metrics)
+                    deliveries = plan.deliveries(counted, version, batch_id, routed_at)
                 self._wait_for_warm(timer)
                 with timer("write_deliveries"):
                     self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=True)
                 with timer("observe"):
-                    metrics = _completed(observation)
+                    if observation is None:
+                        metrics = udf_counts(udf_before, self.udf_figures())
+                        # Records classification judged: their reasons are counted as their dead letters are written.
+                        reasons_pending = (
+                            metrics is not None and metrics["dead_letters"] > metrics[f"dead_{FANOUT_REASON}"]
+                        )
+                    else:
+                        metrics = _completed(observation)
             if metrics is None:
                 # A re-executed batch (or a deliveries write Delta skipped as already committed): count first.
                 self._wait_for_warm(timer)
@@ -841,7 +905,7 @@ class Router:
             udf_after = self.udf_figures()  # the figures of the first pass over the input
             # The UDF counts distinct keys per Arrow batch; summed, a key in two Arrow batches counts twice.
             names = ("match_ns", "distinct_keys_per_arrow_batch_sum", "python_ns", "udf_rows")
-            deltas = zip(names, udf_before, udf_after, strict=True)
+            deltas = zip(names, udf_before[:4], udf_after[:4], strict=True)
             metrics.update({name: after - before for name, before, after in deltas})
             # Rows are a function of (batch, snapshot version), so an empty output stays empty on replay.
             if metrics["dead_letters"]:
@@ -849,7 +913,16 @@ class Router:
                 source = judged if metrics[f"dead_{FANOUT_REASON}"] else judged_in_jvm(classified)
                 with timer("write_dead_letters"):
                     dead_letters = dead_letters_frame(source, version, batch_id, routed_at)
+                    if reasons_pending:
+                        reasons = Observation(f"router_{txn_app_id}_{batch_id}_reasons")
+                        dead_letters = dead_letters.observe(reasons, *plan.reason_metrics)
                     self._append(dead_letters, router.dead_letters_path, batch_id, written, first_attempt=not replayed)
+                if reasons_pending:
+                    with timer("observe"):
+                        by_reason = _completed(reasons) or _as_counts(
+                            dead_letters.agg(*plan.reason_metrics).collect()[0].asDict()
+                        )
+                    _take_reasons(metrics, by_reason)
             if router.write_unrouted and metrics["unmatched"]:
                 with timer("write_unmatched"):
                     unrouted = unrouted_frame(judged, version, batch_id, routed_at)
@@ -949,9 +1022,9 @@ class Router:
             with timer("warm_wait"):
                 self.warmer.wait()
 
-    def udf_figures(self) -> tuple[int, int, int, int]:
+    def udf_figures(self) -> UdfStats:
         """The UDF's figures summed so far (zeros on Spark Connect, which has no accumulators)."""
-        return (0, 0, 0, 0) if self.udf_stats is None else self.udf_stats.value
+        return UdfStats() if self.udf_stats is None else self.udf_stats.value
 
     def _route_udf(self, published: Published) -> Callable[[Column], Column]:
         """The scalar Arrow UDF matching with the broadcast snapshot ``published``."""
