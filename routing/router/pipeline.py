@@ -202,18 +202,22 @@ def judged_in_jvm(classified: DataFrame) -> DataFrame:
     )
 
 
-def _fan_out_parts() -> tuple[Column, list[Column]]:
-    """The condition and the columns of :func:`fanned_out`."""
+def _fan_out_columns() -> list[Column]:
+    """The columns of :func:`fanned_out`.
+
+    The subscribers of a message that is not a delivery are exploded as null, which gives no row: the
+    filter is in the generator, so a batch's plan is one frame (one analysis by Spark) shorter.
+    """
     from pyspark.sql import functions as F
 
     columns = [*(F.col(name) for name in SOURCE_COLUMNS), F.col("routing_key")]
-    return F.col("kind") == KIND_DELIVERY, [*columns, F.explode("subscribers").alias("subscriber_id")]
+    delivered = F.when(F.col("kind") == F.lit(KIND_DELIVERY), F.col("subscribers"))
+    return [*columns, F.explode(delivered).alias("subscriber_id")]
 
 
 def fanned_out(judged: DataFrame) -> DataFrame:
     """One row per (delivered message, subscriber): ``subscriber_id`` exploded from the message's list."""
-    condition, columns = _fan_out_parts()
-    return judged.where(condition).select(*columns)
+    return judged.select(*_fan_out_columns())
 
 
 def batch_constant(value: object, data_type: str, index: Column) -> Column:
@@ -378,7 +382,8 @@ class Projection:
         # Built on first use (from the JVM of the frame it is used with), then only read: a race builds them twice.
         self._jlist: Any = None
         self._jseq: Any = None
-        self._utils: Any = None
+        self._array_list: Any = None
+        self._to_seq: Any = None
 
     def __call__(self, frame: DataFrame) -> DataFrame:
         return self.with_inserted(frame, 0, ())
@@ -391,17 +396,20 @@ class Projection:
 
         jvm: Any = frame.sparkSession.sparkContext._jvm
         if self._jseq is None:
-            self._utils = jvm.PythonUtils  # a held class: its calls skip the name lookups
-            self._jlist = jvm.java.util.ArrayList([column._jc for column in self.columns])
-            self._jseq = self._utils.toSeq(self._jlist)
+            # Held: each lookup of a class or method by name is a round trip of its own (three for
+            # java.util.ArrayList), made again on every use of a name that is not held.
+            self._array_list = jvm.java.util.ArrayList
+            self._to_seq = jvm.PythonUtils.toSeq
+            self._jlist = self._array_list([column._jc for column in self.columns])
+            self._jseq = self._to_seq(self._jlist)
         columns = self._jseq
         if extra:
             from pyspark.sql import Column as PythonColumn
 
-            copy = jvm.java.util.ArrayList(self._jlist)
+            copy = self._array_list(self._jlist)
             for offset, column in enumerate(extra):
                 copy.add(at + offset, column._jc if isinstance(column, PythonColumn) else column)  # or a JVM Column
-            columns = self._utils.toSeq(copy)
+            columns = self._to_seq(copy)
         return ClassicDataFrame(frame._jdf.select(columns), frame.sparkSession)
 
 
@@ -415,8 +423,11 @@ class JvmBatchColumns:
 
     def __init__(self, spark: SparkSession, index: Column) -> None:
         jvm: Any = spark.sparkContext._jvm
-        self._functions = jvm.org.apache.spark.sql.functions
-        self._utils = jvm.PythonUtils
+        functions = jvm.org.apache.spark.sql.functions
+        # The methods themselves are held: a call through the class looks the method up by name first, a
+        # round trip of its own (13 of a batch's ~50).
+        self._lit, self._array, self._element_at = functions.lit, functions.array, functions.element_at
+        self._to_seq = jvm.PythonUtils.toSeq
         self._list = jvm.java.util.ArrayList
         self._index = index._jc
 
@@ -426,9 +437,8 @@ class JvmBatchColumns:
 
     def _constant(self, value: object, data_type: str) -> Any:
         """What :func:`batch_constant` makes of ``value``: ``element_at(array(lit(value).cast(type)), index)``."""
-        literal = self._functions.lit(value).cast(data_type)
-        array = self._functions.array(self._utils.toSeq(self._list([literal])))
-        return self._functions.element_at(array, self._index)
+        literal = self._lit(value).cast(data_type)
+        return self._element_at(self._array(self._to_seq(self._list([literal]))), self._index)
 
 
 class BatchPlan:
@@ -455,8 +465,7 @@ class BatchPlan:
         self._judge = Projection(judged_columns(validator.limits.max_fanout))
         self.metrics = observed_metrics()
         self.reason_metrics = reason_metrics()
-        self._fan_condition, fan_columns = _fan_out_parts()
-        self._fan_out = Projection(fan_columns)
+        self._fan_out = Projection(_fan_out_columns())
         before, after = _delivery_parts()
         self._deliveries = Projection([*before, *after])
         self._batch_at = len(before)
@@ -489,7 +498,7 @@ class BatchPlan:
         self, judged: DataFrame, version: int, batch_id: int, routed_at: datetime.datetime | None = None
     ) -> DataFrame:
         """``deliveries_frame(fanned_out(judged), version, batch_id, routed_at)``."""
-        fanned = self._fan_out(judged.where(self._fan_condition))
+        fanned = self._fan_out(judged)
         if is_connect(fanned.sparkSession):
             batch: list[Any] = batch_columns(version, batch_id, routed_at, self._batch_index)
         else:
