@@ -202,3 +202,27 @@ def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: o
         assert run["operations"] and set(run["operations"]) <= {"WRITE"}
         # Steps never share a commit (each step starts once the previous one is committed).
         assert run["history_is_mtime"][1] == sum(step["commits"] for step in steps)
+
+
+#: (router's and passthrough's highest sustained rate, the grid) -> (verdict, the true ratio's bounds).
+RATIO_TABLE = [
+    ((40_000, 60_000), (10_000, 40_000, 50_000, 60_000), "not decided by this grid", "under 0.83x"),
+    ((60_000, 80_000), (10_000, 60_000, 70_000, 80_000), "not decided by this grid", "under 0.88x"),
+    ((50_000, 60_000), (10_000, 50_000, 60_000, 70_000), "met", "from 0.71x to under 1.00x"),
+    ((30_000, 60_000), (10_000, 30_000, 40_000, 60_000, 70_000), "MISSED", "from 0.43x to under 0.67x"),
+    ((70_000, 70_000), (10_000, 70_000), "not decided by this grid", "unknown"),
+    ((80_000, 60_000), (10_000, 60_000, 70_000, 80_000), "met", "above 1.14x"),
+]
+
+
+@pytest.mark.parametrize(("sustained", "rates", "verdict", "bounds"), RATIO_TABLE)
+def test_the_ratio_verdict_holds_only_what_the_grid_proves(
+    sustained: tuple[int, int], rates: tuple[int, ...], verdict: str, bounds: str
+) -> None:
+    """A variant at the grid's top rate has a limit of that or more, so only bounds both ends agree on decide."""
+    sys.path.insert(0, str(BENCH.parent))
+    import latency
+
+    line = latency.ratio_line(*sustained, rates)
+    assert f"target >= 0.7x: {verdict})" in line
+    assert line.endswith(f"the true ratio is {bounds}.")
