@@ -350,6 +350,21 @@ def idempotent_append(
 _first_append_missing = False
 
 
+def delta_api_missing(error: BaseException) -> bool:
+    """Whether ``error`` says a class or method :func:`first_append` reaches through py4j does not exist.
+
+    py4j reports a missing method as a ``Py4JError`` (not a ``Py4JJavaError``, which is an exception the JVM
+    threw), and a missing class as a package: calling it raises a ``TypeError`` naming ``JavaPackage``.
+    Anything else (an error of this module's own, such as the ``TypeError`` of a schema it misread) is a bug
+    and must not switch the fast path off for the whole process, as it once did.
+    """
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    if isinstance(error, Py4JJavaError):
+        return False
+    return isinstance(error, Py4JError) or (isinstance(error, TypeError) and "JavaPackage" in str(error))
+
+
 def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_version: int) -> bool:
     """Append ``frame`` with the set transaction (``transaction_app_id``, ``txn_version``) and no idempotency
     check; False, having written nothing, where it cannot (then use :func:`idempotent_append`).
@@ -396,11 +411,10 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
         operation = write_operation.apply(jvm.org.apache.spark.sql.SaveMode.Append, *defaults)
         now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
         set_transaction = delta.actions.SetTransaction(transaction_app_id, txn_version, now)
-    except Exception as error:  # no such class or method in this Delta: the public writer serves
-        from py4j.protocol import Py4JJavaError
-
-        if isinstance(error, Py4JJavaError):
-            raise
+    except Exception as error:
+        if not delta_api_missing(error):
+            raise  # a failure of the JVM's or of this code: loud, never a silent switch to the slower writer
+        # No such class or method in this Delta: the public writer serves.
         _first_append_missing = True
         log.warning("Delta's transaction API is not as expected (%s); appending through the public writer", error)
         return False

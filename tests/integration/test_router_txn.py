@@ -47,6 +47,35 @@ def test_same_query_skips_a_replay_but_a_new_query_writes(spark: Any, settings: 
     assert delivery_count(spark, local) == 2 * once, "the new query's batch 0 was skipped as already written"
 
 
+def test_only_a_missing_delta_class_or_method_switches_the_fast_append_off(spark: Any) -> None:
+    """Real py4j errors: a missing method (Py4JError) and a missing class (a JavaPackage called) mean Delta's
+    API is not as expected; an exception the JVM threw (which PySpark hands over as its own captured
+    exception, not py4j's), or this code's own TypeError, is not, and is raised."""
+    import json
+    from typing import cast
+
+    from py4j.protocol import Py4JError, Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    from routing.streaming import delta_api_missing
+
+    jvm = spark.sparkContext._jvm
+
+    def raised(call: Any) -> BaseException:
+        with pytest.raises(Exception) as caught:
+            call()
+        return caught.value
+
+    missing_method = raised(lambda: jvm.java.lang.Integer.noSuchMethodAnywhere(1))
+    missing_class = raised(lambda: jvm.org.apache.spark.sql.delta.NoSuchDeltaClass.forTable("x"))
+    thrown_by_the_jvm = raised(lambda: jvm.java.lang.Integer.parseInt("not a number"))
+    own_bug = raised(lambda: json.loads(cast(str, None)))  # the TypeError of a schema read as None
+    assert isinstance(missing_method, Py4JError) and not isinstance(missing_method, Py4JJavaError)
+    assert isinstance(missing_class, TypeError) and isinstance(thrown_by_the_jvm, (CapturedException, Py4JJavaError))
+    assert delta_api_missing(missing_method) and delta_api_missing(missing_class)
+    assert not delta_api_missing(thrown_by_the_jvm) and not delta_api_missing(own_bug)
+
+
 def test_first_append_declines_what_the_public_writer_must_handle(spark: Any, tmp_path: Path) -> None:
     """Columns that are not the table's (the writer enforces or merges the schema) and catalog names (the
     writer resolves them): declined, and nothing written; the table's columns in any order commit the txn
