@@ -105,6 +105,7 @@ def test_udf_stats_add_element_wise() -> None:
     total = param.addInPlace(UdfStats(*range(8)), UdfStats(*range(10, 18)))
     assert total == UdfStats(*(left + right for left, right in zip(range(8), range(10, 18), strict=True)))
     assert param.zero(total) == UdfStats() == (0,) * 8
+    assert total.since(UdfStats(*range(8))) == UdfStats(*range(10, 18))
 
 
 def test_limits_are_errors_never_crashes() -> None:

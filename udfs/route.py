@@ -103,6 +103,10 @@ class UdfStats(NamedTuple):
     #: Deliveries: the subscribers of every other key.
     deliveries: int = 0
 
+    def since(self, before: UdfStats) -> UdfStats:
+        """The figures added after ``before`` was read (field by field)."""
+        return UdfStats(*(now - then for now, then in zip(self, before, strict=True)))
+
 
 class UdfStatsParam(AccumulatorParam[UdfStats]):
     """Adds :class:`UdfStats` element-wise (a Spark accumulator of the UDF's own figures)."""

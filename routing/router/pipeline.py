@@ -546,20 +546,17 @@ def udf_counts(before: UdfStats, after: UdfStats) -> dict[str, int] | None:
     apart: those are 0 here, and the dead letters' own write counts them (:func:`reason_metrics`). None when
     the UDF saw no record: the write did not run it (or the batch is empty), so the batch is counted instead.
     """
-    rows, null_keys, unmatched, over_limit, deliveries = (
-        getattr(after, name) - getattr(before, name)
-        for name in ("rows", "null_keys", "unmatched", "over_limit", "deliveries")
-    )
-    if rows == 0:
+    added = after.since(before)
+    if added.rows == 0:
         return None
     counts = {
-        "input_rows": rows,
-        "deliveries": deliveries,
-        "unmatched": unmatched,
-        "dead_letters": null_keys + over_limit,
+        "input_rows": added.rows,
+        "deliveries": added.deliveries,
+        "unmatched": added.unmatched,
+        "dead_letters": added.null_keys + added.over_limit,
     }
     counts.update({f"dead_{reason}": 0 for reason in DEAD_LETTER_REASONS})
-    counts[f"dead_{FANOUT_REASON}"] = over_limit
+    counts[f"dead_{FANOUT_REASON}"] = added.over_limit
     return counts
 
 
@@ -911,11 +908,14 @@ class Router:
                     with timer("write_deliveries"):
                         deliveries = plan.deliveries(judged, version, batch_id, routed_at)
                         self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=False)
-            udf_after = self.udf_figures()  # the figures of the first pass over the input
-            # The UDF counts distinct keys per Arrow batch; summed, a key in two Arrow batches counts twice.
-            names = ("match_ns", "distinct_keys_per_arrow_batch_sum", "python_ns", "udf_rows")
-            deltas = zip(names, udf_before[:4], udf_after[:4], strict=True)
-            metrics.update({name: after - before for name, before, after in deltas})
+            udf = self.udf_figures().since(udf_before)  # the figures of the first pass over the input
+            metrics.update(
+                match_ns=udf.match_ns,
+                # The UDF counts distinct keys per Arrow batch; summed, a key in two Arrow batches counts twice.
+                distinct_keys_per_arrow_batch_sum=udf.distinct_keys,
+                python_ns=udf.python_ns,
+                udf_rows=udf.rows,
+            )
             # Rows are a function of (batch, snapshot version), so an empty output stays empty on replay.
             if metrics["dead_letters"]:
                 # Only a fan-out over the limit needs the matcher; JVM-judged dead letters skip the UDF.
