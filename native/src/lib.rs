@@ -18,11 +18,15 @@ pub mod rng;
 pub mod fuzzing;
 pub mod topic;
 
+#[cfg(feature = "extension-module")]
+mod allocator;
 #[cfg(feature = "python")]
 mod python;
 
 #[cfg(feature = "python")]
 #[pyo3::pymodule]
 fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+    #[cfg(feature = "extension-module")]
+    allocator::configure();
     python::register(module)
 }
