@@ -328,24 +328,46 @@ fn get_in<'a, V>(mut bitmap: u32, mut slots: &'a [Slot<V>], hash: u64, key: &str
     }
 }
 
-/// The bitmap node `(bitmap, slots)` at `level` with `leaf` inserted
-/// (replacing a leaf with the same key), and whether the key is new.
-fn insert_in<V: Clone>(bitmap: u32, slots: &[Slot<V>], leaf: Leaf<V>, level: u32) -> (u32, Arc<[Slot<V>]>, bool) {
+/// What to do when the key of the leaf being inserted is already bound.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnHeld {
+    /// Bind the new value (the copy is made either way).
+    Replace,
+    /// Leave the map as it is: no copy is made at all.
+    Keep,
+}
+
+/// A rebuilt bitmap node (its bitmap and slots) and whether the key was new.
+type Inserted<V> = (u32, Arc<[Slot<V>]>, bool);
+
+/// The bitmap node `(bitmap, slots)` at `level` with `leaf` inserted, and
+/// whether the key is new; `None` when the key is held and `on_held` is
+/// [`OnHeld::Keep`] (decided at the bottom, before any slot is copied).
+fn insert_in<V: Clone>(
+    bitmap: u32,
+    slots: &[Slot<V>],
+    leaf: Leaf<V>,
+    level: u32,
+    on_held: OnHeld,
+) -> Option<Inserted<V>> {
     let bit = chunk(leaf.hash, level);
     let at = slot_index(bitmap, bit);
     if bitmap & (1 << bit) == 0 {
         prefetch_children(slots, usize::MAX);
-        return (bitmap | (1 << bit), inserted(slots, at, Slot::Leaf(leaf)), true);
+        return Some((bitmap | (1 << bit), inserted(slots, at, Slot::Leaf(leaf)), true));
     }
     prefetch_children(slots, at);
     let (slot, added) = match &slots[at] {
-        Slot::Leaf(held) if held.is(leaf.hash, &leaf.key) => (Slot::Leaf(leaf), false),
+        Slot::Leaf(held) if held.is(leaf.hash, &leaf.key) => match on_held {
+            OnHeld::Replace => (Slot::Leaf(leaf), false),
+            OnHeld::Keep => return None,
+        },
         Slot::Leaf(held) => (pair(held.clone(), leaf, level + 1), true),
         Slot::Node {
             bitmap: below,
             slots: child,
         } => {
-            let (below, child, added) = insert_in(*below, child, leaf, level + 1);
+            let (below, child, added) = insert_in(*below, child, leaf, level + 1, on_held)?;
             (
                 Slot::Node {
                     bitmap: below,
@@ -356,9 +378,13 @@ fn insert_in<V: Clone>(bitmap: u32, slots: &[Slot<V>], leaf: Leaf<V>, level: u32
         }
         Slot::Collision(leaves) => {
             // Below the last level: every leaf that gets here has the same hash.
+            let held = leaves.iter().position(|held| held.key == leaf.key);
+            if held.is_some() && on_held == OnHeld::Keep {
+                return None;
+            }
             count_copied(leaves.len());
             let mut list = leaves.to_vec();
-            let added = match list.iter().position(|held| held.key == leaf.key) {
+            let added = match held {
                 Some(at) => {
                     list[at] = leaf;
                     false
@@ -371,7 +397,7 @@ fn insert_in<V: Clone>(bitmap: u32, slots: &[Slot<V>], leaf: Leaf<V>, level: u32
             (Slot::Collision(Arc::from(list)), added)
         }
     };
-    (bitmap, replaced(slots, at, slot), added)
+    Some((bitmap, replaced(slots, at, slot), added))
 }
 
 /// What removing a key did to a subtree.
@@ -730,11 +756,8 @@ impl<V: Clone> Hamt<V> {
         let Some(slots) = &self.slots else {
             return Some(self.insert_leaf(leaf));
         };
-        // The read walk warms the path the copying walk then takes.
-        if get_in(self.bitmap, slots, leaf.hash, &leaf.key).is_some() {
-            return None;
-        }
-        let (bitmap, slots, added) = insert_in(self.bitmap, slots, leaf, 0);
+        // One walk: a held key is found at the bottom, before anything is copied.
+        let (bitmap, slots, added) = insert_in(self.bitmap, slots, leaf, 0, OnHeld::Keep)?;
         debug_assert!(added);
         Some(Hamt {
             bitmap,
@@ -752,7 +775,7 @@ impl<V: Clone> Hamt<V> {
                 slots: Some(Arc::from([Slot::Leaf(leaf)])),
             };
         };
-        let (bitmap, slots, added) = insert_in(self.bitmap, slots, leaf, 0);
+        let (bitmap, slots, added) = insert_in(self.bitmap, slots, leaf, 0, OnHeld::Replace).expect("replaces");
         Hamt {
             bitmap,
             len: self.len + u32::from(added),
@@ -1141,6 +1164,14 @@ mod tests {
         assert_eq!(map.get_hashed(hash, "b"), Some(&2));
         assert_eq!(map.get_hashed(hash, "x"), None);
         assert_eq!(map.get_hashed(near, "c"), Some(&3));
+        assert!(
+            map.insert_new(leaf("b", hash, 0)).is_none(),
+            "a key held in the collision list"
+        );
+        let grown = map
+            .insert_new(leaf("h", hash, 0))
+            .expect("a new key joins the collision list");
+        assert_eq!((grown.len(), grown.get_hashed(hash, "h")), (5, Some(&0)));
         map = map.insert_leaf(leaf("e", hash, 5));
         map = map.insert_leaf(leaf("a", hash, 9));
         check_shape(&map, false);
@@ -1193,6 +1224,28 @@ mod tests {
                 slots,
             }
         }
+    }
+
+    /// `insert_new` walks once: a held key is found at the bottom and nothing is copied, a new one is
+    /// bound like `insert` binds it.
+    #[test]
+    fn insert_new_of_a_held_key_copies_nothing() {
+        let mut map: Hamt<u32> = Hamt::default();
+        for i in 0..5_000u32 {
+            map = map
+                .insert_new(Leaf::new(SmolStr::new(format!("k{i}")), i))
+                .expect("new");
+        }
+        check(&map);
+        let before = slots_copied();
+        for i in 0..5_000u32 {
+            assert!(map.insert_new(Leaf::new(SmolStr::new(format!("k{i}")), 0)).is_none());
+        }
+        assert_eq!(slots_copied(), before, "a held key copied slots");
+        assert_eq!(map.get("k7"), Some(&7), "a held key keeps its value");
+        let grown = map.insert_new(Leaf::new("k5000".into(), 1)).expect("new");
+        assert_eq!((grown.len(), map.len()), (5_001, 5_000));
+        assert!(slots_copied() > before);
     }
 
     #[test]
