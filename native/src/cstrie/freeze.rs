@@ -106,6 +106,13 @@ impl<'g> Texts<'g> {
     }
 }
 
+/// Temporary nodes (and kids) reserved per pair. A pair alone on its path is a
+/// tail in the trie but one node per word here: a million `tenant<i>.orders.#`
+/// make three million nodes, and a reserve of one per pair regrew both vectors
+/// twice (copying them, and faulting in each new buffer). Unused capacity is
+/// address space only: its pages are never touched.
+const NODES_PER_PAIR: usize = 4;
+
 /// The snapshot under `root` as a frozen matcher (see the module docs).
 pub(crate) fn freeze(
     root: &INode,
@@ -117,8 +124,8 @@ pub(crate) fn freeze(
         return Ok(FrozenMatcher::empty());
     };
     let mut walk = Walk {
-        nodes: Vec::with_capacity(pairs_hint + 1),
-        kids: Vec::with_capacity(pairs_hint),
+        nodes: Vec::with_capacity(NODES_PER_PAIR * pairs_hint + 1),
+        kids: Vec::with_capacity(NODES_PER_PAIR * pairs_hint),
         subs: Vec::with_capacity(pairs_hint),
         words: Texts::with_capacity(pairs_hint.min(1 << 20), true),
         subscribers: Texts::with_capacity(pairs_hint, false),
