@@ -69,11 +69,14 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
     Kafka topic (``router.kafka_sink = "single"``), once per size.
 
 Every variant is warmed up first on a separate warm-up topic of
-``--warmup-messages`` (200,000) messages, unreported: the passthrough once, every
+``--warmup-messages`` (1,000,000) messages, unreported: the passthrough once, every
 router variant at each size. A few thousand messages were not enough: the
 first measured passthrough then ran at half the speed of the last one (JIT),
 and the first router run of a session plans and loads everything for the first
-time, and each worker loads its matcher there. The warm-up's router also writes
+time, and each worker loads its matcher there. 200,000 were not enough either:
+at the first size the two repeats of each variant still differed by 26-49%
+(passthrough 96,862 then 144,653 msg/s, router 81,920 then 103,393); after
+warm-ups of 1,000,000, in three runs, they agreed to 3-12% and 0.1-9%. The warm-up's router also writes
 each size's snapshot file (``router.snapshot_files``, beside the subscription
 table), so a measured run starts as a restarted router does: its first snapshot
 comes from that file, not from a build (the profile's last row says which).
@@ -206,7 +209,7 @@ class Plan:
     max_offsets_per_trigger: int
     vocabulary: int
     #: Messages of the warm-up topic every variant drains first at each size (unreported).
-    warmup_messages: int = 200_000
+    warmup_messages: int = 1_000_000
     #: (d) runs only at sizes up to this: it costs patterns x messages regex evaluations (4 x 10^9 at
     #: 1,000,000 subscriptions and 4,000 messages, about 20 minutes here).
     rlike_max_subscriptions: int = 100_000
@@ -1076,7 +1079,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument(
         "--warmup-messages",
         type=int,
-        help="messages of the warm-up topic each variant drains first, unreported (default 200000, quick 1000)",
+        help="messages of the warm-up topic each variant drains first, unreported (default 1000000, quick 1000)",
     )
     parser.add_argument("--sizes", help="comma-separated subscription counts (default 10000,1000000; quick 1000,10000)")
     parser.add_argument("--max-offsets", type=int, help="maxOffsetsPerTrigger (default 100000, quick 1000)")
@@ -1107,7 +1110,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     args = parser.parse_args(argv)
     messages = args.messages or (10_000 if args.quick else 1_000_000)
     rlike = args.rlike_messages or (500 if args.quick else 4_000)
-    warmup = args.warmup_messages or (1_000 if args.quick else 200_000)
+    warmup = args.warmup_messages or (1_000 if args.quick else 1_000_000)
     default_sizes = (1_000, 10_000) if args.quick else (10_000, 1_000_000)
     sizes = tuple(int(size) for size in args.sizes.split(",")) if args.sizes else default_sizes
     plan = Plan(
