@@ -295,3 +295,35 @@ def test_worker_matcher_cache_tells_tables_apart() -> None:
     assert cache.get(1, lambda: second, table="/tables/two").lookup("a.b") == frozenset({"second"})
     assert cache.get(1, lambda: second, table="/tables/two").lookup("a.b") == frozenset({"second"})
     assert cache.loads == 2  # the same (table, version) again is served from the cache
+
+
+def test_a_worker_load_freezes_the_heap_and_a_driver_load_does_not(spark: SparkSession) -> None:
+    """PySpark's full collection after every task walks what a load froze no more; a driver's heap is left alone."""
+    import gc
+
+    from routing.matchers import CSTrieMatcher
+    from udfs.route import MatcherCache
+
+    trie = CSTrieMatcher()
+    trie.subscribe("a.#", "s")
+    snapshot = bytes(trie.freeze().to_bytes())
+
+    def load_in_a_task(_: object) -> list[tuple[int, int, bool]]:
+        """The worker's frozen-object count before and after a fresh cache's load, and a lookup."""
+        import gc
+
+        from udfs.route import MatcherCache
+
+        before = gc.get_freeze_count()
+        matcher = MatcherCache().get(1, lambda: snapshot, table="/tables/frozen")
+        return [(before, gc.get_freeze_count(), matcher.lookup("a.b") == frozenset({"s"}))]
+
+    on_driver = gc.get_freeze_count()
+    assert MatcherCache().get(1, lambda: snapshot, table="/tables/frozen").lookup("a.b") == frozenset({"s"})
+    assert gc.get_freeze_count() == on_driver
+
+    [(before, after, found)] = (
+        spark.sparkContext.parallelize([0], 1).mapPartitions(load_in_a_task).collect()
+    )
+    assert found
+    assert after > before  # the worker's modules and caches are out of the collector's reach
