@@ -322,8 +322,6 @@ def test_a_worker_load_freezes_the_heap_and_a_driver_load_does_not(spark: SparkS
     assert MatcherCache().get(1, lambda: snapshot, table="/tables/frozen").lookup("a.b") == frozenset({"s"})
     assert gc.get_freeze_count() == on_driver
 
-    [(before, after, found)] = (
-        spark.sparkContext.parallelize([0], 1).mapPartitions(load_in_a_task).collect()
-    )
+    [(before, after, found)] = spark.sparkContext.parallelize([0], 1).mapPartitions(load_in_a_task).collect()
     assert found
     assert after > before  # the worker's modules and caches are out of the collector's reach
