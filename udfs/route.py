@@ -160,30 +160,32 @@ class BatchRouter(Protocol):
     ) -> pa.StructArray: ...
 
 
-def freeze_worker_heap() -> bool:
-    """In a Spark task's Python worker, move every live object out of the garbage collector's reach.
+#: Long-lived objects a worker may hold outside the frozen heap before its next routing task freezes them.
+FREEZE_MIN_OBJECTS = 2_000
 
-    PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker. That walks every
-    tracked object of the worker (pyspark, pyarrow and numpy alone are about 47,000), 12-30 ms a task: in
-    ``perf`` over a loop of 100k-record router batches, 10% of all CPU (two tasks a batch on 2 cores) was
-    that collection. What is alive once a worker has loaded its matcher (modules, classes, caches) lives as
-    long as the worker, so after ``gc.freeze()`` each collection walks only what later tasks made; the
-    daemon still collects their garbage. Frozen objects that later become cyclic garbage are never freed,
-    which is why this runs only when a matcher is loaded (once per worker per snapshot version) and never
-    on a driver (no :class:`TaskContext`). Returns whether it froze.
+
+def freeze_worker_heap(min_objects: int = FREEZE_MIN_OBJECTS) -> bool:
+    """In a Spark task's Python worker, move the long-lived objects out of the garbage collector's reach.
+
+    PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker, which walks every
+    tracked object: about 46,000 after the worker's imports (pyspark, pyarrow, numpy), and 29,000 more that
+    its first Arrow task imports (pandas, ``numpy.ma``, pytz), 9-23 ms a collection, two a batch. In
+    ``perf`` over a loop of 100k-record router batches that was 10% of all CPU. Whatever survived that
+    collection is in the oldest generation when the next task starts, and lives as long as the worker
+    (modules, classes, caches): once there are ``min_objects`` of them, ``gc.freeze()`` puts them (and the
+    few young objects of the starting task) in the permanent generation, and later collections walk only
+    what later tasks make. Objects frozen and later dropped are freed by reference counting, but never as
+    cyclic garbage: the threshold keeps that to the young objects of the rare task that freezes. Never on a
+    driver (no :class:`TaskContext`). Returns whether it froze.
     """
-    if TaskContext.get() is None:
+    if TaskContext.get() is None or len(gc.get_objects(generation=2)) < min_objects:
         return False
-    gc.collect()
     gc.freeze()
     return True
 
 
 class MatcherCache:
-    """One deserialized matcher per Python worker, replaced when the snapshot (table, version) changes.
-
-    A load in a Spark task also freezes the worker's heap (:func:`freeze_worker_heap`).
-    """
+    """One deserialized matcher per Python worker, replaced when the snapshot (table, version) changes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -197,7 +199,6 @@ class MatcherCache:
                 self._matcher = _native.FrozenMatcher.from_bytes(bytes(load_bytes()))
                 self._snapshot = (table, version)
                 self.loads += 1
-                freeze_worker_heap()
             return self._matcher
 
 
@@ -284,6 +285,7 @@ def route_batches(
     Module-level (pickled by reference), so the worker-wide cache it uses is
     the worker's own, never a pickled copy.
     """
+    freeze_worker_heap()
     matcher = WORKER_CACHE.get(version, load_bytes, table=table)
     for keys in batches:
         yield from route_keys(

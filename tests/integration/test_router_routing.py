@@ -297,31 +297,33 @@ def test_worker_matcher_cache_tells_tables_apart() -> None:
     assert cache.loads == 2  # the same (table, version) again is served from the cache
 
 
-def test_a_worker_load_freezes_the_heap_and_a_driver_load_does_not(spark: SparkSession) -> None:
-    """PySpark's full collection after every task walks what a load froze no more; a driver's heap is left alone."""
+def test_a_routing_task_freezes_the_workers_long_lived_objects_and_a_driver_never(spark: SparkSession) -> None:
+    """PySpark's full collection after every task walks frozen objects no more; a driver's heap is left alone."""
     import gc
 
-    from routing.matchers import CSTrieMatcher
-    from udfs.route import MatcherCache
-
-    trie = CSTrieMatcher()
-    trie.subscribe("a.#", "s")
-    snapshot = bytes(trie.freeze().to_bytes())
-
-    def load_in_a_task(_: object) -> list[tuple[int, int, bool]]:
-        """The worker's frozen-object count before and after a fresh cache's load, and a lookup."""
-        import gc
-
-        from udfs.route import MatcherCache
-
-        before = gc.get_freeze_count()
-        matcher = MatcherCache().get(1, lambda: snapshot, table="/tables/frozen")
-        return [(before, gc.get_freeze_count(), matcher.lookup("a.b") == frozenset({"s"}))]
+    from udfs.route import FREEZE_MIN_OBJECTS, freeze_worker_heap
 
     on_driver = gc.get_freeze_count()
-    assert MatcherCache().get(1, lambda: snapshot, table="/tables/frozen").lookup("a.b") == frozenset({"s"})
+    assert not freeze_worker_heap(min_objects=0)
     assert gc.get_freeze_count() == on_driver
 
-    [(before, after, found)] = spark.sparkContext.parallelize([0], 1).mapPartitions(load_in_a_task).collect()
-    assert found
-    assert after > before  # the worker's modules and caches are out of the collector's reach
+    def in_a_task(_: object) -> list[tuple[bool, int, bool, int]]:
+        """(froze, objects it froze, froze again, long-lived objects left) in a worker, past the threshold."""
+        import gc
+
+        from udfs.route import freeze_worker_heap
+
+        kept = [{"i": i} for i in range(3 * FREEZE_MIN_OBJECTS)]  # long-lived, like a module's objects
+        gc.collect()  # what the daemon does after a task: survivors go to the oldest generation
+        before = gc.get_freeze_count()
+        froze = freeze_worker_heap()
+        frozen = gc.get_freeze_count() - before
+        again = freeze_worker_heap()  # nothing new has lived long since
+        left = len(gc.get_objects(generation=2))
+        del kept
+        return [(froze, frozen, again, left)]
+
+    [(froze, frozen, again, left)] = spark.sparkContext.parallelize([0], 1).mapPartitions(in_a_task).collect()
+    assert froze and frozen >= 3 * FREEZE_MIN_OBJECTS
+    assert not again
+    assert left < FREEZE_MIN_OBJECTS
