@@ -27,6 +27,12 @@ Where the runtime itself provides Delta and the Kafka source (a managed Spark, o
 ``$SPARK_HOME/jars``), ``spark.jars_provided = true`` skips the jar check and adds nothing to
 ``spark.jars``: loading the open-source jars beside the runtime's own would shadow them.
 
+Jobs are scheduled FAIR between two pools (:func:`scheduler_pools_xml`, written under ``spark.local_dir``): the
+default pool, where the stream's batches run, is always served first, and the driver's background work (the
+snapshot refresh's change-feed reads, :func:`run_in_background_pool`) takes the task slots the stream leaves
+idle. With Spark's default FIFO, a refresh job submitted between two batches ran all its tasks before the next
+batch's. ``[spark.conf]`` may set ``spark.scheduler.mode`` or ``spark.scheduler.allocation.file`` instead.
+
 A driver JVM this process starts (not under spark-submit) maps the class-data archive of
 ``spark.class_archive`` when one was built for its JDK, pyspark and jars (:mod:`routing.class_archive`):
 the options go first in ``spark.driver.extraJavaOptions``, before any of the settings' own. So does
@@ -54,6 +60,57 @@ REQUIRED_JARS = ("delta-spark_", "delta-storage-", "spark-sql-kafka-0-10_", "kaf
 #: Run-time dependency resolution: never (see module docstring).
 FORBIDDEN_CONF = ("spark.jars.packages", "spark.jars.repositories", "spark.jars.excludes")
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+#: The fair-scheduler pool of the driver's background Spark jobs (the snapshot refresh), below the stream's.
+BACKGROUND_POOL = "background"
+#: The default pool's minShare: more cores than any cluster has, so the pool is always "below its minimum share"
+#: and Spark's fair scheduler offers it every free task slot before any other pool's (strict priority).
+STREAM_MIN_SHARE = 1_000_000
+
+
+def scheduler_pools_xml() -> str:
+    """The fair-scheduler allocation file: the stream's (default) pool first, :data:`BACKGROUND_POOL` after it."""
+    return f"""<?xml version="1.0"?>
+<!-- Written by routing.spark (see its module docs). The stream's batches run in the default pool, which is
+     always below its minShare and so always served first; the driver's background work gets idle slots. -->
+<allocations>
+  <pool name="default">
+    <schedulingMode>FIFO</schedulingMode>
+    <weight>1</weight>
+    <minShare>{STREAM_MIN_SHARE}</minShare>
+  </pool>
+  <pool name="{BACKGROUND_POOL}">
+    <schedulingMode>FIFO</schedulingMode>
+    <weight>1</weight>
+    <minShare>0</minShare>
+  </pool>
+</allocations>
+"""
+
+
+def write_scheduler_pools(directory: str) -> Path:
+    """:func:`scheduler_pools_xml` in ``directory`` (rewritten only when it differs); its path."""
+    path = Path(directory).resolve() / "fairscheduler.xml"
+    text = scheduler_pools_xml()
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def run_in_background_pool(spark: SparkSession) -> bool:
+    """Submit the calling thread's later Spark jobs to :data:`BACKGROUND_POOL`; whether that was possible.
+
+    Only a classic session scheduled FAIR has pools (a Spark Connect client has no SparkContext, and under FIFO
+    a pool changes nothing). The pool is a thread-local property, so only this thread's jobs move.
+    """
+    if is_connect(spark):
+        return False
+    context = spark.sparkContext
+    if (context.getConf().get("spark.scheduler.mode") or "FIFO").upper() != "FAIR":
+        return False
+    context.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
+    return True
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -153,6 +210,9 @@ def spark_conf(
         # Compiled whole-stage classes kept for reuse (Spark's 100 thrashes: a test session compiled 5,058 and
         # 949 with 2,000 entries, 0.92x its CPU; README "Settings that matter"). A few MB of metaspace.
         CODEGEN_CACHE_ENTRIES: str(DEFAULT_CODEGEN_CACHE_ENTRIES),
+        # The stream's jobs before the driver's background work (module docs).
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(write_scheduler_pools(spark.local_dir)),
         "spark.sql.warehouse.dir": spark.warehouse_dir,
         "spark.local.dir": spark.local_dir,
         # Python workers run this interpreter (the project's virtualenv), not whatever is on PATH.

@@ -291,6 +291,10 @@ class SnapshotBroadcasts:
 
     def _run(self) -> None:
         lower_thread_priority(self._thread_nice)
+        from routing.spark import run_in_background_pool
+
+        # The refresh's own Spark jobs (the change-feed read) take the task slots batches leave idle.
+        run_in_background_pool(self._spark)
         while True:
             with self._cond:
                 while not self._closed and self._finished == self._requested:

@@ -23,6 +23,7 @@ from routing.matchers import FrozenMatcher
 from routing.reference import ReferenceMatcher
 from routing.router.snapshot_files import SnapshotFiles
 from routing.router.snapshots import Published, SnapshotBroadcasts
+from routing.spark import BACKGROUND_POOL, STREAM_MIN_SHARE
 from routing.streaming import create_delta_table_if_absent
 from routing.subscriptions.table import (
     TABLE_DDL,
@@ -175,6 +176,29 @@ def test_a_batch_routes_with_the_published_version_while_the_next_one_builds(
     assert snapshots.live_broadcasts == [v1, v2]
     snapshots.release(snapshots.acquire(v2))
     assert snapshots.live_broadcasts == [v2]
+
+
+def test_the_refresh_runs_its_spark_jobs_in_the_background_pool_and_batches_keep_the_default_one(
+    spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
+) -> None:
+    context = spark.sparkContext
+    # The session's fair scheduler has both pools, the stream's default one always served first.
+    scheduler = context._jsc.sc()
+    assert scheduler.getSchedulingMode().toString() == "FAIR"
+    assert scheduler.getPoolForName(BACKGROUND_POOL).isDefined()
+    assert scheduler.getPoolForName("default").get().minShare() == STREAM_MIN_SHARE
+    pools: list[str | None] = []
+    apply_subscriptions(spark, job, tmp_path / "v1.jsonl", [("a.#", "s1")])
+    snapshots = make_snapshots()
+    # Called on the refresh thread after it read the table (its Spark jobs), before the publish.
+    snapshots.before_publish = lambda _: pools.append(context.getLocalProperty("spark.scheduler.pool"))
+    snapshots.maybe_refresh(force=True)
+    v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", [("b", "s2")])
+    snapshots.request_refresh()
+    assert matcher_of(snapshots.wait_published(v2, WAIT_TIMEOUT_S)).lookup("b") == {"s2"}
+    assert pools == [BACKGROUND_POOL, BACKGROUND_POOL]
+    # The pool is the refresh thread's alone: the caller's (a batch's) jobs stay in the default pool.
+    assert context.getLocalProperty("spark.scheduler.pool") is None
 
 
 def test_a_replayed_batch_gets_its_recorded_version_by_time_travel(
