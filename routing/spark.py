@@ -90,11 +90,17 @@ def scheduler_pools_xml() -> str:
 
 
 def write_scheduler_pools(directory: str) -> Path:
-    """:func:`scheduler_pools_xml` in ``directory`` (rewritten only when it differs); its path."""
+    """:func:`scheduler_pools_xml` in ``directory`` (rewritten only when it differs); its path.
+
+    Written beside and renamed into place: another process's JVM starting at the same moment (a job and
+    a Spark Connect server share ``spark.local_dir``) reads the old file or the new one, never a part.
+    """
     path = Path(directory).resolve() / "fairscheduler.xml"
     text = scheduler_pools_xml()
     if not path.is_file() or path.read_text() != text:
-        path.write_text(text)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        partial.write_text(text)
+        os.replace(partial, path)
     return path
 
 

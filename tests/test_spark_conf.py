@@ -6,7 +6,7 @@ from pathlib import Path
 
 from test_class_archive import archive_settings
 
-from routing.spark import BACKGROUND_POOL, STREAM_MIN_SHARE, spark_conf
+from routing.spark import BACKGROUND_POOL, STREAM_MIN_SHARE, scheduler_pools_xml, spark_conf
 
 
 def test_the_codegen_cache_holds_two_thousand_classes_unless_the_settings_say_otherwise(tmp_path: Path) -> None:
@@ -34,8 +34,11 @@ def test_the_stream_pool_is_served_before_the_background_pool_unless_the_setting
     assert int(pools[BACKGROUND_POOL]["minShare"]) == 0
     assert {pool["schedulingMode"] for pool in pools.values()} == {"FIFO"}
 
-    # A second session start finds the file as it is; a user's scheduler settings win.
+    # A second session start finds the file as it is (a stale one is replaced whole); a user's settings win.
+    pools_file.write_text("<allocations/>")
     assert spark_conf(archive_settings(tmp_path, archive_dir=""))["spark.scheduler.allocation.file"] == str(pools_file)
+    assert pools_file.read_text() == scheduler_pools_xml()
+    assert [path.name for path in pools_file.parent.iterdir()] == [pools_file.name]
     own = {"spark.scheduler.mode": "FIFO", "spark.scheduler.allocation.file": "/etc/spark/pools.xml"}
     conf = spark_conf(archive_settings(tmp_path, archive_dir="", conf=own))
     assert {key: conf[key] for key in own} == own
