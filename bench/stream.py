@@ -718,7 +718,7 @@ def run_sql_rlike(
         key = F.col("routing_key")
         dotted = classified.withColumn("dotted_key", F.when(key == "", key).otherwise(F.concat(F.lit("."), key)))
         joined = dotted.join(F.broadcast(regexes), F.expr("dotted_key rlike regex"))
-        out = deliveries_frame(joined, 0, batch_id).cache()
+        out = deliveries_frame(joined, 0, batch_id, ids=router.delivery_ids).cache()
         deliveries += out.count()
         idempotent_append(out, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
         out.unpersist()

@@ -460,6 +460,7 @@ KAFKA_SINKS = frozenset({"none", "single", "per_subscriber"})
 SNAPSHOT_TRANSPORTS = frozenset({"file", "broadcast"})
 DELTA_WARMS = frozenset({"auto", "inline", "background"})
 DELTA_APPENDS = frozenset({"direct", "writer"})
+DELIVERY_IDS = frozenset({"coordinates", "sha256"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,6 +514,11 @@ class RouterSettings:
     #: Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it
     #: is the Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``).
     app_id: str = "spark-topic-router"
+    #: What ``delivery_id`` and ``dead_letter_id`` are (``routing.router.tables``, Delivery ids): ``coordinates``,
+    #: the source coordinates and subscriber as text (``topic|partition|offset|subscriber``: unique by
+    #: construction, and the cheaper to compute and to write), or ``sha256``, the SHA-256 hex of that text (what
+    #: releases before 2026-11-28 wrote; keep it where consumers already dedupe on those ids).
+    delivery_ids: str = "coordinates"
     deliveries_path: str = "var/delta/deliveries"
     dead_letters_path: str = "var/delta/dead_letters"
     #: Unmatched messages are always counted; also written here when ``write_unrouted``.
@@ -585,6 +591,7 @@ class RouterSettings:
             ("snapshot_transport", self.snapshot_transport, SNAPSHOT_TRANSPORTS),
             ("delta_warm", self.delta_warm, DELTA_WARMS),
             ("delta_append", self.delta_append, DELTA_APPENDS),
+            ("delivery_ids", self.delivery_ids, DELIVERY_IDS),
         ):
             if value not in allowed:
                 choices = ", ".join(sorted(allowed))

@@ -262,27 +262,32 @@ def read_routed(spark: SparkSession, settings: Settings) -> Routed:
     )
 
 
-def delivery_id(topic: str, partition: int, offset: int, subscriber: str) -> str:
-    return hashlib.sha256(f"{topic}|{partition}|{offset}|{subscriber}".encode()).hexdigest()
+def delivery_id(topic: str, partition: int, offset: int, subscriber: str, ids: str = "coordinates") -> str:
+    """What ``router.delivery_ids = ids`` makes the delivery's id (routing.router.tables, Delivery ids), from Python."""
+    return source_id_text(f"{topic}|{partition}|{offset}|{subscriber}", ids)
 
 
-def dead_letter_id(topic: str, partition: int, offset: int) -> str:
-    return hashlib.sha256(f"{topic}|{partition}|{offset}".encode()).hexdigest()
+def dead_letter_id(topic: str, partition: int, offset: int, ids: str = "coordinates") -> str:
+    return source_id_text(f"{topic}|{partition}|{offset}", ids)
 
 
-def assert_ids_exact(routed: Routed) -> None:
-    """Every delivery and dead-letter id is unique and is the SHA-256 of its coordinates."""
-    ids = [row["delivery_id"] for row in routed.deliveries]
-    assert len(ids) == len(set(ids)), "duplicate delivery ids"
+def source_id_text(coordinates: str, ids: str) -> str:
+    return {"coordinates": coordinates, "sha256": hashlib.sha256(coordinates.encode()).hexdigest()}[ids]
+
+
+def assert_ids_exact(routed: Routed, ids: str = "coordinates") -> None:
+    """Every delivery and dead-letter id is unique and what ``router.delivery_ids = ids`` makes of its coordinates."""
+    ids_seen = [row["delivery_id"] for row in routed.deliveries]
+    assert len(ids_seen) == len(set(ids_seen)), "duplicate delivery ids"
     for row in routed.deliveries:
         assert row["delivery_id"] == delivery_id(
-            row["source_topic"], row["source_partition"], row["source_offset"], row["subscriber_id"]
+            row["source_topic"], row["source_partition"], row["source_offset"], row["subscriber_id"], ids
         )
     dead_ids = [row["dead_letter_id"] for row in routed.dead_letters]
     assert len(dead_ids) == len(set(dead_ids)), "duplicate dead-letter ids"
     for row in routed.dead_letters:
         assert row["dead_letter_id"] == dead_letter_id(
-            row["source_topic"], row["source_partition"], row["source_offset"]
+            row["source_topic"], row["source_partition"], row["source_offset"], ids
         )
 
 

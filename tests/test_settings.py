@@ -678,6 +678,13 @@ def test_delta_warm_is_auto_inline_or_background() -> None:
         load_settings(overrides={"router": {"delta_warm": "sometimes"}})
 
 
+def test_delivery_ids_are_coordinates_or_sha256() -> None:
+    assert load_settings().router.delivery_ids == "coordinates"
+    assert load_settings(overrides={"router": {"delivery_ids": "sha256"}}).router.delivery_ids == "sha256"
+    with pytest.raises(ConfigError, match="delivery_ids must be one of coordinates, sha256, got 'md5'"):
+        load_settings(overrides={"router": {"delivery_ids": "md5"}})
+
+
 def test_delta_append_is_direct_or_writer() -> None:
     assert load_settings().router.delta_append == "direct"
     assert load_settings(overrides={"router": {"delta_append": "writer"}}).router.delta_append == "writer"

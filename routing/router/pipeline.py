@@ -302,30 +302,54 @@ def _source_columns(version: int, batch_id: int, routed_at: datetime.datetime | 
     return dict(zip(SOURCE_OUTPUT_COLUMNS, columns, strict=True))
 
 
-def _delivery_parts() -> tuple[list[Column], list[Column]]:
+def source_id(columns: Sequence[str], ids: str) -> Column:
+    """An output row's id from its source ``columns`` (``router.delivery_ids``; routing.router.tables, Delivery ids):
+    their text joined by ``|`` (``coordinates``), or that text's SHA-256 hex (``sha256``)."""
+    from pyspark.sql import functions as F
+
+    text = F.concat_ws("|", *columns)
+    if ids == "coordinates":
+        return text
+    if ids == "sha256":
+        return F.sha2(text, 256)
+    raise ValueError(f"unknown delivery id format {ids!r}")
+
+
+def _delivery_parts(ids: str) -> tuple[list[Column], list[Column]]:
     """The deliveries' columns before and after the :func:`batch_columns` (see :func:`deliveries_frame`)."""
     from pyspark.sql import functions as F
 
-    delivery_id = F.sha2(F.concat_ws("|", "topic", "partition", "offset", "subscriber_id"), 256)
+    delivery_id = source_id(("topic", "partition", "offset", "subscriber_id"), ids)
     before, after = _source_parts()
     return [delivery_id.alias("delivery_id"), F.col("subscriber_id"), F.col("routing_key"), *before], after
 
 
 def deliveries_frame(
-    fanned: DataFrame, version: int, batch_id: int, routed_at: datetime.datetime | None = None
+    fanned: DataFrame,
+    version: int,
+    batch_id: int,
+    routed_at: datetime.datetime | None = None,
+    *,
+    ids: str = "coordinates",
 ) -> DataFrame:
-    """Deliveries rows from a frame with one row per (message, ``subscriber_id``) (see :func:`fanned_out`)."""
-    before, after = _delivery_parts()
+    """Deliveries rows from a frame with one row per (message, ``subscriber_id``) (see :func:`fanned_out`);
+    ``ids``: ``router.delivery_ids``."""
+    before, after = _delivery_parts(ids)
     return fanned.select(*before, *batch_columns(version, batch_id, routed_at), *after)
 
 
 def dead_letters_frame(
-    judged: DataFrame, version: int, batch_id: int, routed_at: datetime.datetime | None = None
+    judged: DataFrame,
+    version: int,
+    batch_id: int,
+    routed_at: datetime.datetime | None = None,
+    *,
+    ids: str = "coordinates",
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
     source = _source_columns(version, batch_id, routed_at)
-    dead_letter_id = F.sha2(F.concat_ws("|", "topic", "partition", "offset"), 256)
+    dead_letter_id = source_id(("topic", "partition", "offset"), ids)
     columns = {**source, "raw_key": F.col("key")}
     order = ["source_topic", "source_partition", "source_offset", "kafka_timestamp", "raw_key", "payload", "headers"]
     rest = ["snapshot_version", "batch_id", "routed_at", PARTITION_COLUMN]
@@ -466,7 +490,7 @@ class BatchPlan:
         self.metrics = observed_metrics()
         self.reason_metrics = reason_metrics()
         self._fan_out = Projection(_fan_out_columns())
-        before, after = _delivery_parts()
+        before, after = _delivery_parts(router.delivery_ids)
         self._deliveries = Projection([*before, *after])
         self._batch_at = len(before)
         self._batch_index = batch_index()
@@ -617,9 +641,13 @@ def output_table_properties(router: RouterSettings) -> dict[str, str]:
 
 
 def deliveries_properties() -> dict[str, str]:
-    """The deliveries table's own Delta properties: file statistics only where they skip files (see
-    :mod:`routing.router.tables`)."""
-    return {"delta.dataSkippingStatsColumns": ",".join(DELIVERIES_STATS_COLUMNS)}
+    """The deliveries table's own Delta properties: file statistics only where they skip files, and no Parquet
+    dictionary for the ids, which are all distinct (see :mod:`routing.router.tables`)."""
+    return {
+        "delta.dataSkippingStatsColumns": ",".join(DELIVERIES_STATS_COLUMNS),
+        # Delta hands a table's properties to its Parquet writer's Hadoop configuration.
+        "parquet.enable.dictionary#delivery_id": "false",
+    }
 
 
 class StageTimer:
@@ -921,7 +949,7 @@ class Router:
                 # Only a fan-out over the limit needs the matcher; JVM-judged dead letters skip the UDF.
                 source = judged if metrics[f"dead_{FANOUT_REASON}"] else judged_in_jvm(classified)
                 with timer("write_dead_letters"):
-                    dead_letters = dead_letters_frame(source, version, batch_id, routed_at)
+                    dead_letters = dead_letters_frame(source, version, batch_id, routed_at, ids=router.delivery_ids)
                     if reasons_pending:
                         reasons = Observation(f"router_{txn_app_id}_{batch_id}_reasons")
                         dead_letters = dead_letters.observe(reasons, *plan.reason_metrics)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from router_support import apply_subscriptions, ledger_versions, router_settings
+from router_support import apply_subscriptions, assert_ids_exact, ledger_versions, read_routed, router_settings
 
 from routing import delta_tables
 from routing.router.pipeline import SOURCE_DDL, Router
@@ -274,6 +274,71 @@ def test_output_tables_get_the_configured_checkpoint_interval(spark: Any, settin
     for path in (local.router.deliveries_path, local.router.dead_letters_path, local.router.unrouted_path):
         properties = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"]
         assert properties.get("delta.checkpointInterval") == "3", (path, properties)
+
+
+@pytest.mark.parametrize("ids", ["coordinates", "sha256"])
+def test_delivery_and_dead_letter_ids_follow_the_setting(
+    spark: Any, settings: Settings, tmp_path: Path, ids: str
+) -> None:
+    local = router_settings(settings, tmp_path, ["ids"], delivery_ids=ids)
+    apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b"), ("#", "all")])
+    router = started_router(spark, local, f"ids-{ids}")
+    try:
+        router.process_batch(batch_frame(spark, [b"a.b", None, b"x.b", b"\xff", b"a"] * 20, topic="ids"), 0)
+    finally:
+        router.close(progress_wait_s=0)
+    routed = read_routed(spark, local)
+    assert (len(routed.deliveries), len(routed.dead_letters)) == (20 * (3 + 2 + 2), 20 * 2)
+    assert_ids_exact(routed, ids)  # checked against Python's own text and hashlib, row by row
+    if ids == "coordinates":
+        assert {row["delivery_id"] for row in routed.deliveries if row["source_offset"] == 0} == {
+            "ids|0|0|a-all",
+            "ids|0|0|ends-b",
+            "ids|0|0|all",
+        }
+
+
+def test_the_deliveries_table_hands_parquet_no_dictionary_for_delivery_id(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    """The table property reaches the Parquet writer through the router's append (routing.router.tables).
+
+    Distinct ids end up plain-encoded either way (Parquet drops a dictionary that does not pay), so the
+    property's effect is seen on rows whose ids repeat, which would otherwise get a dictionary.
+    """
+    import pyarrow.parquet as pq
+
+    from routing.router.tables import DELIVERIES_DDL
+    from routing.streaming import first_append
+
+    local = router_settings(settings, tmp_path, ["dictionary"])
+    Router(spark, local).close(progress_wait_s=0)  # creates the output tables, as a router's start does
+    path = local.router.deliveries_path
+    rows = spark.range(200).selectExpr(
+        "'same' AS delivery_id",
+        "'subscriber' AS subscriber_id",
+        "'a.b' AS routing_key",
+        "'t' AS source_topic",
+        "0 AS source_partition",
+        "id AS source_offset",
+        "TIMESTAMP'2026-01-05 12:00:00' AS kafka_timestamp",
+        "CAST('p' AS BINARY) AS payload",
+        "CAST(NULL AS ARRAY<STRUCT<key: STRING, value: BINARY>>) AS headers",
+        "1L AS snapshot_version",
+        "0L AS batch_id",
+        "TIMESTAMP'2026-01-05 12:00:01' AS routed_at",
+        "DATE'2026-01-05' AS kafka_date",
+    )
+    table_schema = spark.createDataFrame([], DELIVERIES_DDL).schema
+    assert [(f.name, f.dataType) for f in rows.schema] == [(f.name, f.dataType) for f in table_schema]
+    assert first_append(rows.coalesce(1), path, "dictionary-test", 0)
+    files = list(Path(path).rglob("*.parquet"))
+    assert files
+    for file in files:
+        row_group = pq.ParquetFile(file).metadata.row_group(0)
+        columns = {row_group.column(i).path_in_schema: row_group.column(i) for i in range(row_group.num_columns)}
+        assert not any("DICTIONARY" in encoding for encoding in columns["delivery_id"].encodings)
+        assert any("DICTIONARY" in encoding for encoding in columns["subscriber_id"].encodings)
 
 
 def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
