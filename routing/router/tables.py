@@ -42,7 +42,7 @@ characters, a collision as unlikely as SHA-256's. Dead letters get
 Why the text is the default: on a 100k-message batch the hash was one of the
 costliest parts of the write. Spark's ``sha2`` looks up a digest and builds a
 hex string per row, and 64 random hex characters are the least compressible
-column of a delivery, larger than this benchmark's 64-byte payloads once
+column of a delivery, larger than ``bench/stream.py``'s 64-byte payloads once
 compressed. The coordinates compress well, since every row of a file shares
 the topic and partition. In one interleaved run (30 rounds, 88,000 deliveries
 per Delta append), the median append took 602 ms with the hash, 561 ms with
