@@ -272,7 +272,11 @@ def dead_letter_id(topic: str, partition: int, offset: int, ids: str = "coordina
 
 
 def source_id_text(coordinates: str, ids: str) -> str:
-    return {"coordinates": coordinates, "sha256": hashlib.sha256(coordinates.encode()).hexdigest()}[ids]
+    if ids == "coordinates":
+        return coordinates
+    if ids == "sha256":
+        return hashlib.sha256(coordinates.encode()).hexdigest()
+    raise ValueError(f"unknown delivery id format {ids!r}")
 
 
 def assert_ids_exact(routed: Routed, ids: str = "coordinates") -> None:
