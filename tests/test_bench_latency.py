@@ -121,10 +121,8 @@ def test_batches_whose_commit_was_checkpointed_are_counted_apart(monkeypatch: py
     assert cells["whole batch, p50 / max"].strip() == "700 / 2,600"
 
 
-@pytest.mark.integration
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: object, tmp_path: Path) -> None:
+def run_bench(settings: Settings, tmp_path: Path, *options: str) -> tuple[Path, Path, str]:
+    """Run the benchmark at tiny rates against the test session's broker: (results dir, JSON file, stdout)."""
     from jobs.local_kafka import answers
 
     results, figures = tmp_path / "results", tmp_path / "latency.json"
@@ -139,18 +137,26 @@ def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: o
         "spark.warehouse_dir": tmp_path / "spark-warehouse",
         "spark.ivy_dir": tmp_path / "ivy",
     }
-    command = [sys.executable, str(BENCH), "--rates", ",".join(map(str, RATES))]
-    command += ["--step-seconds", str(STEP_SECONDS), "--warmup-seconds", str(WARMUP_SECONDS)]
-    command += ["--trigger-seconds", "1", "--drain-seconds", "300", "--subscriptions", "50"]
+    command = [sys.executable, str(BENCH), "--step-seconds", str(STEP_SECONDS), "--warmup-seconds", str(WARMUP_SECONDS)]
+    command += ["--trigger-seconds", "1", "--drain-seconds", "300", *options]
     command += ["--work-dir", str(tmp_path / "work"), "--results-dir", str(results), "--json", str(figures)]
     for name, value in overrides.items():
         command += ["--set", f"{name}={value}"]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=880)
     assert done.returncode == 0, done.stderr[-4000:]
     assert answers(settings), "the benchmark reused the session's broker and must leave it running"
+    return results, figures, done.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: object, tmp_path: Path) -> None:
+    rates = ",".join(map(str, RATES))
+    results, figures, stdout = run_bench(settings, tmp_path, "--rates", rates, "--subscriptions", "50")
 
     report = (results / "latency.md").read_text()
-    assert done.stdout.strip() == report.strip()  # the same markdown on stdout
+    assert stdout.strip() == report.strip()  # the same markdown on stdout
     assert (results / "latency.png").stat().st_size > 0
     assert "Load average" in report
 
@@ -226,3 +232,64 @@ def test_the_ratio_verdict_holds_only_what_the_grid_proves(
     line = latency.ratio_line(*sustained, rates)
     assert f"target >= 0.7x: {verdict})" in line
     assert line.endswith(f"the true ratio is {bounds}.")
+
+
+#: Rates of the run without the catch-all: enough messages that some match and some do not.
+MATCHED_RATES = (100, 200)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_tiny_run_without_the_catch_all_times_each_matched_message_once(
+    settings: Settings, kafka_broker: object, tmp_path: Path
+) -> None:
+    """Only matched messages have deliveries; each is timed once, and the table holds exactly what the Python
+    trie expects from the step's seeded keys (every delivery row, every matched message)."""
+    rates = ",".join(map(str, MATCHED_RATES))
+    options = ("--rates", rates, "--subscriptions", "2000", "--variants", "b", "--no-catch-all")
+    results, figures, stdout = run_bench(settings, tmp_path, *options)
+    report = (results / "latency_matched.md").read_text()
+    assert stdout.strip() == report.strip()
+    assert not (results / "latency.md").exists(), "the catch-all workload's results are left alone"
+    assert "no catch-all" in report
+    accounting = section(report, "Accounting")
+    assert len(accounting) == 1 + len(MATCHED_RATES)
+    assert all(row[-1] == "yes" for row in accounting), accounting
+
+    steps = json.loads(figures.read_text())["variants"]["(b) native router"]["steps"]
+    assert [step["rate"] for step in steps] == [MATCHED_RATES[0], *MATCHED_RATES]
+    for step in steps:
+        where = f"step {step['step']}"
+        assert step["caught_up"] and step["accounted"], where
+        assert 0 < step["expected_messages"] < step["sent"], f"{where}: some messages match, not all"
+        # Every expected delivery there once; a message with several deliveries is one histogram value.
+        assert step["rows"] == step["expected_rows"] >= step["expected_messages"], where
+        assert step["distinct"] == step["recorded"] == step["expected_messages"], where
+        assert step["not_visible"] == step["without_commit"] == 0, where
+
+
+#: (fan-outs of a step's key pool, messages sent, max fan-out).
+POOL_TABLE = [
+    ([0, 1, 3], 7, 10),  # two laps and one key more
+    ([2, 0], 1, 10),  # fewer messages than keys
+    ([5, 1, 12], 10, 10),  # a key over the limit is dead-lettered
+    ([0, 0], 5, 10),  # nothing matches
+    ([], 0, 10),
+]
+
+
+@pytest.mark.parametrize(("fanouts", "count", "max_fanout"), POOL_TABLE)
+def test_expected_deliveries_follow_the_producers_key_cycle(
+    fanouts: list[int], count: int, max_fanout: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Message ``j`` carries key ``j % len(pool)``: the expectation equals a message-by-message count."""
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import latency
+
+    rows = messages = 0
+    for j in range(count if fanouts else 0):
+        fanout = fanouts[j % len(fanouts)]
+        if 0 < fanout <= max_fanout:
+            rows, messages = rows + fanout, messages + 1
+    assert latency.expected_from_pool(fanouts, count, max_fanout) == (rows, messages)
