@@ -241,6 +241,8 @@ class Run:
     duration_ms: dict[str, float] = dataclasses.field(default_factory=dict)
     #: How the router's first snapshot was published (``SnapshotBroadcasts.history``: mode, seconds), for (b)/(c)/(e).
     first_snapshot: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: CPU the JVM and the Python workers used over the run (:func:`process_cpu`), start-up included.
+    cpu: ProcessCpu | None = None
 
     @property
     def msg_per_s(self) -> float:
@@ -424,6 +426,54 @@ def write_subscriptions(spark: SparkSession, path: Path, pairs: Sequence[tuple[s
     spark.createDataFrame(rows, schema=schema).write.format("delta").mode("overwrite").save(str(path))
 
 
+@dataclasses.dataclass(frozen=True)
+class ProcessCpu:
+    """CPU seconds (user + system) used so far by the Spark JVM and by PySpark's Python workers."""
+
+    jvm_s: float
+    python_s: float
+
+    def __sub__(self, earlier: ProcessCpu) -> ProcessCpu:
+        return ProcessCpu(self.jvm_s - earlier.jvm_s, self.python_s - earlier.python_s)
+
+
+#: What PySpark's Python worker processes run (the daemon, and the workers it forks, which keep its command line).
+PYSPARK_DAEMON = b"pyspark.daemon"
+
+
+def process_cpu(jvm_pid: int, proc: Path = Path("/proc")) -> ProcessCpu:
+    """The CPU the JVM ``jvm_pid`` (in local mode the driver and the executors' task threads) and the Python
+    workers have used, from ``/proc/<pid>/stat`` (Linux).
+
+    The JVM's own time only: the Python daemon is its child, counted apart. For the Python side, each live
+    process of the daemon's command line counts its own time, and the daemon also its reaped workers'
+    (``cutime``/``cstime``), so a worker that exits between two readings is neither lost nor counted twice.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    jvm = python = 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = b"" if int(entry.name) == jvm_pid else (entry / "cmdline").read_bytes()
+        except OSError:  # the process exited meanwhile
+            continue
+        # After the command name, which may hold spaces and parentheses: state is field 3, utime 14 ... cstime 17.
+        fields = stat.rsplit(")", 1)[1].split()
+        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        if int(entry.name) == jvm_pid:
+            jvm += own
+        elif PYSPARK_DAEMON in cmdline:
+            python += own + reaped
+    return ProcessCpu(jvm / tick, python / tick)
+
+
+def jvm_pid(spark: SparkSession) -> int:
+    """The pid of the session's JVM (classic Spark; the driver and, in local mode, the executors)."""
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+
+
 def _drain(start: Callable[[], Any], durations: list[dict[str, int]] | None = None) -> float:
     """Start a query, wait until the available-now trigger has drained the topic; wall seconds.
 
@@ -526,7 +576,10 @@ def run_passthrough(spark: SparkSession, settings: Settings, messages: int, *, s
         return start_passthrough(spark, settings, batch_seconds=batch_s, stages=stages)
 
     durations: list[dict[str, int]] = []
+    pid = jvm_pid(spark)
+    before = process_cpu(pid)
     wall = _drain(start, durations)
+    cpu = process_cpu(pid) - before
     copied = _count_rows(spark, router.deliveries_path)
     if copied != messages:
         raise RuntimeError(f"passthrough copied {copied} rows, expected {messages}")
@@ -539,6 +592,7 @@ def run_passthrough(spark: SparkSession, settings: Settings, messages: int, *, s
         deliveries=copied,
         duration_ms=summed(durations),
         stages=summed(list(stages.values())),
+        cpu=cpu,
     )
 
 
@@ -569,8 +623,11 @@ def run_router(
     from routing.router.pipeline import Router
 
     router = Router(spark, settings) if make_route is None else Router(spark, settings, make_route=make_route)
+    pid = jvm_pid(spark)
+    before = process_cpu(pid)
     try:
         wall = _drain(router.start)
+        cpu = process_cpu(pid) - before
     finally:
         router.close(progress_wait_s=1.0)
     reports = [router.reports[batch_id] for batch_id in sorted(router.reports)]
@@ -593,6 +650,7 @@ def run_router(
         stages=summed([report.stages for report in reports]),
         duration_ms=summed([router.durations_ms.get(report.batch_id, {}) for report in reports]),
         first_snapshot=next((dict(entry) for entry in router.snapshots.history if "mode" in entry), {}),
+        cpu=cpu,
     )
 
 
@@ -878,6 +936,13 @@ def profile_lines(results: Results) -> list[str]:
         "`triggerExecution` (progress)",
         [per_batch(run, run.duration_ms.get("triggerExecution", 0) / 1000) for run in runs],
     )
+    row(
+        "(process CPU) Spark JVM: driver and executors",
+        [per_batch(run, None if run.cpu is None else run.cpu.jvm_s) for run in runs],
+    )
+    row("(process CPU) Python workers", [per_batch(run, None if run.cpu is None else run.cpu.python_s) for run in runs])
+    per_message = [None if run.cpu is None else 1e6 * (run.cpu.jvm_s + run.cpu.python_s) / run.messages for run in runs]
+    rows.append(["(process CPU) µs per message, both"] + ["-" if us is None else f"{us:,.1f}" for us in per_message])
     # The first publish is what the first batch waits for: built from the table, or read from its snapshot file.
     rows.append(
         ["first snapshot published by (s, whole run)"]
@@ -892,7 +957,10 @@ def profile_lines(results: Results) -> list[str]:
         "Driver wall time per router stage (`BatchReport.stages`), task time inside the Python UDF (summed "
         "over tasks on 2 cores, so it can exceed its stage's wall time), and the query progress's "
         "`durationMs`: `addBatch` is the foreachBatch call, the other phases are Spark's own (offsets, "
-        "planning, offset and commit logs).",
+        "planning, offset and commit logs). *Process CPU* is what the Spark JVM (driver and executors: one "
+        "process in local mode) and PySpark's Python workers used over the whole run, start-up included, from "
+        "`/proc`, per batch and per message: on 2 cores, the CPU a variant needs per message is what decides "
+        "its rate once other processes (a producer, the broker) want the cores too (`latency.md`).",
         "",
         markdown_table(header, rows),
         "",

@@ -82,3 +82,35 @@ def test_the_python_trie_factory_routes_like_the_native_one(monkeypatch: pytest.
     assert fanouts[0] == fanouts[1] == [3, None, 1, 4, 1]
     lists = [[subs and sorted(subs) for subs in part.field("subscribers").to_pylist()] for part in routed]
     assert lists[0] == lists[1] == [["s1", "s2", "s3"], None, ["s3"], None, ["s3"]]
+
+
+def test_process_cpu_sums_the_jvm_and_the_python_workers_from_proc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM counts its own time; the daemon and its live workers theirs, the daemon also its reaped workers'."""
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import os
+
+    import stream
+
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def process(pid: str, comm: str, cmdline: bytes, utime: int, stime: int, cutime: int, cstime: int) -> None:
+        entry = tmp_path / pid
+        entry.mkdir()
+        # Fields 3-13 (state .. cmajflt), then utime stime cutime cstime, then the rest.
+        fields = ["S", *["0"] * 10, str(utime), str(stime), str(cutime), str(cstime), "20", "0", "1"]
+        (entry / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+        (entry / "cmdline").write_bytes(cmdline)
+
+    python = b"/venv/bin/python\0-m\0pyspark.daemon\0pyspark.worker\0"
+    process("100", "java", b"/usr/bin/java\0-cp\0x\0", 50 * tick, 10 * tick, 7 * tick, 7 * tick)
+    process("200", "python", python, 1 * tick, 1 * tick, 30 * tick, 2 * tick)  # the daemon, workers reaped
+    process("201", "python", python, 5 * tick, 3 * tick, 0, 0)  # a live worker
+    process("300", "weird) name (x", b"/usr/bin/kafka\0", 99 * tick, 0, 0, 0)  # neither: a broker
+    (tmp_path / "self").mkdir()  # not a pid
+    (tmp_path / "400").mkdir()  # exited between the listing and the read: skipped
+
+    cpu = stream.process_cpu(100, proc=tmp_path)
+    assert cpu == stream.ProcessCpu(jvm_s=60.0, python_s=42.0)
+    assert cpu - stream.ProcessCpu(jvm_s=10.0, python_s=2.0) == stream.ProcessCpu(jvm_s=50.0, python_s=40.0)
