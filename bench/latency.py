@@ -384,6 +384,11 @@ class Step:
         return 0 if self.histogram is None else int(self.histogram.get_total_count())
 
     @property
+    def rows_expected(self) -> int:
+        """Rows the step must have: one per sent message, or the matched deliveries (:attr:`expected_rows`)."""
+        return self.sent if self.expected_rows is None else self.expected_rows
+
+    @property
     def visible_expected(self) -> int:
         """Messages that must have a row: every sent one, or the matched ones (:attr:`expected_messages`)."""
         return self.sent if self.expected_messages is None else self.expected_messages
@@ -396,13 +401,12 @@ class Step:
     @property
     def accounted(self) -> bool:
         """Every expected row there once, every expected message in the histogram once, every row's commit found."""
-        rows = self.sent if self.expected_rows is None else self.expected_rows
         exact = self.expected_messages is None or not self.failed  # a failed send leaves the expectation unknown
         return (
             exact
-            and self.rows == rows
+            and self.rows == self.rows_expected
             and self.distinct == self.visible_expected == self.recorded
-            and not (self.without_commit)
+            and not self.without_commit
         )
 
     def percentile(self, percentile: float) -> float | None:
@@ -1096,7 +1100,6 @@ def report(plan: Plan, runs: Sequence[VariantRun], argv: Sequence[str], load: tu
     rows = []
     for run in runs:
         for step in run.steps:
-            expected_rows = step.sent if step.expected_rows is None else step.expected_rows
             rows.append(
                 [
                     run.variant,
@@ -1104,7 +1107,7 @@ def report(plan: Plan, runs: Sequence[VariantRun], argv: Sequence[str], load: tu
                     f"{step.sent:,}",
                     f"{step.rows:,}",
                     f"{step.distinct:,}",
-                    f"{expected_rows:,} / {step.visible_expected:,}",
+                    f"{step.rows_expected:,} / {step.visible_expected:,}",
                     f"{step.recorded:,}",
                     f"{step.invisible:,}",
                     f"{step.without_commit:,}",
@@ -1188,7 +1191,7 @@ def as_json(plan: Plan, runs: Sequence[VariantRun]) -> dict[str, Any]:
             "rows": step.rows,
             "distinct": step.distinct,
             "recorded": step.recorded,
-            "expected_rows": step.sent if step.expected_rows is None else step.expected_rows,
+            "expected_rows": step.rows_expected,
             "expected_messages": step.visible_expected,
             "accounted": step.accounted,
             "not_visible": step.invisible,

@@ -454,15 +454,16 @@ def process_cpu(jvm_pid: int, proc: Path = Path("/proc")) -> ProcessCpu:
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
             stat = (entry / "stat").read_text()
-            cmdline = b"" if int(entry.name) == jvm_pid else (entry / "cmdline").read_bytes()
+            cmdline = b"" if pid == jvm_pid else (entry / "cmdline").read_bytes()
         except OSError:  # the process exited meanwhile
             continue
         # After the command name, which may hold spaces and parentheses: state is field 3, utime 14 ... cstime 17.
         fields = stat.rsplit(")", 1)[1].split()
         own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-        if int(entry.name) == jvm_pid:
+        if pid == jvm_pid:
             jvm += own
         elif PYSPARK_DAEMON in cmdline:
             python += own + reaped
