@@ -428,29 +428,43 @@ def write_subscriptions(spark: SparkSession, path: Path, pairs: Sequence[tuple[s
 
 @dataclasses.dataclass(frozen=True)
 class ProcessCpu:
-    """CPU seconds (user + system) used so far by the Spark JVM and by PySpark's Python workers."""
+    """CPU seconds (user + system) used so far by the Spark JVM and by PySpark's Python workers, and the part of
+    the JVM's that its JIT compiler threads used."""
 
     jvm_s: float
     python_s: float
+    #: Of ``jvm_s``: the live C1 and C2 compiler threads' (a JVM may stop an idle compiler thread, whose time
+    #: then leaves this sum: a lower bound).
+    jit_s: float = 0.0
 
     def __sub__(self, earlier: ProcessCpu) -> ProcessCpu:
-        return ProcessCpu(self.jvm_s - earlier.jvm_s, self.python_s - earlier.python_s)
+        return ProcessCpu(self.jvm_s - earlier.jvm_s, self.python_s - earlier.python_s, self.jit_s - earlier.jit_s)
 
 
 #: What PySpark's Python worker processes run (the daemon, and the workers it forks, which keep its command line).
 PYSPARK_DAEMON = b"pyspark.daemon"
+#: HotSpot's JIT compiler threads, as /proc names them (15 characters of "C2 CompilerThread0").
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def _stat_times(stat: str) -> tuple[int, int]:
+    """(own, reaped children's) CPU ticks from a ``/proc/.../stat`` line."""
+    # After the command name, which may hold spaces and parentheses: state is field 3, utime 14 ... cstime 17.
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
 
 
 def process_cpu(jvm_pid: int, proc: Path = Path("/proc")) -> ProcessCpu:
     """The CPU the JVM ``jvm_pid`` (in local mode the driver and the executors' task threads) and the Python
-    workers have used, from ``/proc/<pid>/stat`` (Linux).
+    workers have used, from ``/proc/<pid>/stat`` (Linux), and the JVM's JIT compiler threads, from its
+    ``task/<tid>/stat``.
 
     The JVM's own time only: the Python daemon is its child, counted apart. For the Python side, each live
     process of the daemon's command line counts its own time, and the daemon also its reaped workers'
     (``cutime``/``cstime``), so a worker that exits between two readings is neither lost nor counted twice.
     """
     tick = os.sysconf("SC_CLK_TCK")
-    jvm = python = 0
+    jvm = python = jit = 0
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -460,14 +474,27 @@ def process_cpu(jvm_pid: int, proc: Path = Path("/proc")) -> ProcessCpu:
             cmdline = b"" if pid == jvm_pid else (entry / "cmdline").read_bytes()
         except OSError:  # the process exited meanwhile
             continue
-        # After the command name, which may hold spaces and parentheses: state is field 3, utime 14 ... cstime 17.
-        fields = stat.rsplit(")", 1)[1].split()
-        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        own, reaped = _stat_times(stat)
         if pid == jvm_pid:
             jvm += own
+            jit += _jit_ticks(entry / "task")
         elif PYSPARK_DAEMON in cmdline:
             python += own + reaped
-    return ProcessCpu(jvm / tick, python / tick)
+    return ProcessCpu(jvm / tick, python / tick, jit / tick)
+
+
+def _jit_ticks(tasks: Path) -> int:
+    """CPU ticks of the JIT compiler threads among ``tasks`` (a JVM's ``/proc/<pid>/task``)."""
+    ticks = 0
+    for task in tasks.iterdir() if tasks.is_dir() else ():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread exited meanwhile
+            continue
+        name = stat[stat.find("(") + 1 : stat.rfind(")")]
+        if name.startswith(JIT_THREADS):
+            ticks += _stat_times(stat)[0]
+    return ticks
 
 
 def jvm_pid(spark: SparkSession) -> int:
@@ -940,6 +967,10 @@ def profile_lines(results: Results) -> list[str]:
     row(
         "(process CPU) Spark JVM: driver and executors",
         [per_batch(run, None if run.cpu is None else run.cpu.jvm_s) for run in runs],
+    )
+    row(
+        "(process CPU) of the JVM's: its JIT compiler threads (C1, C2)",
+        [per_batch(run, None if run.cpu is None else run.cpu.jit_s) for run in runs],
     )
     row("(process CPU) Python workers", [per_batch(run, None if run.cpu is None else run.cpu.python_s) for run in runs])
     per_message = [None if run.cpu is None else 1e6 * (run.cpu.jvm_s + run.cpu.python_s) / run.messages for run in runs]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,7 +127,7 @@ def hostile_keys(settings: Settings) -> list[bytes | None]:
 
 
 def test_routing_by_message_key_matches_the_oracle(
-    spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path
+    spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     topic = topic_factory(partitions=2)
     limits = settings.limits.replace(max_payload_bytes=MAX_PAYLOAD_BYTES, max_fanout=MAX_FANOUT)
@@ -148,7 +149,8 @@ def test_routing_by_message_key_matches_the_oracle(
     ]
     records = produce(job, topic, messages, partitions=2)
 
-    router = run_available_now(spark, job)
+    with caplog.at_level(logging.INFO, logger="routing.router.metrics"):
+        router = run_available_now(spark, job)
 
     expected = expected_outcomes(records, job.router, job.validator(), subscriptions)
     # The data covers what it claims to: every reason, fan-out at and over the limit, every subscriber.
@@ -190,6 +192,18 @@ def test_routing_by_message_key_matches_the_oracle(
     assert totals["dead_fanout_limit"] == kinds["fanout_limit"]
     assert len(router.reports) >= 2  # max_offsets_per_trigger split the run into several batches
     assert ledger_versions(spark, job) == sorted((batch, version) for batch in router.reports)
+
+    # One metrics line per batch from the progress listener: Spark's input count (a batch with dead letters
+    # reads its input a second time to write them, and Spark counts both reads), and the query's phase times,
+    # also kept for the batch.
+    lines = [json.loads(entry.getMessage()) for entry in caplog.records if entry.name == "routing.router.metrics"]
+    assert sorted(line["batch_id"] for line in lines) == sorted(router.reports)
+    for line in lines:
+        assert line["event"] == "router_batch"
+        report = router.reports[line["batch_id"]]
+        reads = 2 if report.metrics["dead_letters"] else 1
+        assert line["num_input_rows"] == reads * report.metrics["input_rows"] > 0
+        assert line["duration_ms"]["addBatch"] > 0 and line["duration_ms"] == router.durations_ms[line["batch_id"]]
 
 
 def test_routing_by_header_and_json_field_matches_the_oracle(
