@@ -132,6 +132,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.demo import create_topics, delete_topics, topics_with_prefix
+from jobs.processes import stat_fields
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 from routing.topic import HASH, STAR, split_words
 
@@ -448,9 +449,9 @@ JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 
 
 def _stat_times(stat: str) -> tuple[int, int]:
-    """(own, reaped children's) CPU ticks from a ``/proc/.../stat`` line."""
-    # After the command name, which may hold spaces and parentheses: state is field 3, utime 14 ... cstime 17.
-    fields = stat.rsplit(")", 1)[1].split()
+    """(own, reaped children's) CPU ticks from a ``/proc/.../stat`` line: utime + stime (fields 14, 15), cutime +
+    cstime (16, 17)."""
+    fields = stat_fields(stat)
     return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
 
 

@@ -15,14 +15,19 @@ from pathlib import Path
 DEAD_STATES = frozenset({"Z", "X"})
 
 
+def stat_fields(stat: str) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` (or ``task/<tid>/stat``) line after the parenthesised command name,
+    which may itself hold spaces and ')': state (field 3) first, so field n is at index n - 3."""
+    return stat.rsplit(")", 1)[1].split()
+
+
 def process_state(pid: int) -> tuple[str, int] | None:
     """(state letter, process group id) of ``pid``, or None when there is no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # Fields after the parenthesised command name (which may itself hold spaces and ')'): state, ppid, pgrp, ...
-    fields = stat.rsplit(")", 1)[1].split()
+    fields = stat_fields(stat)  # state, ppid, pgrp, ...
     return fields[0], int(fields[2])
 
 
@@ -33,7 +38,7 @@ def process_started(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+    return int(stat_fields(stat)[19])  # field 22, starttime
 
 
 def process_alive(pid: int) -> bool:
