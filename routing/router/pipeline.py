@@ -68,7 +68,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.listener import QueryStartedEvent, QueryTerminatedEvent, StreamingQueryListener
 
 from routing import delta_tables
 from routing.checkpoints import CheckpointLease
@@ -1345,8 +1345,6 @@ class _JsonProgressCallback:
         self._listener = listener
 
     def onQueryStarted(self, jevent: Any) -> None:
-        from pyspark.sql.streaming.listener import QueryStartedEvent
-
         self._listener.onQueryStarted(QueryStartedEvent.fromJObject(jevent))
 
     def onQueryProgress(self, jevent: Any) -> None:
@@ -1356,8 +1354,6 @@ class _JsonProgressCallback:
         pass
 
     def onQueryTerminated(self, jevent: Any) -> None:
-        from pyspark.sql.streaming.listener import QueryTerminatedEvent
-
         self._listener.onQueryTerminated(QueryTerminatedEvent.fromJObject(jevent))
 
     class Java:
