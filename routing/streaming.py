@@ -394,10 +394,9 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
     if _first_append_missing or is_connect(frame.sparkSession) or delta_tables.is_table_name(table):
         return False
     spark = frame.sparkSession
-    jvm: Any = spark.sparkContext._jvm
     try:
-        delta = jvm.org.apache.spark.sql.delta
-        transaction = delta.DeltaLog.forTable(spark._jsparkSession, table).startTransaction()
+        delta = delta_tables.delta_jvm(spark)
+        transaction = delta.for_table(spark._jsparkSession, table).startTransaction()
         # The schema's JSON in one call (its fieldNames array would be read one element per JVM round trip);
         # None before the table's first commit, which then has no columns to append to.
         schema = transaction.metadata().schemaString()
@@ -405,12 +404,9 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
         frame_columns = frame.columns
         if sorted(columns) != sorted(frame_columns):
             return False
-        write_operation = getattr(getattr(delta, "DeltaOperations$Write$"), "MODULE$")
-        # DeltaOperations.Write(mode = Append, the rest their defaults), as the public append's commit names it.
-        defaults = [getattr(write_operation, f"apply$default${index}")() for index in range(2, 10)]
-        operation = write_operation.apply(jvm.org.apache.spark.sql.SaveMode.Append, *defaults)
-        now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
-        set_transaction = delta.actions.SetTransaction(transaction_app_id, txn_version, now)
+        operation = delta.append_operation
+        now = delta.option(delta.long_value_of(int(time.time() * 1000)))
+        set_transaction = delta.set_transaction(transaction_app_id, txn_version, now)
     except Exception as error:
         if not delta_api_missing(error):
             raise  # a failure of the JVM's or of this code: loud, never a silent switch to the slower writer

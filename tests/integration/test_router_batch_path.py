@@ -129,6 +129,7 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     import threading
 
     import py4j.clientserver
+    from py4j import protocol as proto
 
     from routing import streaming
     from routing.router import pipeline
@@ -161,16 +162,23 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     monkeypatch.setattr(pipeline, "first_append", counted("first_append", streaming.first_append))
     monkeypatch.setattr(streaming, "warm_append_state", counted("warm", streaming.warm_append_state))
     calls = [0]
+    # Names the JVM answered as packages: each is a failed class lookup through every jar on the class path.
+    packages: list[str] = []
     send = py4j.clientserver.ClientServerConnection.send_command
+    lookup = proto.REFLECTION_COMMAND_NAME + proto.REFL_GET_UNKNOWN_SUB_COMMAND_NAME
 
     def counting(self: Any, command: str) -> Any:
         calls[0] += 1
-        return send(self, command)
+        answer = send(self, command)
+        if command.startswith(lookup) and answer == proto.SUCCESS_PACKAGE:
+            packages.append(command.split("\n")[2])
+        return answer
 
     monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", counting)
     try:
         for batch_id in range(3):
             calls[0] = 0
+            packages.clear()
             router.process_batch(batch_frame(spark, [b"a.b", b"a", b"x.b", b"a.c"] * 50), batch_id)
             returned.append(time.perf_counter())
     finally:
@@ -179,6 +187,9 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     # About 170-260 (py4j's releases of dead proxies vary): 420 when each select built its column list
     # call by call, 2,100 when each batch rebuilt its expressions.
     assert calls[0] < 350, f"{calls[0]} JVM round trips for one batch: are the plan's selects or expressions rebuilt?"
+    # Every class and method a batch calls by name is held (first_append walked org.apache.spark.sql.delta,
+    # scala and java.lang in every batch: thirteen failed class lookups, 7-8 ms).
+    assert packages == [], f"a batch resolved {packages} through py4j package by package"
     assert router.reports[2].metrics["deliveries"] == 250
     assert "count" not in router.reports[2].stages  # the write's observation counted the batch
     deliveries = local.router.deliveries_path
