@@ -234,6 +234,35 @@ def test_the_ratio_verdict_holds_only_what_the_grid_proves(
     assert line.endswith(f"the true ratio is {bounds}.")
 
 
+def test_a_variant_that_missed_the_bound_below_its_highest_rate_decides_nothing() -> None:
+    """Passes and misses that alternate with the rate are noise at the bound, not a limit the grid places."""
+    sys.path.insert(0, str(BENCH.parent))
+    import latency
+    from hdrh.histogram import HdrHistogram
+
+    grid = (40_000, 50_000, 60_000, 70_000, 80_000)
+    assert "target >= 0.7x: met)" in latency.ratio_line(60_000, 70_000, grid)
+    line = latency.ratio_line(60_000, 70_000, grid, not_monotone=("(a) passthrough",))
+    assert "target >= 0.7x: not decided: (a) passthrough missed the bound at a lower rate)" in line
+
+    def step(rate: int, p99_ms: int | None) -> latency.Step:
+        histogram = HdrHistogram(1, 3_600_000, 3)
+        if p99_ms is not None:
+            histogram.record_value(p99_ms)
+        sent = 0 if p99_ms is None else 1
+        return latency.Step("v", 1, rate, 1.0, sent=sent, caught_up=True, rows=sent, distinct=sent, histogram=histogram)
+
+    rates = grid[:4]
+    alternating = (2_000, 3_500, 2_900, 4_000)
+    run = latency.VariantRun("v", [step(rate, p99) for rate, p99 in zip(rates, alternating, strict=True)])
+    assert run.sustained(3_000) == 60_000
+    assert run.missed_below(3_000) == [50_000]
+    rising = (2_000, 2_500, 2_900, 4_000)
+    steady = latency.VariantRun("v", [step(rate, p99) for rate, p99 in zip(rates, rising, strict=True)])
+    assert steady.sustained(3_000) == 60_000 and steady.missed_below(3_000) == []
+    assert latency.VariantRun("v", [step(40_000, 3_500)]).missed_below(3_000) == []
+
+
 #: Rates of the run without the catch-all: enough messages that some match and some do not.
 MATCHED_RATES = (100, 200)
 
