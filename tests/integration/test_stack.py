@@ -213,7 +213,11 @@ def test_broker_starts_from_nothing_round_trips_and_stops_without_orphans(fresh_
 
     admin = AdminClient(settings.kafka_client_config())
     admin.create_topics([NewTopic("round-trip", num_partitions=1, replication_factor=1)])["round-trip"].result(30)
-    assert "round-trip" in admin.list_topics(timeout=10).topics
+    # CreateTopics answers once the controller has the topic; the broker's metadata cache follows it a moment later.
+    deadline = time.monotonic() + 30
+    while "round-trip" not in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, "the created topic never reached the broker's metadata"
+        time.sleep(0.1)
     messages = [(f"stock.nasdaq.{i}".encode(), f"payload-{i}-é".encode()) for i in range(20)]
     produce(settings, "round-trip", messages)
     assert consume(settings, "round-trip", len(messages)) == messages
