@@ -245,12 +245,11 @@ def test_a_variant_that_missed_the_bound_below_its_highest_rate_decides_nothing(
     line = latency.ratio_line(60_000, 70_000, grid, not_monotone=("(a) passthrough",))
     assert "target >= 0.7x: not decided: (a) passthrough missed the bound at a lower rate)" in line
 
-    def step(rate: int, p99_ms: int | None) -> latency.Step:
+    def step(rate: int, p99_ms: int) -> latency.Step:
+        """A caught-up step of one message, whose latency (so its p99) is ``p99_ms``."""
         histogram = HdrHistogram(1, 3_600_000, 3)
-        if p99_ms is not None:
-            histogram.record_value(p99_ms)
-        sent = 0 if p99_ms is None else 1
-        return latency.Step("v", 1, rate, 1.0, sent=sent, caught_up=True, rows=sent, distinct=sent, histogram=histogram)
+        histogram.record_value(p99_ms)
+        return latency.Step("v", 1, rate, 1.0, sent=1, caught_up=True, rows=1, distinct=1, histogram=histogram)
 
     rates = grid[:4]
     alternating = (2_000, 3_500, 2_900, 4_000)
