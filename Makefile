@@ -30,7 +30,7 @@ help:
 	@echo "make bench-latency  sustained-rate latency of the router and the passthrough (~15 min; idle machine)"
 	@echo "make chaos  SIGKILL the router, broker and refresh job at random under live traffic, check every message (bench/results/chaos.md)"
 	@echo "make fuzz   each cargo-fuzz target for FUZZ_MINUTES (default 10) minutes: bench/results/fuzz.md, corpus in native/fuzz/corpus/"
-	@echo "make loom   the CS-trie's loom models (~40 s on 2 cores, plus a first build of ~2 min)"
+	@echo "make loom   the CS-trie's loom models (~3 min on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
 	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
 	@echo "make jvm-archive  the class-data archive that starts each Spark JVM faster (~10 s per fresh job process; var/jvm/)"

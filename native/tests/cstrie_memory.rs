@@ -38,4 +38,41 @@ fn churn_returns_memory_to_an_empty_trie() {
     assert_eq!(trie.node_count(), 1);
     eprintln!("{total} cycles: live heap grew by {grown} bytes");
     assert!(grown < 64 * 1024, "{total} cycles left {grown} bytes live");
+
+    // The same for a shared set (`idset.rs`, 64 ids or more), in this test
+    // because the allocator counts the whole process: a window of 200 ids of
+    // one pattern slides (each cycle removes its oldest id and adds a new
+    // one), so levels are created, emptied, tombed and compressed throughout.
+    let baseline = live_bytes();
+    let id = |i: usize| format!("subscriber-{i}");
+    for i in 0..200 {
+        assert!(trie.subscribe("audit.#", &id(i)));
+    }
+    spark_topic_router_native::cstrie::reclaim();
+    let with_window = live_bytes();
+    let slides = total / 4;
+    for i in 0..slides {
+        assert!(trie.unsubscribe("audit.#", &id(i)));
+        assert!(trie.subscribe("audit.#", &id(i + 200)));
+    }
+    spark_topic_router_native::cstrie::reclaim();
+    let after_slides = live_bytes();
+    for i in slides..slides + 200 {
+        assert!(trie.unsubscribe("audit.#", &id(i)));
+    }
+    spark_topic_router_native::cstrie::reclaim();
+    let grown = live_bytes() - baseline;
+    eprintln!(
+        "shared set: 200 ids hold {} bytes; {slides} slides moved that by {} bytes; emptied, {grown} bytes are left",
+        with_window - baseline,
+        after_slides - with_window
+    );
+    assert_eq!(trie.len(), 0);
+    assert_eq!(trie.node_count(), 1, "the emptied set was dropped from its holder");
+    assert!(
+        (after_slides - with_window).abs() < 64 * 1024,
+        "{slides} slides of a 200-id window moved the heap by {} bytes",
+        after_slides - with_window
+    );
+    assert!(grown < 64 * 1024, "an emptied shared set left {grown} bytes live");
 }

@@ -97,6 +97,8 @@ struct Word<'a> {
 
 /// The pairs of one call, parsed once.
 struct Batch<'a> {
+    /// The trie's `shared_from`.
+    shared_from: usize,
     patterns: Vec<&'a str>,
     words: Vec<Word<'a>>,
     items: Vec<Item>,
@@ -266,15 +268,17 @@ fn partition_by_length(batch: &Batch<'_>, items: &mut [u32], length: usize) -> u
 }
 
 /// `set` plus every subscriber of `items`; also returns how many were new.
-fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32]) -> (SubscriberSet, usize) {
-    set.with_many(items.iter().map(|&item| {
+/// Not for a shared set: its pairs take the one-pair path, which writes it in place.
+fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32], gen: Generation) -> (SubscriberSet, usize) {
+    let leaves = items.iter().map(|&item| {
         let item = &batch.items[item as usize];
         Leaf {
             hash: item.subscriber_hash,
             key: item.subscriber.clone(),
             value: (),
         }
-    }))
+    });
+    set.with_many(leaves, gen, batch.shared_from)
 }
 
 /// The text of the words from `depth` on, when every one of `items` (each at
@@ -299,7 +303,7 @@ fn one_pattern_suffix(batch: &Batch<'_>, items: &[u32], depth: usize) -> Option<
 /// and how many distinct pairs it holds.
 fn fresh_child(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generation) -> (Child, usize) {
     if let Some(words) = one_pattern_suffix(batch, items, depth) {
-        let (subscribers, new) = with_all(&SubscriberSet::default(), batch, items);
+        let (subscribers, new) = with_all(&SubscriberSet::default(), batch, items, gen);
         return (Child::tail(words, subscribers), new);
     }
     let (inode, new) = build_fresh(batch, items, depth, gen);
@@ -321,7 +325,7 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
         let group = &mut items[range];
         // Those that end at this word first, then those that go deeper.
         let enders = partition_by_length(batch, group, depth + 1);
-        let (subscribers, new) = with_all(&SubscriberSet::default(), batch, &group[..enders]);
+        let (subscribers, new) = with_all(&SubscriberSet::default(), batch, &group[..enders], gen);
         added += new;
         let child = match &mut group[enders..] {
             [] => None,
@@ -366,8 +370,9 @@ fn count_words<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> (usize, u
 
 /// What one attempt at a work item did.
 enum Outcome {
-    /// Committed: pairs added here, and the children to visit next.
-    Committed(usize, Vec<(Arc<INode>, usize, Vec<u32>)>),
+    /// Committed: pairs added here, the children to visit next, and the
+    /// pairs of shared sets met here (they take the one-pair path).
+    Committed(usize, Vec<(Arc<INode>, usize, Vec<u32>)>, Vec<u32>),
     /// Lost a race: read again and retry.
     Retry,
     /// Not for the fast path (tombed, or the generation moved): one pair at a time.
@@ -389,6 +394,7 @@ impl CsTrie {
         let pairs = pairs.into_iter();
         let (expected, word_count) = count_words(pairs.clone());
         let mut batch = Batch {
+            shared_from: self.shared_from,
             patterns: scratch_vec(expected),
             words: scratch_vec(word_count),
             items: scratch_vec(expected),
@@ -455,9 +461,10 @@ impl CsTrie {
                 let mut attempts = 0;
                 loop {
                     match self.apply_at(&batch, &inode, depth, &mut items, &guard) {
-                        Outcome::Committed(new, children) => {
+                        Outcome::Committed(new, children, shared) => {
                             added += new;
                             work.extend(children);
+                            one_by_one.extend(shared);
                             break;
                         }
                         Outcome::Retry if attempts + 1 < ATTEMPTS => attempts += 1,
@@ -495,10 +502,16 @@ impl CsTrie {
         let at_root = partition_by_length(batch, items, depth);
         let mut new = cnode.clone();
         let mut added = 0;
+        // Pairs whose set is shared: it changes in place, never by a C-node write.
+        let mut shared = Vec::new();
         if at_root > 0 {
-            let (set, count) = with_all(cnode.empty_pattern(), batch, &items[..at_root]);
-            new.set_empty_pattern(set);
-            added += count;
+            if cnode.empty_pattern().shared().is_some() {
+                shared.extend_from_slice(&items[..at_root]);
+            } else {
+                let (set, count) = with_all(cnode.empty_pattern(), batch, &items[..at_root], gen);
+                new.set_empty_pattern(set);
+                added += count;
+            }
         }
         let mut changed = added > 0;
         let mut children = Vec::new();
@@ -515,7 +528,13 @@ impl CsTrie {
                 wildcard => cnode.branch(wildcard),
             };
             let held = existing.map(|branch| &branch.subscribers).cloned().unwrap_or_default();
-            let (subscribers, count) = with_all(&held, batch, &group[..enders]);
+            let (subscribers, count) = match held.shared() {
+                Some(_) => {
+                    shared.extend_from_slice(&group[..enders]);
+                    (held, 0)
+                }
+                None => with_all(&held, batch, &group[..enders], gen),
+            };
             added += count;
             let existing_child = existing.and_then(|branch| branch.child.as_ref());
             let child = match (&mut group[enders..], existing_child) {
@@ -532,12 +551,17 @@ impl CsTrie {
                 }
                 (deeper, Some(Child::Tail(tail))) => {
                     if one_pattern_suffix(batch, deeper, depth + 1).is_some_and(|words| words == tail.words) {
-                        // More subscribers of the tail's own pattern.
-                        let (set, count) = with_all(&tail.subscribers, batch, deeper);
-                        added += count;
-                        match count {
-                            0 => existing_child.cloned(),
-                            _ => Some(Child::tail(tail.words.clone(), set)),
+                        if tail.subscribers.shared().is_some() {
+                            shared.extend_from_slice(deeper);
+                            existing_child.cloned()
+                        } else {
+                            // More subscribers of the tail's own pattern.
+                            let (set, count) = with_all(&tail.subscribers, batch, deeper, gen);
+                            added += count;
+                            match count {
+                                0 => existing_child.cloned(),
+                                _ => Some(Child::tail(tail.words.clone(), set)),
+                            }
                         }
                     } else {
                         // Other patterns too: the tail becomes an I-node (the same
@@ -576,11 +600,11 @@ impl CsTrie {
             }
         }
         if !changed {
-            return Outcome::Committed(0, children);
+            return Outcome::Committed(0, children, shared);
         }
         new.literals = new.literals.insert_many(literals).0;
         if gcas(inode, main, MainKind::Branches(new), ctx, guard) {
-            Outcome::Committed(added, children)
+            Outcome::Committed(added, children, shared)
         } else {
             Outcome::Retry
         }

@@ -131,7 +131,7 @@ pub(crate) fn freeze(
         subscribers: Texts::with_capacity(pairs_hint, false),
     };
     walk.nodes.push(TempNode::default());
-    walk.add_subscribers(0, root_cnode.empty_pattern());
+    walk.add_subscribers(0, root_cnode.empty_pattern(), ctx, guard);
     walk.run(root_cnode, ctx, guard)?;
     walk.lay_out()
 }
@@ -152,21 +152,10 @@ struct Walk<'g> {
 }
 
 impl<'g> Walk<'g> {
-    fn add_subscribers(&mut self, node: u32, set: &'g SubscriberSet) {
+    fn add_subscribers(&mut self, node: u32, set: &'g SubscriberSet, ctx: Ctx<'_>, guard: &'g Guard) {
         let start = self.subs.len() as u32;
-        match set {
-            SubscriberSet::Empty => {}
-            SubscriberSet::One(id) => {
-                let id = self.subscribers.intern(id, hash_word(id));
-                self.subs.push(id);
-            }
-            SubscriberSet::Many(ids) => {
-                for leaf in ids.iter() {
-                    let id = self.subscribers.intern(&leaf.key, leaf.hash);
-                    self.subs.push(id);
-                }
-            }
-        }
+        let (subscribers, subs) = (&mut self.subscribers, &mut self.subs);
+        set.for_each(ctx, guard, |id, hash| subs.push(subscribers.intern(id, hash)));
         let temp = &mut self.nodes[node as usize];
         temp.subs_start = start;
         temp.subs_len = self.subs.len() as u32 - start;
@@ -179,7 +168,7 @@ impl<'g> Walk<'g> {
             let cnode = match below {
                 Below::Node(cnode) => cnode,
                 Below::Tail(words, tail) => {
-                    self.tail(node, words, tail, &mut stack)?;
+                    self.tail(node, words, tail, ctx, guard, &mut stack)?;
                     continue;
                 }
             };
@@ -221,14 +210,16 @@ impl<'g> Walk<'g> {
                 .cnode()
                 .filter(|child| !child.is_empty())
                 .map(Below::Node),
+            // A tail whose shared set died and is not yet dropped holds nothing.
+            Some(Child::Tail(tail)) if tail.subscribers.is_empty_in(ctx, guard) => None,
             Some(Child::Tail(tail)) => Some(Below::Tail(&tail.words, tail)),
         };
-        if branch.subscribers.is_empty() && below.is_none() {
+        if branch.subscribers.is_empty_in(ctx, guard) && below.is_none() {
             return Ok(());
         }
         let child = self.new_node()?;
         self.kids.push((key, child));
-        self.add_subscribers(child, &branch.subscribers);
+        self.add_subscribers(child, &branch.subscribers, ctx, guard);
         if let Some(below) = below {
             stack.push((below, child));
         }
@@ -251,6 +242,8 @@ impl<'g> Walk<'g> {
         node: u32,
         words: &'g str,
         tail: &'g Tail,
+        ctx: Ctx<'_>,
+        guard: &'g Guard,
         stack: &mut Vec<(Below<'g>, u32)>,
     ) -> Result<(), BuildError> {
         let (first, rest) = match words.split_once(crate::topic::SEPARATOR) {
@@ -269,7 +262,7 @@ impl<'g> Walk<'g> {
         temp.kids_start = kids_start;
         temp.kids_len = 1;
         match rest {
-            None => self.add_subscribers(child, &tail.subscribers),
+            None => self.add_subscribers(child, &tail.subscribers, ctx, guard),
             Some(rest) => stack.push((Below::Tail(rest, tail), child)),
         }
         Ok(())

@@ -79,7 +79,7 @@ const BITS_PER_LEVEL: u32 = 3;
 /// Slots of a bitmap node at most (its branching factor).
 pub(crate) const WAYS: usize = 1 << BITS_PER_LEVEL;
 /// Bitmap levels: 21 of 3 bits and a last one of the 1 bit left (64 = 21 x 3 + 1).
-const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
+pub(crate) const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
 const CHUNK_MASK: u64 = WAYS as u64 - 1;
 /// Bits the last level takes: what the others leave.
 const LAST_BITS: u32 = 64 - BITS_PER_LEVEL * (LEVELS - 1);
@@ -114,14 +114,14 @@ pub(crate) fn levels_for(n: usize) -> usize {
 }
 
 #[inline]
-fn count_copied(_slots: usize) {
+pub(crate) fn count_copied(_slots: usize) {
     #[cfg(test)]
     SLOTS_COPIED.with(|copied| copied.set(copied.get() + _slots));
 }
 
 /// The chunk of `hash` that indexes a bitmap node at `level` (< [`LEVELS`]).
 #[inline]
-fn chunk(hash: u64, level: u32) -> u32 {
+pub(crate) fn chunk(hash: u64, level: u32) -> u32 {
     debug_assert!(level < LEVELS);
     if level + 1 < LEVELS {
         ((hash >> (64 - BITS_PER_LEVEL * (level + 1))) & CHUNK_MASK) as u32
@@ -132,7 +132,7 @@ fn chunk(hash: u64, level: u32) -> u32 {
 
 /// Index of `bit`'s slot among the set bits below it.
 #[inline]
-fn slot_index(bitmap: u32, bit: u32) -> usize {
+pub(crate) fn slot_index(bitmap: u32, bit: u32) -> usize {
     (bitmap & ((1u32 << bit) - 1)).count_ones() as usize
 }
 
@@ -154,7 +154,7 @@ impl<V> Leaf<V> {
         }
     }
 
-    fn is(&self, hash: u64, key: &str) -> bool {
+    pub(crate) fn is(&self, hash: u64, key: &str) -> bool {
         self.hash == hash && self.key == key
     }
 }
@@ -616,7 +616,7 @@ fn rebuild_with<V: Clone>(
 /// `leaves` sorted by hash, with one leaf per key (which of several equal
 /// keys is kept is unspecified). Leaves that come sorted (a bulk load groups
 /// its words by hash) are not moved at all.
-fn sorted_unique<V>(mut leaves: Vec<Leaf<V>>) -> Vec<Leaf<V>> {
+pub(crate) fn sorted_unique<V>(mut leaves: Vec<Leaf<V>>) -> Vec<Leaf<V>> {
     if !leaves.is_sorted_by_key(|leaf| leaf.hash) {
         sort_by_hash_key(&mut leaves, |leaf| leaf.hash);
     }

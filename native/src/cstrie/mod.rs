@@ -13,8 +13,9 @@
 //!   live in a persistent HAMT (`hamt.rs`, the Ctrie's own bitmap-indexed
 //!   node, path-copied); the wildcards are the named fields `star` and `hash`
 //!   (as in nats' `sublist.go`), never magic keys. Each branch holds the
-//!   subscribers whose pattern ends with that word (a persistent HAMT set)
-//!   and optionally a child for longer patterns: an I-node, or a tail. The
+//!   subscribers whose pattern ends with that word (one id inline, a
+//!   persistent HAMT set, or from 64 ids on a shared set: see below) and
+//!   optionally a child for longer patterns: an I-node, or a tail. The
 //!   root C-node also holds the empty pattern's subscribers (zero words end
 //!   at the root).
 //! * **Tail** (`node::Tail`, the Ctrie's S-node): when exactly one longer
@@ -38,6 +39,13 @@
 //!   lookups opportunistically) compresses it out of the parent; a parent left
 //!   empty is tombed in turn, up the path, so unsubscribing everything returns
 //!   the trie to a lone root ([`CsTrie::node_count`]).
+//! * **Shared set** (`idset.rs`): a subscriber set of 64 ids or more is a
+//!   Ctrie of its own, keyed by the ids' hashes, whose every HAMT level is an
+//!   I-node written by the same GCAS. A subscribe to `audit.#` with a million
+//!   subscribers copies the one level node its id lands in, not a path of
+//!   tables and then the C-node, branch and tail that hold the set; the holder
+//!   keeps pointing to the same root I-node. The holder replaces that pointer
+//!   only to renew an old-generation root or to drop a tombed (emptied) set.
 //!
 //! # Complexity
 //!
@@ -47,9 +55,9 @@
 //!
 //! | operation | cost |
 //! |---|---|
-//! | `subscribe` / `unsubscribe` | O(k · 8 · (log8 w + log8 s)) slots copied, plus retries under contention |
+//! | `subscribe` / `unsubscribe` | O(k · 8 · log8 w) slots copied for the path; for the set, O(8 · log8 s) below 64 ids and one level node (≤ 8 slots) in a shared set; plus retries under contention |
 //! | expanding a tail of t words (a pattern leaves its path) | O(t): one GCAS, the shared words' I-nodes built at once |
-//! | first write below a node after a snapshot | + O(8 · log8 w) per renewed level (one child copied, not the table) |
+//! | first write below a node after a snapshot | + O(8 · log8 w) per renewed level (one child copied, not the table), and one level node per renewed level of a shared set |
 //! | `subscribe_many` of m pairs | O(m k) to parse, O(m log m) integer sorts, each touched C-node copied once (`bulk_load.rs`) |
 //! | `snapshot` | O(1) |
 //! | `lookup` (live or snapshot) | O(states visited · log8 w) probes (states: see Matching), plus O(t · key words) per tail met + sorting the result |
@@ -62,8 +70,10 @@
 //! reference count (the cost that dominated writes to wide nodes and hot
 //! patterns before).
 //!
-//! Copies are counted (`hamt::slots_copied`, test builds only) and bounded
-//! in `tests::writes_copy_a_logarithmic_number_of_slots_for_wide_nodes_and_hot_patterns`.
+//! Copies are counted (`hamt::slots_copied`, test builds only, shared-set
+//! levels included) and bounded in
+//! `tests::writes_copy_a_logarithmic_number_of_slots_for_wide_nodes_and_hot_patterns`
+//! and `tests::a_subscribe_into_a_shared_set_copies_one_node_however_big_the_set`.
 //!
 //! # Updates (GCAS) and snapshots (RDCSS)
 //!
@@ -143,6 +153,7 @@ mod bulk_load;
 mod freeze;
 mod gcas;
 mod hamt;
+mod idset;
 mod node;
 mod scratch;
 mod sync;
@@ -156,6 +167,7 @@ pub use smol_str::SmolStr;
 use self::gcas::{gcas, gcas_read, rdcss_root, read_root, Ctx, RootState};
 /// The process-wide text hash of the CS-trie's tables (also the frozen matcher's word index).
 pub(crate) use self::hamt::hash_word;
+use self::idset::SetWrite;
 use self::node::{joined, Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
 use self::sync::epoch::{self, Guard};
 use self::sync::{AtomicIsize, AtomicU64, Ordering};
@@ -213,6 +225,8 @@ pub struct CsTrie {
     /// after its update's linearization point, so it can lag (and, in a race,
     /// transiently dip below zero); exact when quiescent.
     pairs: AtomicIsize,
+    /// A subscriber set of this many ids or more is a shared set (`idset.rs`).
+    shared_from: usize,
 }
 
 /// What one walk of an update reports.
@@ -242,11 +256,20 @@ impl Drop for CsTrie {
 
 impl CsTrie {
     pub fn new() -> Self {
+        Self::with_shared_sets_from(idset::SHARED_FROM)
+    }
+
+    /// A trie whose subscriber sets become shared sets (`idset.rs`) at `ids`
+    /// ids (at least 2) instead of the default 64: for tests that need shared
+    /// sets small enough to race on, and for measuring the threshold.
+    #[doc(hidden)]
+    pub fn with_shared_sets_from(ids: usize) -> Self {
         let root = INode::new(0, MainNode::committed(MainKind::Branches(CNode::default())));
         CsTrie {
             root: AtomicArc::new(Some(Arc::new(RootState::Stable(root)))),
             next_generation: AtomicU64::new(1),
             pairs: AtomicIsize::new(0),
+            shared_from: ids.max(2),
         }
     }
 
@@ -388,10 +411,8 @@ impl CsTrie {
             };
             let Some(&word) = words.get(depth) else {
                 // Only the empty pattern ends at the root itself.
-                return match cnode.empty_pattern().with(subscriber) {
-                    None => Attempt::Done(false),
-                    Some(set) => commit(cnode.with_empty_pattern(set)),
-                };
+                let replace = |set| commit(cnode.with_empty_pattern(set));
+                return self.add_to(cnode.empty_pattern(), subscriber, start_gen, guard, replace);
             };
             let rest = &words[depth + 1..];
             let Some(branch) = cnode.branch(word) else {
@@ -399,16 +420,11 @@ impl CsTrie {
                 return commit(cnode.with_branch(word, Some(branch)));
             };
             if rest.is_empty() {
-                return match branch.subscribers.with(subscriber) {
-                    None => Attempt::Done(false),
-                    Some(set) => commit(cnode.with_branch(
-                        word,
-                        Some(Branch {
-                            subscribers: set,
-                            child: branch.child.clone(),
-                        }),
-                    )),
+                let replace = |subscribers| {
+                    let child = branch.child.clone();
+                    commit(cnode.with_branch(word, Some(Branch { subscribers, child })))
                 };
+                return self.add_to(&branch.subscribers, subscriber, start_gen, guard, replace);
             }
             let with_child = |child: Child| {
                 Some(Branch {
@@ -419,10 +435,9 @@ impl CsTrie {
             match &branch.child {
                 None => return commit(cnode.with_branch(word, with_child(new_tail(rest, subscriber)))),
                 Some(Child::Tail(tail)) if tail.is(rest) => {
-                    return match tail.subscribers.with(subscriber) {
-                        None => Attempt::Done(false),
-                        Some(set) => commit(cnode.with_branch(word, with_child(Child::tail(tail.words.clone(), set)))),
-                    };
+                    let replace =
+                        |set| commit(cnode.with_branch(word, with_child(Child::tail(tail.words.clone(), set))));
+                    return self.add_to(&tail.subscribers, subscriber, start_gen, guard, replace);
                 }
                 Some(Child::Tail(tail)) => {
                     // Another pattern below this branch: expand the path it shares
@@ -469,14 +484,17 @@ impl CsTrie {
                 return Attempt::Restart;
             };
             let Some(&word) = words.get(depth) else {
-                let Some(set) = cnode.empty_pattern().without(subscriber) else {
-                    return Attempt::Done(false);
-                };
-                let new = cnode.with_empty_pattern(set);
-                return match gcas(inode, main, MainKind::Branches(new), ctx, guard) {
+                let replace = |set| match gcas(
+                    inode,
+                    main,
+                    MainKind::Branches(cnode.with_empty_pattern(set)),
+                    ctx,
+                    guard,
+                ) {
                     true => Attempt::Done(true),
                     false => Attempt::Restart,
                 };
+                return self.remove_from(cnode.empty_pattern(), subscriber, start_gen, guard, replace);
             };
             let Some(branch) = cnode.branch(word) else {
                 return Attempt::Done(false);
@@ -498,14 +516,12 @@ impl CsTrie {
                 Attempt::Done(true)
             };
             if depth + 1 == words.len() {
-                let Some(set) = branch.subscribers.without(subscriber) else {
-                    return Attempt::Done(false);
-                };
                 let child = branch.child.clone().filter(|child| match child {
                     Child::Node(child) => !is_tombed(child, ctx, guard),
                     Child::Tail(_) => true,
                 });
-                return commit_removal(set, child);
+                let replace = |set| commit_removal(set, child.clone());
+                return self.remove_from(&branch.subscribers, subscriber, start_gen, guard, replace);
             }
             match &branch.child {
                 None => return Attempt::Done(false),
@@ -513,11 +529,11 @@ impl CsTrie {
                     if !tail.is(&words[depth + 1..]) {
                         return Attempt::Done(false);
                     }
-                    let Some(set) = tail.subscribers.without(subscriber) else {
-                        return Attempt::Done(false);
+                    let replace = |set: SubscriberSet| {
+                        let child = (!set.is_empty()).then(|| Child::tail(tail.words.clone(), set));
+                        commit_removal(branch.subscribers.clone(), child)
                     };
-                    let child = (!set.is_empty()).then(|| Child::tail(tail.words.clone(), set));
-                    return commit_removal(branch.subscribers.clone(), child);
+                    return self.remove_from(&tail.subscribers, subscriber, start_gen, guard, replace);
                 }
                 Some(Child::Node(child)) if child.gen == start_gen => {
                     path.push(inode);
@@ -530,6 +546,82 @@ impl CsTrie {
                 }
             }
         }
+    }
+
+    /// Add `subscriber` to `set`, held in a C-node read under generation
+    /// `gen`; `replace` commits that C-node with another set in its place.
+    /// An immutable set is replaced by its successor. A shared set changes in
+    /// place (`idset.rs`), and is replaced only when its root must be renewed
+    /// into `gen`, or is tombed (then by a set of just `subscriber`).
+    fn add_to(
+        &self,
+        set: &SubscriberSet,
+        subscriber: &SmolStr,
+        gen: Generation,
+        guard: &Guard,
+        replace: impl FnOnce(SubscriberSet) -> Attempt,
+    ) -> Attempt {
+        let Some(set_root) = set.shared() else {
+            return match set.with(subscriber, gen, self.shared_from) {
+                None => Attempt::Done(false),
+                Some(set) => replace(set),
+            };
+        };
+        if let Some(renewed) = self.renewed_set(set_root, gen, guard) {
+            let _ = replace(renewed);
+            return Attempt::Restart;
+        }
+        match idset::insert(set_root, subscriber, hash_word(subscriber), gen, self.ctx(), guard) {
+            SetWrite::Done(added) => Attempt::Done(added),
+            SetWrite::Restart | SetWrite::Emptied => Attempt::Restart,
+            // Empty and final: the holder takes a new set of just this id.
+            SetWrite::Tombed => replace(SubscriberSet::single(subscriber.clone())),
+        }
+    }
+
+    /// Remove `subscriber` from `set`, like [`Self::add_to`]. A shared set
+    /// left empty is dropped from its holder by `replace(Empty)`; if that
+    /// loses a race, the next writer to meet the dead set drops it.
+    fn remove_from(
+        &self,
+        set: &SubscriberSet,
+        subscriber: &str,
+        gen: Generation,
+        guard: &Guard,
+        replace: impl FnOnce(SubscriberSet) -> Attempt,
+    ) -> Attempt {
+        let Some(set_root) = set.shared() else {
+            return match set.without(subscriber) {
+                None => Attempt::Done(false),
+                Some(set) => replace(set),
+            };
+        };
+        if let Some(renewed) = self.renewed_set(set_root, gen, guard) {
+            let _ = replace(renewed);
+            return Attempt::Restart;
+        }
+        match idset::remove(set_root, subscriber, hash_word(subscriber), gen, self.ctx(), guard) {
+            SetWrite::Done(removed) => Attempt::Done(removed),
+            SetWrite::Restart => Attempt::Restart,
+            SetWrite::Emptied => {
+                let _ = replace(SubscriberSet::Empty);
+                Attempt::Done(true)
+            }
+            SetWrite::Tombed => {
+                let _ = replace(SubscriberSet::Empty);
+                Attempt::Restart
+            }
+        }
+    }
+
+    /// A shared set's root in generation `gen`, when `set_root` is older: a
+    /// copy holding the same main node, which is final (no GCAS can commit on
+    /// an I-node of a dead generation).
+    fn renewed_set(&self, set_root: &INode, gen: Generation, guard: &Guard) -> Option<SubscriberSet> {
+        (set_root.gen != gen).then(|| {
+            let main = gcas_read(set_root, self.ctx(), guard).to_arc();
+            SubscriberSet::Shared(INode::new(gen, main))
+        })
     }
 
     /// Replace the old-generation child under `word` of `inode`'s C-node by
@@ -696,7 +788,7 @@ impl Snapshot {
         let guard = epoch::pin();
         let mut topics = Vec::new();
         traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |pattern, ids| {
-            if ids.contains(subscriber) {
+            if ids.contains(subscriber, Ctx::ReadOnly, &guard) {
                 topics.push(pattern.to_owned());
             }
         });
@@ -709,7 +801,9 @@ impl Snapshot {
         let guard = epoch::pin();
         let mut pairs = Vec::new();
         traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |pattern, ids| {
-            pairs.extend(ids.iter().map(|id| (pattern.to_owned(), id.clone())));
+            ids.for_each(Ctx::ReadOnly, &guard, |id, _| {
+                pairs.push((pattern.to_owned(), id.clone()))
+            });
         });
         pairs.sort_unstable();
         pairs
@@ -730,7 +824,9 @@ impl Snapshot {
         *self.pairs.get_or_init(|| {
             let guard = epoch::pin();
             let mut count = 0;
-            traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |_, ids| count += ids.len());
+            traverse::for_each_pattern(&self.root, Ctx::ReadOnly, &guard, |_, ids| {
+                count += ids.count(Ctx::ReadOnly, &guard)
+            });
             count
         })
     }

@@ -6,8 +6,11 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::atomic_arc::AtomicArc;
-use super::hamt::{Hamt, Leaf, SmolStr};
+use super::gcas::Ctx;
+use super::hamt::{hash_word, sorted_unique, Hamt, Leaf, SmolStr};
+use super::idset::{self, IdNode};
 use super::scratch::scratch_vec;
+use super::sync::epoch::Guard;
 use crate::topic::PatternWord;
 
 /// A generation stamp. Each root I-node gets a fresh one (a per-trie counter),
@@ -50,6 +53,9 @@ pub(crate) enum GcasPrev {
 
 pub(crate) enum MainKind {
     Branches(CNode),
+    /// One level of a shared subscriber set (`idset.rs`). Only the I-nodes of
+    /// such sets hold it; the trie's own I-nodes hold C-nodes and T-nodes.
+    Ids(IdNode),
     /// T-node: the I-node lost its last subscription and is dead; its parent
     /// must drop the reference ("compression"). Carries nothing because a
     /// subscription trie only tombs empty nodes.
@@ -57,11 +63,13 @@ pub(crate) enum MainKind {
 }
 
 /// A subscriber set. Most patterns have one subscriber, so that case is held
-/// inline (no table to chase on every lookup and freeze); larger sets are a
-/// persistent set ([`Hamt`]), so adding or removing one id copies O(log n)
-/// slots however many ids the pattern has. Immutable: writers build a new
-/// set. The empty set allocates nothing. 24 bytes: the table sits behind an
-/// `Arc` of its own, so the common one-id set keeps every branch (and every
+/// inline (no table to chase on every lookup and freeze); sets of up to
+/// [`idset::SHARED_FROM`] ids (by default) are a persistent set ([`Hamt`]), so adding or removing
+/// one id copies O(log n) slots; bigger sets are shared sets (`idset.rs`),
+/// changed in place by GCAS on their own levels. The first three are
+/// immutable values: writers build a new set and GCAS the C-node that holds
+/// it. The empty set allocates nothing. 24 bytes: the tables sit behind an
+/// `Arc` of their own, so the common one-id set keeps every branch (and every
 /// slot of a branch table) small.
 #[derive(Clone, Default)]
 pub(crate) enum SubscriberSet {
@@ -70,6 +78,11 @@ pub(crate) enum SubscriberSet {
     One(SmolStr),
     /// Invariant: at least two ids.
     Many(Arc<Hamt<()>>),
+    /// The root level of a shared set (`idset.rs`). Invariant: a C-node write
+    /// copies this pointer unchanged, unless the root's generation is older
+    /// than the trie root's (renewal) or the root is a T-node (the set is
+    /// empty and final); see "Invariants" in `idset.rs`.
+    Shared(Arc<INode>),
 }
 
 impl SubscriberSet {
@@ -77,89 +90,153 @@ impl SubscriberSet {
         SubscriberSet::One(id)
     }
 
+    /// Whether the set is the empty value. A shared set is never this, even
+    /// when it holds no id: its holder drops it once its root is tombed
+    /// (use [`Self::is_empty_in`] to read that).
     pub(crate) fn is_empty(&self) -> bool {
         matches!(self, SubscriberSet::Empty)
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// Whether the set holds no id as far as one read tells: the empty value,
+    /// or a shared set whose root is a T-node.
+    pub(crate) fn is_empty_in(&self, ctx: Ctx<'_>, guard: &Guard) -> bool {
+        match self {
+            SubscriberSet::Shared(root) => idset::is_dead(root, ctx, guard),
+            other => other.is_empty(),
+        }
+    }
+
+    /// The root of a shared set, when this is one.
+    pub(crate) fn shared(&self) -> Option<&Arc<INode>> {
+        match self {
+            SubscriberSet::Shared(root) => Some(root),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn count(&self, ctx: Ctx<'_>, guard: &Guard) -> usize {
         match self {
             SubscriberSet::Empty => 0,
             SubscriberSet::One(_) => 1,
             SubscriberSet::Many(ids) => ids.len(),
+            SubscriberSet::Shared(root) => {
+                let mut count = 0;
+                idset::for_each(root, ctx, guard, |_| count += 1);
+                count
+            }
         }
     }
 
-    pub(crate) fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &str, ctx: Ctx<'_>, guard: &Guard) -> bool {
         match self {
             SubscriberSet::Empty => false,
             SubscriberSet::One(held) => **held == *id,
             SubscriberSet::Many(ids) => ids.get(id).is_some(),
+            SubscriberSet::Shared(root) => idset::contains(root, id, hash_word(id), ctx, guard),
         }
     }
 
-    /// The ids, in no particular order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &SmolStr> {
-        let (one, many) = match self {
-            SubscriberSet::Empty => (None, None),
-            SubscriberSet::One(id) => (Some(id), None),
-            SubscriberSet::Many(ids) => (None, Some(ids.iter().map(|leaf| &leaf.key))),
-        };
-        one.into_iter().chain(many.into_iter().flatten())
+    /// Call `visit` with every id and its [`hash_word`], in no particular order.
+    pub(crate) fn for_each<'g>(&'g self, ctx: Ctx<'_>, guard: &'g Guard, mut visit: impl FnMut(&'g SmolStr, u64)) {
+        match self {
+            SubscriberSet::Empty => {}
+            SubscriberSet::One(id) => visit(id, hash_word(id)),
+            SubscriberSet::Many(ids) => ids.iter().for_each(|leaf| visit(&leaf.key, leaf.hash)),
+            SubscriberSet::Shared(root) => idset::for_each(root, ctx, guard, |leaf| visit(&leaf.key, leaf.hash)),
+        }
     }
 
     /// Append the ids to `out`. Matching calls this once per matched branch:
-    /// [`Self::iter`] builds a table iterator (a path array of slot iterators)
-    /// even for one id, and copying it in and out was a tenth of a lookup.
-    pub(crate) fn push_into<'a>(&'a self, out: &mut SmallVec<[&'a SmolStr; 8]>) {
+    /// a table iterator (a path array of slot iterators) built even for one
+    /// id, and copied in and out, was a tenth of a lookup.
+    pub(crate) fn push_into<'g>(&'g self, out: &mut SmallVec<[&'g SmolStr; 8]>, ctx: Ctx<'_>, guard: &'g Guard) {
         match self {
             SubscriberSet::Empty => {}
             SubscriberSet::One(id) => out.push(id),
             SubscriberSet::Many(ids) => out.extend(ids.iter().map(|leaf| &leaf.key)),
+            SubscriberSet::Shared(root) => idset::for_each(root, ctx, guard, |leaf| out.push(&leaf.key)),
         }
     }
 
-    /// The set plus `id`, or `None` when `id` is already present.
-    pub(crate) fn with(&self, id: &SmolStr) -> Option<Self> {
+    /// The set plus `id`, or `None` when `id` is already present. A set that
+    /// reaches `shared_from` ids becomes a shared set in generation `gen`.
+    /// Not for a shared set (it changes in place: [`idset::insert`]).
+    pub(crate) fn with(&self, id: &SmolStr, gen: Generation, shared_from: usize) -> Option<Self> {
         match self {
             SubscriberSet::Empty => Some(SubscriberSet::One(id.clone())),
             SubscriberSet::One(held) if held == id => None,
-            SubscriberSet::One(held) => Some(SubscriberSet::Many(Arc::new(
-                Hamt::default().insert(held.clone(), ()).insert(id.clone(), ()),
-            ))),
+            SubscriberSet::One(held) => Some(SubscriberSet::from_leaves(
+                vec![Leaf::new(held.clone(), ()), Leaf::new(id.clone(), ())],
+                gen,
+                shared_from,
+            )),
+            SubscriberSet::Many(ids) if ids.len() + 1 >= shared_from => {
+                if ids.get(id).is_some() {
+                    return None;
+                }
+                let mut leaves: Vec<Leaf<()>> = ids.iter().cloned().collect();
+                leaves.push(Leaf::new(id.clone(), ()));
+                Some(SubscriberSet::from_leaves(leaves, gen, shared_from))
+            }
             SubscriberSet::Many(ids) => ids
                 .insert_new(Leaf::new(id.clone(), ()))
                 .map(|ids| SubscriberSet::Many(Arc::new(ids))),
+            SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
+        }
+    }
+
+    /// The set of `leaves` (distinct ids, at least two), in the form its size calls for.
+    fn from_leaves(leaves: Vec<Leaf<()>>, gen: Generation, shared_from: usize) -> Self {
+        debug_assert!(leaves.len() >= 2);
+        match leaves.len() >= shared_from {
+            true => SubscriberSet::Shared(idset::build(leaves, gen).0),
+            false => SubscriberSet::Many(Arc::new(Hamt::default().insert_many(leaves).0)),
         }
     }
 
     /// The set plus every id of `ids` (duplicates allowed), and how many were
-    /// new. Many additions go through one batch insert ([`Hamt::insert_many`])
-    /// instead of one path copy per id.
-    pub(crate) fn with_many(&self, ids: impl IntoIterator<Item = Leaf<()>>) -> (Self, usize) {
-        let mut ids = ids.into_iter().peekable();
-        let mut set = self.clone();
-        let mut added = 0;
-        // Empty and one-id sets grow one id at a time until they are a table.
-        while !matches!(set, SubscriberSet::Many(_)) {
-            let Some(id) = ids.next() else { return (set, added) };
-            if let Some(grown) = set.with(&id.key) {
-                set = grown;
-                added += 1;
-            }
-        }
-        let SubscriberSet::Many(table) = &set else {
-            unreachable!("loop exits on Many")
-        };
-        if ids.peek().is_none() {
-            return (set, added);
-        }
-        let mut leaves = scratch_vec(ids.size_hint().0);
+    /// new. Many additions go through one batch insert ([`Hamt::insert_many`],
+    /// or one build of a shared set in generation `gen`) instead of one path
+    /// copy per id. Not for a shared set (it changes in place).
+    pub(crate) fn with_many(
+        &self,
+        ids: impl IntoIterator<Item = Leaf<()>>,
+        gen: Generation,
+        shared_from: usize,
+    ) -> (Self, usize) {
+        let ids = ids.into_iter();
+        let mut leaves: Vec<Leaf<()>> = scratch_vec(ids.size_hint().0 + 1);
         leaves.extend(ids);
-        let (table, new) = table.insert_many(leaves);
-        (SubscriberSet::Many(Arc::new(table)), added + new)
+        if leaves.is_empty() {
+            return (self.clone(), 0);
+        }
+        let held = match self {
+            SubscriberSet::Many(table) if table.len() + leaves.len() < shared_from => {
+                let (table, new) = table.insert_many(leaves);
+                return (SubscriberSet::Many(Arc::new(table)), new);
+            }
+            SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
+            SubscriberSet::Empty => 0,
+            SubscriberSet::One(id) => {
+                leaves.push(Leaf::new(id.clone(), ()));
+                1
+            }
+            SubscriberSet::Many(table) => {
+                leaves.extend(table.iter().cloned());
+                table.len()
+            }
+        };
+        let mut leaves = sorted_unique(leaves);
+        let total = leaves.len();
+        let set = match total {
+            1 => SubscriberSet::One(leaves.pop().expect("one id").key),
+            _ => SubscriberSet::from_leaves(leaves, gen, shared_from),
+        };
+        (set, total - held)
     }
 
-    /// The set minus `id`, or `None` when `id` is absent.
+    /// The set minus `id`, or `None` when `id` is absent. Not for a shared set
+    /// (it changes in place: [`idset::remove`]).
     pub(crate) fn without(&self, id: &str) -> Option<Self> {
         match self {
             SubscriberSet::Empty => None,
@@ -171,6 +248,7 @@ impl SubscriberSet {
                     _ => SubscriberSet::Many(Arc::new(ids)),
                 })
             }
+            SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
         }
     }
 }
@@ -464,7 +542,7 @@ impl MainNode {
     pub(crate) fn cnode(&self) -> Option<&CNode> {
         match &self.kind {
             MainKind::Branches(cnode) => Some(cnode),
-            MainKind::Tomb => None,
+            MainKind::Ids(_) | MainKind::Tomb => None,
         }
     }
 }

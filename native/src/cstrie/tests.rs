@@ -782,3 +782,272 @@ fn tails_expand_where_patterns_share_a_path() {
         assert!(trie.is_empty());
     }
 }
+
+// --- shared subscriber sets (idset.rs) ---
+
+/// The pairs of `model` whose pattern matches `key`: the subscribers a lookup must return.
+fn expected_lookup(model: &BTreeSet<(String, SmolStr)>, key: &str) -> Vec<SmolStr> {
+    let found: BTreeSet<SmolStr> = (model.iter())
+        .filter(|(pattern, _)| matches(pattern, key))
+        .map(|(_, id)| id.clone())
+        .collect();
+    found.into_iter().collect()
+}
+
+/// Every read of `snapshot` against `model`, the pairs it must hold.
+fn assert_snapshot_holds(snapshot: &Snapshot, model: &BTreeSet<(String, SmolStr)>, label: &str) {
+    let pairs: Vec<(String, SmolStr)> = model.iter().cloned().collect();
+    assert_eq!(snapshot.subscriptions(), pairs, "{label}: subscriptions()");
+    assert_eq!(snapshot.len(), model.len(), "{label}: len()");
+    let frozen = snapshot.freeze().expect("freezes");
+    for key in ["", "a", "a.b", "t.x.y", "t.x", "q.b", "z", "a.b.c"] {
+        let expected = expected_lookup(model, key);
+        assert_eq!(snapshot.lookup(key), expected, "{label}: lookup({key:?})");
+        let mut from_frozen: Vec<&str> = frozen.lookup(key);
+        from_frozen.sort_unstable();
+        assert_eq!(from_frozen, expected, "{label}: frozen lookup({key:?})");
+    }
+}
+
+#[test]
+fn shared_sets_agree_with_a_model_under_random_writes_and_snapshots() {
+    // A set in each kind of holder: the root's empty pattern, literal branches,
+    // a tail (`t.x.#` is the only pattern under `t`) and the wildcard branches.
+    let patterns = ["", "a", "a.b", "t.x.#", "*.b", "#"];
+    for (seed, shared_from) in [(1u64, 2usize), (2, 5), (3, 64)] {
+        let mut rng = Rng(seed);
+        let trie = CsTrie::with_shared_sets_from(shared_from);
+        let mut model: BTreeSet<(String, SmolStr)> = BTreeSet::new();
+        let mut snapshots = Vec::new();
+        for step in 0..30_000 {
+            // Phases of growth and of shrinking, so sets pass the threshold both
+            // ways and empty out entirely.
+            let growing = (step / 3_000) % 2 == 0;
+            let pattern = patterns[rng.below(patterns.len())];
+            let id = SmolStr::from(format!("id{}", rng.below(150)));
+            let pair = (pattern.to_owned(), id.clone());
+            let subscribe = rng.below(10) < if growing { 7 } else { 2 };
+            if subscribe {
+                assert_eq!(
+                    trie.subscribe(pattern, &id),
+                    model.insert(pair),
+                    "step {step}: subscribe"
+                );
+            } else {
+                assert_eq!(
+                    trie.unsubscribe(pattern, &id),
+                    model.remove(&pair),
+                    "step {step}: unsubscribe"
+                );
+            }
+            if step % 997 == 0 {
+                snapshots.push((step, trie.snapshot(), model.clone()));
+            }
+        }
+        let label = format!("shared from {shared_from}");
+        assert_eq!(trie.len(), model.len(), "{label}: len()");
+        for key in ["", "a", "a.b", "t.x.y", "q.b"] {
+            assert_eq!(
+                trie.lookup(key),
+                expected_lookup(&model, key),
+                "{label}: live lookup({key:?})"
+            );
+        }
+        assert_snapshot_holds(&trie.snapshot(), &model, &format!("{label}, at the end"));
+        for (step, snapshot, then) in &snapshots {
+            assert_snapshot_holds(snapshot, then, &format!("{label}, snapshot at step {step}"));
+        }
+    }
+}
+
+#[test]
+fn emptying_shared_sets_returns_the_trie_to_a_lone_root() {
+    let patterns = ["", "a", "a.b.c", "x.#"];
+    let trie = CsTrie::with_shared_sets_from(4);
+    let mut pairs = Vec::new();
+    for pattern in patterns {
+        for i in 0..300 {
+            pairs.push((pattern, format!("id{i}")));
+        }
+    }
+    let mut rng = Rng(7);
+    for (pattern, id) in &pairs {
+        assert!(trie.subscribe(pattern, id));
+    }
+    let full = trie.snapshot();
+    // Unsubscribe in random order, with snapshots on the way: writers then
+    // renew set roots and levels into the new generation as they go.
+    for at in (1..pairs.len()).rev() {
+        pairs.swap(at, rng.below(at + 1));
+    }
+    for (done, (pattern, id)) in pairs.iter().enumerate() {
+        assert!(trie.unsubscribe(pattern, id), "{pattern:?} {id}");
+        if done % 250 == 0 {
+            drop(trie.snapshot());
+        }
+    }
+    assert!(trie.is_empty());
+    assert_eq!(trie.node_count(), 1, "only the root I-node is left");
+    let guard = epoch::pin();
+    let root = read_root(&trie.root, false, &guard);
+    let root_cnode = gcas_read(root, trie.ctx(), &guard)
+        .get()
+        .cnode()
+        .expect("the root is never tombed");
+    assert!(root_cnode.is_empty(), "no holder keeps a dead set");
+    assert_eq!(full.len(), 1_200, "the snapshot kept every pair");
+}
+
+fn forced(id: &str, hash: u64) -> hamt::Leaf<()> {
+    hamt::Leaf {
+        hash,
+        key: SmolStr::from(id),
+        value: (),
+    }
+}
+
+#[test]
+fn shared_sets_keep_colliding_and_near_hashes_apart() {
+    use super::idset::{self, SetWrite};
+    const H: u64 = 0x9E37_79B9_7F4A_7C15;
+    // Three ids with one hash (a collision list below every level), two that
+    // part only at the last bits, one that parts at the first level.
+    let ids = [
+        ("c0", H),
+        ("c1", H),
+        ("c2", H),
+        ("n0", H ^ 1),
+        ("n1", H ^ 2),
+        ("f0", H ^ (1 << 63)),
+    ];
+    let trie = CsTrie::new();
+    let guard = epoch::pin();
+    let ctx = trie.ctx();
+    let gen = read_root(&trie.root, false, &guard).gen;
+    let held = |set: &INode| {
+        let mut found = Vec::new();
+        idset::for_each(set, ctx, &guard, |leaf| found.push((leaf.key.to_string(), leaf.hash)));
+        found.sort_unstable();
+        found
+    };
+    let (set, count) = idset::build(vec![forced("c0", H), forced("f0", H ^ (1 << 63)), forced("c0", H)], gen);
+    assert_eq!(count, 2, "a duplicate is counted once");
+    let mut model: BTreeSet<(String, u64)> = [("c0".to_owned(), H), ("f0".to_owned(), H ^ (1 << 63))].into();
+    for (id, hash) in ids {
+        let added = model.insert((id.to_owned(), hash));
+        assert_eq!(
+            idset::insert(&set, &SmolStr::from(id), hash, gen, ctx, &guard),
+            SetWrite::Done(added),
+            "{id}"
+        );
+        assert!(idset::contains(&set, id, hash, ctx, &guard), "{id}");
+        assert_eq!(held(&set), model.iter().cloned().collect::<Vec<_>>());
+    }
+    assert!(!idset::contains(&set, "c3", H, ctx, &guard), "same hash, other text");
+    assert!(
+        idset::level_count(&set, ctx, &guard) > 20,
+        "the collisions sit below every level"
+    );
+    let (rebuilt, _) = idset::build(ids.iter().map(|&(id, hash)| forced(id, hash)).collect(), gen);
+    assert_eq!(held(&rebuilt), held(&set), "a build holds what the inserts made");
+    for (index, (id, hash)) in ids.into_iter().enumerate() {
+        assert_eq!(idset::remove(&set, "c3", H, gen, ctx, &guard), SetWrite::Done(false));
+        let expected = if index + 1 == ids.len() {
+            SetWrite::Emptied
+        } else {
+            SetWrite::Done(true)
+        };
+        assert_eq!(idset::remove(&set, id, hash, gen, ctx, &guard), expected, "{id}");
+        assert_eq!(
+            idset::remove(&set, id, hash, gen, ctx, &guard),
+            match expected {
+                SetWrite::Emptied => SetWrite::Tombed,
+                _ => SetWrite::Done(false),
+            }
+        );
+        model.remove(&(id.to_owned(), hash));
+        assert_eq!(held(&set), model.iter().cloned().collect::<Vec<_>>());
+        if index == 4 {
+            // Only `f0` is left, in the root: every level below was emptied,
+            // tombed and compressed away, up the chain.
+            assert_eq!(idset::level_count(&set, ctx, &guard), 1);
+        }
+    }
+    assert!(idset::is_dead(&set, ctx, &guard));
+    assert_eq!(
+        idset::insert(&set, &SmolStr::from("c0"), H, gen, ctx, &guard),
+        SetWrite::Tombed,
+        "a tombed set is final"
+    );
+}
+
+#[test]
+fn a_subscribe_into_a_shared_set_copies_one_node_however_big_the_set() {
+    let trie = CsTrie::new();
+    let pair = |i: usize| ("audit.#".to_owned(), format!("subscriber{i}"));
+    let small = slots_copied_per_subscribe(&trie, 100..2_100, pair);
+    slots_copied_per_subscribe(&trie, 2_100..40_000, pair);
+    let large = slots_copied_per_subscribe(&trie, 40_000..42_000, pair);
+    // One node of at most w slots, and nothing of the C-node holding the set.
+    assert!(
+        small <= hamt::WAYS && large <= hamt::WAYS,
+        "{small} and {large} slots per subscribe"
+    );
+    let _snapshot = trie.snapshot();
+    // Renewal copies each level once per snapshot, the first time a writer passes.
+    let after_snapshot = slots_copied_per_subscribe(&trie, 42_000..44_000, pair);
+    assert!(
+        after_snapshot <= hamt::WAYS * 3,
+        "{after_snapshot} slots per subscribe after a snapshot"
+    );
+}
+
+#[test]
+fn subscribe_many_into_shared_sets_agrees_with_a_model() {
+    let patterns = ["", "a", "a.b", "t.x.#", "*.b"];
+    for (seed, shared_from) in [(21u64, 2usize), (22, 64)] {
+        let mut rng = Rng(seed);
+        let trie = CsTrie::with_shared_sets_from(shared_from);
+        let mut model: BTreeSet<(String, SmolStr)> = BTreeSet::new();
+        let mut snapshots = Vec::new();
+        for round in 0..30 {
+            // A bulk load with duplicates, into sets of every form (empty, one id,
+            // a table, shared), then one-pair removals that shrink and empty them.
+            let batch: Vec<(String, String)> = (0..rng.below(500))
+                .map(|_| {
+                    (
+                        patterns[rng.below(patterns.len())].to_owned(),
+                        format!("id{}", rng.below(300)),
+                    )
+                })
+                .collect();
+            let new: BTreeSet<(String, SmolStr)> = (batch.iter())
+                .map(|(pattern, id)| (pattern.clone(), SmolStr::from(id)))
+                .filter(|pair| !model.contains(pair))
+                .collect();
+            let added = trie.subscribe_many(batch.iter().map(|(pattern, id)| (pattern.as_str(), id.as_str())));
+            assert_eq!(added, new.len(), "round {round}: pairs reported new");
+            model.extend(new);
+            for _ in 0..rng.below(600) {
+                let pair = (
+                    patterns[rng.below(patterns.len())].to_owned(),
+                    SmolStr::from(format!("id{}", rng.below(300))),
+                );
+                assert_eq!(
+                    trie.unsubscribe(&pair.0, &pair.1),
+                    model.remove(&pair),
+                    "round {round}: unsubscribe"
+                );
+            }
+            if round % 4 == 0 {
+                snapshots.push((round, trie.snapshot(), model.clone()));
+            }
+        }
+        let label = format!("shared from {shared_from}");
+        assert_eq!(trie.len(), model.len(), "{label}: len()");
+        assert_snapshot_holds(&trie.snapshot(), &model, &label);
+        for (round, snapshot, then) in &snapshots {
+            assert_snapshot_holds(snapshot, then, &format!("{label}, snapshot after round {round}"));
+        }
+    }
+}

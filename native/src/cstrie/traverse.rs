@@ -41,7 +41,7 @@ impl<'g> Walk<'_, 'g, '_> {
     /// Take `branch` of `inode`'s C-node, arriving at key position `next`.
     fn follow(&mut self, inode: &INode, word: PatternWord<'_>, branch: &'g Branch, next: usize) {
         if next == self.key_len {
-            branch.subscribers.push_into(self.found);
+            branch.subscribers.push_into(self.found, self.ctx, self.guard);
         }
         match &branch.child {
             None => {}
@@ -56,7 +56,7 @@ impl<'g> Walk<'_, 'g, '_> {
             Some(Child::Tail(tail)) => {
                 let pattern: SmallVec<[PatternWord<'g>; 8]> = tail.pattern_words().collect();
                 if tail_matches(&pattern, &self.key[next..]) {
-                    tail.subscribers.push_into(self.found);
+                    tail.subscribers.push_into(self.found, self.ctx, self.guard);
                 }
             }
         }
@@ -131,7 +131,7 @@ pub(crate) fn matching<'g>(
         return Vec::new();
     };
     if key.is_empty() {
-        root_cnode.empty_pattern().push_into(&mut found);
+        root_cnode.empty_pattern().push_into(&mut found, ctx, guard);
     }
     // For each C-node whose `#` branch was taken: the lowest key position it
     // was taken from (C-node addresses are stable: the guard keeps them alive).
@@ -177,7 +177,10 @@ pub(crate) fn matching<'g>(
     found.into_iter().cloned().collect()
 }
 
-fn sorted(mut ids: Vec<SmolStr>) -> Vec<SmolStr> {
+/// The ids of `set`, sorted.
+fn sorted(set: &SubscriberSet, ctx: Ctx<'_>, guard: &Guard) -> Vec<SmolStr> {
+    let mut ids = Vec::new();
+    set.for_each(ctx, guard, |id, _| ids.push(id.clone()));
     ids.sort_unstable();
     ids
 }
@@ -188,7 +191,7 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
         return Vec::new();
     };
     let Some((last, inner)) = pattern.split_last() else {
-        return sorted(cnode.empty_pattern().iter().cloned().collect());
+        return sorted(cnode.empty_pattern(), ctx, guard);
     };
     for (at, word) in inner.iter().enumerate() {
         match cnode.branch(*word).and_then(|branch| branch.child.as_ref()) {
@@ -197,27 +200,32 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
                 None => return Vec::new(),
             },
             Some(Child::Tail(tail)) if tail.is(&pattern[at + 1..]) => {
-                return sorted(tail.subscribers.iter().cloned().collect());
+                return sorted(&tail.subscribers, ctx, guard);
             }
             Some(Child::Tail(_)) | None => return Vec::new(),
         }
     }
     cnode
         .branch(*last)
-        .map(|branch| sorted(branch.subscribers.iter().cloned().collect()))
+        .map(|branch| sorted(&branch.subscribers, ctx, guard))
         .unwrap_or_default()
 }
 
 /// Visit every stored `(pattern text, subscribers)` with a non-empty set.
-pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut visit: impl FnMut(&str, &SubscriberSet)) {
+pub(crate) fn for_each_pattern<'g>(
+    root: &'g INode,
+    ctx: Ctx<'_>,
+    guard: &'g Guard,
+    mut visit: impl FnMut(&str, &'g SubscriberSet),
+) {
     let Some(root_cnode) = gcas_read(root, ctx, guard).get().cnode() else {
         return;
     };
-    if !root_cnode.empty_pattern().is_empty() {
+    if !root_cnode.empty_pattern().is_empty_in(ctx, guard) {
         visit("", root_cnode.empty_pattern());
     }
     // (C-node, text of the pattern prefix leading to it; None at the root).
-    let mut stack: Vec<(&CNode, Option<String>)> = vec![(root_cnode, None)];
+    let mut stack: Vec<(&'g CNode, Option<String>)> = vec![(root_cnode, None)];
     while let Some((cnode, prefix)) = stack.pop() {
         for (word, branch) in cnode.branches() {
             let word_text = match word {
@@ -229,7 +237,7 @@ pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut vi
                 None => word_text.to_owned(),
                 Some(prefix) => format!("{prefix}{}{word_text}", crate::topic::SEPARATOR),
             };
-            if !branch.subscribers.is_empty() {
+            if !branch.subscribers.is_empty_in(ctx, guard) {
                 visit(&pattern, &branch.subscribers);
             }
             match &branch.child {
@@ -239,6 +247,7 @@ pub(crate) fn for_each_pattern(root: &INode, ctx: Ctx<'_>, guard: &Guard, mut vi
                         stack.push((child_cnode, Some(pattern)));
                     }
                 }
+                Some(Child::Tail(tail)) if tail.subscribers.is_empty_in(ctx, guard) => {}
                 Some(Child::Tail(tail)) => {
                     visit(&format!("{pattern}{SEPARATOR}{}", tail.words), &tail.subscribers);
                 }

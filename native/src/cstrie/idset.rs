@@ -1,0 +1,491 @@
+//! Shared subscriber sets: a big subscriber set as a Ctrie of its own.
+//!
+//! # Why
+//!
+//! A set held as a persistent HAMT inside a C-node ([`SubscriberSet::Many`])
+//! changes by path copy: a new id copies every node on the way to it and
+//! bumps the reference count of every child of each (a cache miss apiece),
+//! and then the C-node, the branch and the GCAS that publish the new set. With
+//! a million subscribers of `audit.#` that is about 50 cold atomic writes per
+//! subscribe, and as many releases when the old version goes.
+//!
+//! So once a set reaches [`SHARED_FROM`] ids it becomes the Ctrie of Prokopec
+//! et al. in its original form, keyed by the id's hash: every level of the
+//! HAMT is an I-node whose main node ([`IdNode`]) is replaced by GCAS. A new
+//! id copies the one node it lands in (at most 8 slots, nearly all of them
+//! inline ids) and GCASes that level's I-node; the C-node holding the set
+//! ([`SubscriberSet::Shared`]) keeps pointing to the same root I-node and is
+//! not written at all.
+//!
+//! # Invariants
+//!
+//! * The holder's pointer to a shared set's root I-node is replaced only when
+//!   the root's generation is older than the trie root's (renewal: the old
+//!   root can never take a GCAS again, so its main node is final and shared by
+//!   the copy) or when the root is a T-node (the set is empty and final). A
+//!   C-node write for any other reason copies the pointer as it is. Replacing
+//!   a current-generation set root by a copy would lose every write that
+//!   commits on the old one meanwhile (the lost update the module docs of
+//!   `mod.rs` describe for trie I-nodes).
+//! * Levels are GCASed only under the generation of the trie's root, with the
+//!   trie's own GCAS (`gcas.rs`), so a snapshot of the trie is a snapshot of
+//!   every shared set in it, and snapshots stay O(1). A writer that meets a
+//!   level of an older generation renews it in its parent first (one node
+//!   copied), as the trie's writers renew their I-nodes.
+//! * A level left empty by a removal becomes a T-node and is then compressed
+//!   out of its parent; a parent left empty follows it. A root left empty
+//!   becomes a T-node and its holder drops the set. A T-node is final, so an
+//!   insert racing with the removal restarts instead of landing in a dead
+//!   level. A level left with one id is not pulled up into its parent (the
+//!   Ctrie's entombed S-node is left out): such chains only come from ids
+//!   whose hashes share a long prefix, so they cost at most the levels of
+//!   the live ids, and they go once those ids do.
+//!
+//! # Complexity (s ids, 8 ways)
+//!
+//! | operation | cost |
+//! |---|---|
+//! | insert / remove | O(log8 s) levels read, one node (at most 8 slots) copied, one GCAS |
+//! | first write below a level after a snapshot | + one node copied per renewed level |
+//! | `contains` | O(log8 s) levels read |
+//! | iteration, `count` | O(s) |
+//! | [`build`] from k ids | O(k log k) to sort, then each level allocated once |
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::gcas::{gcas, gcas_read, read_root, Ctx};
+use super::hamt::{chunk, count_copied, slot_index, sorted_unique, Leaf, SmolStr, LEVELS};
+use super::node::{Generation, INode, MainKind, MainNode};
+use super::sync::epoch::Guard;
+
+/// By default a set of this many ids or more is a shared set
+/// ([`CsTrie::with_shared_sets_from`](super::CsTrie::with_shared_sets_from)
+/// changes it per trie). Below it, a path copy of a HAMT of at most two levels
+/// costs less than the I-nodes and GCASes of a Ctrie, and takes less memory.
+pub(crate) const SHARED_FROM: usize = 64;
+
+/// One level of a shared set: the main node of its I-node.
+pub(crate) struct IdNode {
+    /// Above the last level: one bit per 3-bit chunk value of the ids' hashes
+    /// at this level. Invariant: `slots.len() == bitmap.count_ones()`, slots
+    /// in ascending bit order. At level [`LEVELS`] (every hash bit used) the
+    /// node is a collision list: bitmap 0, ids with one hash, distinct texts.
+    bitmap: u32,
+    slots: Box<[IdSlot]>,
+}
+
+#[derive(Clone)]
+pub(crate) enum IdSlot {
+    /// An id, inline (its text is a [`SmolStr`]: no allocation up to 23 bytes).
+    Id(Leaf<()>),
+    /// The next level. Its generation may be older than the trie root's (shared
+    /// with a snapshot) until a writer renews it.
+    Level(Arc<INode>),
+}
+
+impl IdNode {
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Where `hash` goes at `level`: its bit and slot index, and whether the slot is held.
+    fn locate(&self, hash: u64, level: u32) -> (u32, usize, bool) {
+        let bit = chunk(hash, level);
+        (bit, slot_index(self.bitmap, bit), self.bitmap & (1 << bit) != 0)
+    }
+
+    fn inserted(&self, bit: u32, at: usize, slot: IdSlot) -> IdNode {
+        count_copied(self.slots.len());
+        let mut slots = Vec::with_capacity(self.slots.len() + 1);
+        slots.extend_from_slice(&self.slots[..at]);
+        slots.push(slot);
+        slots.extend_from_slice(&self.slots[at..]);
+        IdNode {
+            bitmap: self.bitmap | (1 << bit),
+            slots: slots.into_boxed_slice(),
+        }
+    }
+
+    fn replaced(&self, at: usize, slot: IdSlot) -> IdNode {
+        count_copied(self.slots.len());
+        let mut slot = Some(slot);
+        let slots = (self.slots.iter().enumerate())
+            .map(|(index, held)| match index == at {
+                true => slot.take().expect("one replacement"),
+                false => held.clone(),
+            })
+            .collect();
+        IdNode {
+            bitmap: self.bitmap,
+            slots,
+        }
+    }
+
+    /// Without slot `at` (`bit` 0 and ignored at the collision level).
+    fn removed(&self, bit: Option<u32>, at: usize) -> IdNode {
+        count_copied(self.slots.len());
+        let slots = (self.slots.iter().enumerate())
+            .filter(|&(index, _)| index != at)
+            .map(|(_, held)| held.clone())
+            .collect();
+        IdNode {
+            bitmap: bit.map_or(self.bitmap, |bit| self.bitmap & !(1 << bit)),
+            slots,
+        }
+    }
+}
+
+fn level_inode(gen: Generation, node: IdNode) -> Arc<INode> {
+    INode::new(gen, MainNode::committed(MainKind::Ids(node)))
+}
+
+fn is_tomb(inode: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
+    matches!(gcas_read(inode, ctx, guard).get().kind, MainKind::Tomb)
+}
+
+/// Whether the trie's root still has generation `gen` (writers give up
+/// helping once a snapshot has moved it on).
+fn generation_holds(gen: Generation, ctx: Ctx<'_>, guard: &Guard) -> bool {
+    match ctx {
+        Ctx::Live(root) => read_root(root, false, guard).gen == gen,
+        Ctx::ReadOnly => false,
+    }
+}
+
+/// A new, unpublished level at `level` holding `first` and `second` (distinct ids).
+fn pair(first: Leaf<()>, second: Leaf<()>, level: u32, gen: Generation) -> Arc<INode> {
+    if level == LEVELS {
+        let slots = Box::new([IdSlot::Id(first), IdSlot::Id(second)]);
+        return level_inode(gen, IdNode { bitmap: 0, slots });
+    }
+    let (a, b) = (chunk(first.hash, level), chunk(second.hash, level));
+    let node = if a == b {
+        IdNode {
+            bitmap: 1 << a,
+            slots: Box::new([IdSlot::Level(pair(first, second, level + 1, gen))]),
+        }
+    } else {
+        let (low, high) = if a < b { (first, second) } else { (second, first) };
+        IdNode {
+            bitmap: (1 << a) | (1 << b),
+            slots: Box::new([IdSlot::Id(low), IdSlot::Id(high)]),
+        }
+    };
+    level_inode(gen, node)
+}
+
+/// A new, unpublished shared set of `leaves` (duplicates allowed, at least
+/// one), in generation `gen`, and how many distinct ids it holds.
+pub(crate) fn build(leaves: Vec<Leaf<()>>, gen: Generation) -> (Arc<INode>, usize) {
+    debug_assert!(!leaves.is_empty());
+    let leaves = sorted_unique(leaves);
+    let count = leaves.len();
+    (build_level(&leaves, 0, gen), count)
+}
+
+/// The level `level` of `leaves` (sorted by hash, distinct, at least one).
+fn build_level(leaves: &[Leaf<()>], level: u32, gen: Generation) -> Arc<INode> {
+    if level == LEVELS {
+        let slots = leaves.iter().cloned().map(IdSlot::Id).collect();
+        return level_inode(gen, IdNode { bitmap: 0, slots });
+    }
+    let mut bitmap = 0u32;
+    let mut slots = Vec::with_capacity(leaves.len().min(8));
+    let mut start = 0;
+    while start < leaves.len() {
+        let bit = chunk(leaves[start].hash, level);
+        let mut end = start + 1;
+        while end < leaves.len() && chunk(leaves[end].hash, level) == bit {
+            end += 1;
+        }
+        bitmap |= 1 << bit;
+        slots.push(match end - start {
+            1 => IdSlot::Id(leaves[start].clone()),
+            _ => IdSlot::Level(build_level(&leaves[start..end], level + 1, gen)),
+        });
+        start = end;
+    }
+    level_inode(
+        gen,
+        IdNode {
+            bitmap,
+            slots: slots.into_boxed_slice(),
+        },
+    )
+}
+
+/// What a write to a shared set did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum SetWrite {
+    /// Finished: whether the set changed.
+    Done(bool),
+    /// Removed the last id: the root is now a T-node, and the holder should drop the set.
+    Emptied,
+    /// A GCAS lost a race or the generation moved: start again from the trie's root.
+    Restart,
+    /// The root is a T-node: the set is empty and final; the holder must drop it.
+    Tombed,
+}
+
+/// Add `id` (hash `hash`) to the set rooted at `root`, whose generation is
+/// the trie root's `gen` (the caller renews an older root first).
+/// Linearizes at the committing GCAS, or at the read that found `id`.
+pub(crate) fn insert(root: &INode, id: &SmolStr, hash: u64, gen: Generation, ctx: Ctx<'_>, guard: &Guard) -> SetWrite {
+    debug_assert_eq!(root.gen, gen, "the holder renews an old-generation root first");
+    let mut inode = root;
+    let mut parent: Option<(&INode, u32)> = None;
+    let mut level = 0;
+    loop {
+        let main = gcas_read(inode, ctx, guard);
+        let MainKind::Ids(node) = &main.get().kind else {
+            return match parent {
+                None => SetWrite::Tombed,
+                Some((parent, parent_level)) => {
+                    compress(parent, parent_level, hash, inode, gen, ctx, guard);
+                    SetWrite::Restart
+                }
+            };
+        };
+        let commit = |new: IdNode| match gcas(inode, main, MainKind::Ids(new), ctx, guard) {
+            true => SetWrite::Done(true),
+            false => SetWrite::Restart,
+        };
+        let leaf = || Leaf {
+            hash,
+            key: id.clone(),
+            value: (),
+        };
+        if level == LEVELS {
+            if node
+                .slots
+                .iter()
+                .any(|slot| matches!(slot, IdSlot::Id(held) if held.key == *id))
+            {
+                return SetWrite::Done(false);
+            }
+            return commit(node.inserted(0, node.slots.len(), IdSlot::Id(leaf())));
+        }
+        let (bit, at, held) = node.locate(hash, level);
+        if !held {
+            return commit(node.inserted(bit, at, IdSlot::Id(leaf())));
+        }
+        match &node.slots[at] {
+            IdSlot::Id(held) if held.is(hash, id) => return SetWrite::Done(false),
+            IdSlot::Id(held) => {
+                let below = pair(held.clone(), leaf(), level + 1, gen);
+                return commit(node.replaced(at, IdSlot::Level(below)));
+            }
+            IdSlot::Level(child) if child.gen == gen => {
+                parent = Some((inode, level));
+                inode = child;
+                level += 1;
+            }
+            IdSlot::Level(child) => {
+                if !renew(inode, main, node, at, child, gen, ctx, guard) {
+                    return SetWrite::Restart;
+                }
+            }
+        }
+    }
+}
+
+/// Remove `id` from the set rooted at `root` (generation `gen`, as for
+/// [`insert`]). Linearizes at the committing GCAS, or at the read that found
+/// `id` absent.
+pub(crate) fn remove(root: &INode, id: &str, hash: u64, gen: Generation, ctx: Ctx<'_>, guard: &Guard) -> SetWrite {
+    debug_assert_eq!(root.gen, gen, "the holder renews an old-generation root first");
+    // The levels above `inode`, each with its level number.
+    let mut path: SmallVec<[(&INode, u32); 16]> = SmallVec::new();
+    let mut inode = root;
+    loop {
+        let level = path.len() as u32;
+        let main = gcas_read(inode, ctx, guard);
+        let MainKind::Ids(node) = &main.get().kind else {
+            return match path.last() {
+                None => SetWrite::Tombed,
+                Some(&(parent, parent_level)) => {
+                    compress(parent, parent_level, hash, inode, gen, ctx, guard);
+                    SetWrite::Restart
+                }
+            };
+        };
+        let new = if level == LEVELS {
+            let found = node
+                .slots
+                .iter()
+                .position(|slot| matches!(slot, IdSlot::Id(held) if held.key == id));
+            let Some(at) = found else {
+                return SetWrite::Done(false);
+            };
+            node.removed(None, at)
+        } else {
+            let (bit, at, held) = node.locate(hash, level);
+            if !held {
+                return SetWrite::Done(false);
+            }
+            match &node.slots[at] {
+                IdSlot::Id(held) if held.is(hash, id) => node.removed(Some(bit), at),
+                IdSlot::Id(_) => return SetWrite::Done(false),
+                IdSlot::Level(child) if child.gen == gen => {
+                    path.push((inode, level));
+                    inode = child;
+                    continue;
+                }
+                IdSlot::Level(child) => {
+                    if !renew(inode, main, node, at, child, gen, ctx, guard) {
+                        return SetWrite::Restart;
+                    }
+                    continue;
+                }
+            }
+        };
+        if !new.is_empty() {
+            return match gcas(inode, main, MainKind::Ids(new), ctx, guard) {
+                true => SetWrite::Done(true),
+                false => SetWrite::Restart,
+            };
+        }
+        // The level is empty: a T-node (final, so no insert can land in it),
+        // then compressed out of its parent, and so on up while parents empty.
+        if !gcas(inode, main, MainKind::Tomb, ctx, guard) {
+            return SetWrite::Restart;
+        }
+        let mut tombed = inode;
+        for &(parent, parent_level) in path.iter().rev() {
+            if !compress(parent, parent_level, hash, tombed, gen, ctx, guard) {
+                return SetWrite::Done(true);
+            }
+            tombed = parent;
+        }
+        return SetWrite::Emptied;
+    }
+}
+
+/// Replace the old-generation `child` at slot `at` of `inode`'s node by a
+/// copy in generation `gen` with the same main node: its generation is dead,
+/// so no GCAS on it can commit again and its main node is final.
+#[allow(clippy::too_many_arguments)]
+fn renew(
+    inode: &INode,
+    main: super::atomic_arc::Guarded<'_, MainNode>,
+    node: &IdNode,
+    at: usize,
+    child: &INode,
+    gen: Generation,
+    ctx: Ctx<'_>,
+    guard: &Guard,
+) -> bool {
+    debug_assert_ne!(child.gen, gen, "only an old-generation level is renewed");
+    let child_main = gcas_read(child, ctx, guard).to_arc();
+    let renewed = IdSlot::Level(INode::new(gen, child_main));
+    gcas(inode, main, MainKind::Ids(node.replaced(at, renewed)), ctx, guard)
+}
+
+/// Remove the tombed level `tombed` (on the path of `hash`) from `parent`, at
+/// `level`. Returns whether `parent` became a T-node by it (it was left
+/// empty). The caller decides what a tombed root means.
+#[allow(clippy::too_many_arguments)]
+fn compress(
+    parent: &INode,
+    level: u32,
+    hash: u64,
+    tombed: &INode,
+    gen: Generation,
+    ctx: Ctx<'_>,
+    guard: &Guard,
+) -> bool {
+    if parent.gen != gen {
+        return false;
+    }
+    loop {
+        let main = gcas_read(parent, ctx, guard);
+        let MainKind::Ids(node) = &main.get().kind else {
+            return false;
+        };
+        let (bit, at, held) = node.locate(hash, level);
+        if !held || !matches!(&node.slots[at], IdSlot::Level(child) if std::ptr::eq(&**child, tombed)) {
+            return false;
+        }
+        if !is_tomb(tombed, ctx, guard) {
+            return false;
+        }
+        let new = node.removed(Some(bit), at);
+        let empty = new.is_empty();
+        let kind = if empty { MainKind::Tomb } else { MainKind::Ids(new) };
+        if gcas(parent, main, kind, ctx, guard) {
+            return empty;
+        }
+        if !generation_holds(gen, ctx, guard) {
+            return false;
+        }
+    }
+}
+
+/// Whether the set rooted at `root` holds `id`.
+pub(crate) fn contains(root: &INode, id: &str, hash: u64, ctx: Ctx<'_>, guard: &Guard) -> bool {
+    let mut inode = root;
+    let mut level = 0;
+    loop {
+        let main = gcas_read(inode, ctx, guard);
+        let MainKind::Ids(node) = &main.get().kind else {
+            return false;
+        };
+        if level == LEVELS {
+            return node
+                .slots
+                .iter()
+                .any(|slot| matches!(slot, IdSlot::Id(held) if held.key == id));
+        }
+        let (_, at, held) = node.locate(hash, level);
+        if !held {
+            return false;
+        }
+        match &node.slots[at] {
+            IdSlot::Id(held) => return held.is(hash, id),
+            IdSlot::Level(child) => {
+                inode = child;
+                level += 1;
+            }
+        }
+    }
+}
+
+/// Call `visit` with every id of the set rooted at `root`, in no particular order.
+pub(crate) fn for_each<'g>(root: &'g INode, ctx: Ctx<'_>, guard: &'g Guard, mut visit: impl FnMut(&'g Leaf<()>)) {
+    let mut stack: SmallVec<[&'g INode; 32]> = SmallVec::new();
+    stack.push(root);
+    while let Some(inode) = stack.pop() {
+        if let MainKind::Ids(node) = &gcas_read(inode, ctx, guard).get().kind {
+            for slot in node.slots.iter() {
+                match slot {
+                    IdSlot::Id(leaf) => visit(leaf),
+                    IdSlot::Level(child) => stack.push(child),
+                }
+            }
+        }
+    }
+}
+
+/// Whether the set rooted at `root` is known to be empty: its root is a T-node.
+pub(crate) fn is_dead(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
+    is_tomb(root, ctx, guard)
+}
+
+/// The I-nodes of a set rooted at `root`, the root included (tests of pruning).
+#[cfg(test)]
+pub(crate) fn level_count(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> usize {
+    let mut count = 0;
+    let mut stack = vec![root];
+    while let Some(inode) = stack.pop() {
+        count += 1;
+        if let MainKind::Ids(node) = &gcas_read(inode, ctx, guard).get().kind {
+            stack.extend(node.slots.iter().filter_map(|slot| match slot {
+                IdSlot::Level(child) => Some(&**child),
+                IdSlot::Id(_) => None,
+            }));
+        }
+    }
+    count
+}
