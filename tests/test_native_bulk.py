@@ -6,6 +6,8 @@ the pairs held; :class:`~routing.validation.Validator` (pure Python) for which r
 
 from __future__ import annotations
 
+import random
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -200,3 +202,45 @@ def test_sliced_columns_read_from_their_offset() -> None:
     trie.subscribe_many(p.slice(5, 10), s.slice(5, 10))
     assert trie.subscriptions() == set(pairs[5:15])
     assert FrozenMatcher.from_arrow(p.slice(5, 10), s.slice(5, 10)).subscriptions() == set(pairs[5:15])
+
+
+def test_hot_patterns_past_the_shared_set_threshold_agree_with_the_oracle() -> None:
+    """Sets of 64 ids or more are shared sets (``native/src/cstrie/idset.rs``), written in place: sets grow past
+    the threshold and shrink to nothing, one pair and one batch at a time, with snapshots taken on the way
+    that later writes must not change."""
+    rng = random.Random(20261129)
+    hot = ["audit.#", "stock.*.msft", "orders", "", "t.x.#"]
+    keys_to_probe = ["audit.x.y", "stock.nasdaq.msft", "orders", "", "t.x", "t.x.y", "other"]
+    trie = CSTrieMatcher()
+    held: set[tuple[str, str]] = set()
+    snapshots = []
+    for round_ in range(12):
+        growing = round_ % 3 != 2
+        batch = [(rng.choice(hot), f"sub-{rng.randrange(400)}") for _ in range(rng.randrange(50, 400))]
+        if growing:
+            assert trie.subscribe_many(*columns(batch)) == len(set(batch) - held)
+            held |= set(batch)
+        else:
+            assert trie.unsubscribe_many(*columns(batch)) == len(set(batch) & held)
+            held -= set(batch)
+        for _ in range(300):
+            pair = (rng.choice(hot), f"sub-{rng.randrange(400)}")
+            if rng.random() < (0.6 if growing else 0.2):
+                trie.subscribe(*pair)
+                held.add(pair)
+            else:
+                trie.unsubscribe(*pair)
+                held.discard(pair)
+        snapshots.append((trie.snapshot(), frozenset(held)))
+    assert max(sum(1 for pattern, _ in held if pattern == p) for p in hot) >= 64, "no set was past the threshold"
+    for snapshot, then in snapshots:
+        assert snapshot.subscriptions() == then
+        assert len(snapshot) == len(then)
+        assert snapshot.freeze().to_bytes() == FrozenMatcher(then).to_bytes()
+        oracle = ReferenceMatcher(sorted(then))
+        for key in keys_to_probe:
+            assert snapshot.lookup(key) == oracle.lookup(key), key
+    # Empty every set: each shared set is tombed and dropped from its holder.
+    assert trie.unsubscribe_many(*columns(sorted(held))) == len(held)
+    assert len(trie) == 0 and trie.subscriptions() == frozenset()
+    assert trie.node_count() == 1, "every emptied set was dropped from its holder"
