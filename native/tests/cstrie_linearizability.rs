@@ -217,7 +217,8 @@ fn shared_universe() -> Vec<Pair> {
 /// One seeded run: `threads` threads of `operations` calls each, then a
 /// final snapshot once they are all done. Returns the whole history and the
 /// trie's `len()` at the end.
-fn record_history(trie: CsTrie, threads: usize, operations: usize, seed: u64) -> (Vec<Record>, usize) {
+fn record_history(threads: usize, operations: usize, seed: u64) -> (Vec<Record>, usize) {
+    let trie = CsTrie::new();
     let clock = Clock::default();
     let universe = shared_universe();
     let start = Barrier::new(threads);
@@ -259,15 +260,10 @@ fn record_history(trie: CsTrie, threads: usize, operations: usize, seed: u64) ->
 
 /// `seeds` seeded runs at each thread count, every history checked.
 fn check_histories(threads: usize, operations: usize, seeds: std::ops::Range<u64>) {
-    check_histories_on(CsTrie::new, threads, operations, seeds);
-}
-
-/// [`check_histories`] on the tries `new_trie` makes.
-fn check_histories_on(new_trie: fn() -> CsTrie, threads: usize, operations: usize, seeds: std::ops::Range<u64>) {
     let universe = shared_universe();
     for seed in seeds {
         let label = format!("{threads} threads, seed {seed}");
-        let (records, len) = record_history(new_trie(), threads, operations, seed);
+        let (records, len) = record_history(threads, operations, seed);
         let snapshots = records
             .iter()
             .filter(|record| matches!(record.call, Call::Snapshot(_)))
@@ -303,23 +299,6 @@ fn histories_with_snapshots_linearize_with_4_threads() {
 #[test]
 fn histories_with_snapshots_linearize_with_8_threads() {
     check_histories(8, 400, 300..320);
-}
-
-/// The same histories with every set of both subscribers a shared set
-/// (`idset.rs`): writes then race on the set's own levels, its renewal after a
-/// snapshot, and its removal once it empties, not on the C-node holding it.
-fn shared_sets_from_two() -> CsTrie {
-    CsTrie::with_shared_sets_from(2)
-}
-
-#[test]
-fn histories_with_shared_sets_linearize_with_2_threads() {
-    check_histories_on(shared_sets_from_two, 2, 500, 400..460);
-}
-
-#[test]
-fn histories_with_shared_sets_linearize_with_4_threads() {
-    check_histories_on(shared_sets_from_two, 4, 500, 500..530);
 }
 
 /// The checker itself, on hand-made histories.

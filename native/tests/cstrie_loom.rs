@@ -137,21 +137,10 @@ fn linearizable(initial: &Pairs, ops: &[Op], outcomes: &[Outcome], last: &Pairs)
 /// views must agree with its final state. `preemptions` bounds the search
 /// unless `LOOM_MAX_PREEMPTIONS` is set.
 fn model(setup: &'static [Op], concurrent: &'static [Op], read_in_thread: bool, preemptions: usize) {
-    model_on(CsTrie::new, setup, concurrent, read_in_thread, preemptions);
-}
-
-/// [`model`] on the tries `new_trie` makes.
-fn model_on(
-    new_trie: fn() -> CsTrie,
-    setup: &'static [Op],
-    concurrent: &'static [Op],
-    read_in_thread: bool,
-    preemptions: usize,
-) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = builder.preemption_bound.or(Some(preemptions));
     builder.check(move || {
-        let trie = Arc::new(new_trie());
+        let trie = Arc::new(CsTrie::new());
         let mut initial = Pairs::new();
         for op in setup {
             assert_eq!(outcome(run(&trie, op, false)), apply(&mut initial, op), "setup {op:?}");
@@ -252,19 +241,13 @@ fn a_subscribe_and_an_unsubscribe_of_one_pair_and_a_snapshot() {
     );
 }
 
-/// Every set of two ids or more is a shared set (`idset.rs`): changed in place
-/// by GCAS on its own levels, not by writing the C-node that holds it.
-fn shared_sets_from_two() -> CsTrie {
-    CsTrie::with_shared_sets_from(2)
-}
-
-/// Two writers inside one shared set whose root is from before a snapshot
+/// Two writers inside one shared set (`idset.rs`: every set of two ids or
+/// more) whose root is from before a snapshot
 /// (so the first to arrive renews it in its holder, while the other may be
 /// inside the old one), and a third thread snapshotting.
 #[test]
 fn two_writers_in_a_shared_set_and_a_snapshotter_lose_no_update() {
-    model_on(
-        shared_sets_from_two,
+    model(
         &[Op::Subscribe("c", "s0"), Op::Subscribe("c", "s1"), Op::Snapshot],
         &[Op::Subscribe("c", "s2"), Op::Unsubscribe("c", "s0"), Op::Snapshot],
         false,
@@ -277,8 +260,7 @@ fn two_writers_in_a_shared_set_and_a_snapshotter_lose_no_update() {
 /// the subscribe must not land in the dead set.
 #[test]
 fn a_subscribe_racing_the_removal_of_a_shared_sets_last_id() {
-    model_on(
-        shared_sets_from_two,
+    model(
         &[
             Op::Subscribe("c", "s0"),
             Op::Subscribe("c", "s1"),

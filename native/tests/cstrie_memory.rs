@@ -39,7 +39,7 @@ fn churn_returns_memory_to_an_empty_trie() {
     eprintln!("{total} cycles: live heap grew by {grown} bytes");
     assert!(grown < 64 * 1024, "{total} cycles left {grown} bytes live");
 
-    // The same for a shared set (`idset.rs`, 64 ids or more), in this test
+    // The same for a shared set (`idset.rs`, any set of two ids or more), in this test
     // because the allocator counts the whole process: a window of 200 ids of
     // one pattern slides (each cycle removes its oldest id and adds a new
     // one), so levels are created, emptied, tombed and compressed throughout.

@@ -91,18 +91,7 @@ fn run_thread(trie: &CsTrie, thread_index: usize, start: &Barrier) -> BTreeSet<P
 
 #[test]
 fn concurrent_operations_match_per_thread_models() {
-    check_against_per_thread_models(CsTrie::new());
-}
-
-/// The same with every set of three ids or more a shared set (`idset.rs`):
-/// the threads' ids meet in the sets of common patterns, so their writes
-/// race on the sets' own levels, renewals and removals.
-#[test]
-fn concurrent_operations_on_shared_sets_match_per_thread_models() {
-    check_against_per_thread_models(CsTrie::with_shared_sets_from(3));
-}
-
-fn check_against_per_thread_models(trie: CsTrie) {
+    let trie = CsTrie::new();
     let start = Barrier::new(THREADS);
     let models: Vec<BTreeSet<Pair>> = thread::scope(|scope| {
         let workers: Vec<_> = (0..THREADS)

@@ -97,8 +97,6 @@ struct Word<'a> {
 
 /// The pairs of one call, parsed once.
 struct Batch<'a> {
-    /// The trie's `shared_from`.
-    shared_from: usize,
     patterns: Vec<&'a str>,
     words: Vec<Word<'a>>,
     items: Vec<Item>,
@@ -278,7 +276,7 @@ fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32], gen: Generati
             value: (),
         }
     });
-    set.with_many(leaves, gen, batch.shared_from)
+    set.with_many(leaves, gen)
 }
 
 /// The text of the words from `depth` on, when every one of `items` (each at
@@ -394,7 +392,6 @@ impl CsTrie {
         let pairs = pairs.into_iter();
         let (expected, word_count) = count_words(pairs.clone());
         let mut batch = Batch {
-            shared_from: self.shared_from,
             patterns: scratch_vec(expected),
             words: scratch_vec(word_count),
             items: scratch_vec(expected),

@@ -1,5 +1,6 @@
 //! A persistent hash array mapped trie (HAMT) keyed by text: the branch
-//! tables and subscriber sets of the CS-trie's C-nodes.
+//! tables of the CS-trie's C-nodes (subscriber sets were HAMTs too, until they
+//! became Ctries of their own: `idset.rs`).
 //!
 //! # Why
 //!
@@ -40,9 +41,9 @@
 //! against 0.57-0.58x at 100,000), and 4 ways 0.9x of 8. Bulk loads and
 //! freezes, which copy nothing, pay for the extra levels: the million-pair
 //! bulk loads moved by -5% to +5% between 16 and 8 ways, within the runs'
-//! noise. (Those figures predate shared sets: a subscriber set of 64 ids or
-//! more is now a Ctrie of its own, `idset.rs`, with the same 8-way levels;
-//! HAMTs remain the branch tables and the smaller sets.)
+//! noise. (Those figures predate shared sets: a subscriber set of two ids or
+//! more is now a Ctrie of its own, `idset.rs`, with 32-way levels; HAMTs
+//! remain the branch tables.)
 //!
 //! The form is canonical: no node below the root holds a single leaf (it is
 //! pulled up into its parent's slot), and no node is empty, so equal contents
@@ -180,7 +181,7 @@ enum Slot<V> {
 pub(crate) struct Hamt<V> {
     /// The root node's bitmap (as a parent slot would hold it).
     bitmap: u32,
-    /// Bindings; `u32` keeps a subscriber set at one word (4 billion per table).
+    /// Bindings; `u32` keeps the header at one word (4 billion per table).
     len: u32,
     /// Invariant: `None` exactly when `len == 0`; otherwise the root bitmap
     /// node's slots (it may hold a single leaf: the root is exempt).
@@ -212,8 +213,9 @@ impl<V> Default for Hamt<V> {
 ///
 /// Each clone is a locked increment on a line of the child's own, and a
 /// locked instruction waits for its miss before the next one can start: in a
-/// million-id subscriber set nearly every such line is cold, so a subscribe
-/// spent most of its time in up to 4 x 15 misses taken one after another.
+/// million-id table (a million-id subscriber set, when sets were HAMTs) nearly
+/// every such line is cold, and a subscribe spent most of its time in up to
+/// 4 x 15 misses taken one after another.
 /// Prefetched first, the misses overlap each other and the walk down.
 #[inline]
 fn prefetch_children<V>(slots: &[Slot<V>], skip: usize) {
@@ -330,46 +332,27 @@ fn get_in<'a, V>(mut bitmap: u32, mut slots: &'a [Slot<V>], hash: u64, key: &str
     }
 }
 
-/// What to do when the key of the leaf being inserted is already bound.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum OnHeld {
-    /// Bind the new value (the copy is made either way).
-    Replace,
-    /// Leave the map as it is: no copy is made at all.
-    Keep,
-}
-
 /// A rebuilt bitmap node (its bitmap and slots) and whether the key was new.
 type Inserted<V> = (u32, Arc<[Slot<V>]>, bool);
 
 /// The bitmap node `(bitmap, slots)` at `level` with `leaf` inserted, and
-/// whether the key is new; `None` when the key is held and `on_held` is
-/// [`OnHeld::Keep`] (decided at the bottom, before any slot is copied).
-fn insert_in<V: Clone>(
-    bitmap: u32,
-    slots: &[Slot<V>],
-    leaf: Leaf<V>,
-    level: u32,
-    on_held: OnHeld,
-) -> Option<Inserted<V>> {
+/// whether the key is new (a held key is bound to the leaf's value).
+fn insert_in<V: Clone>(bitmap: u32, slots: &[Slot<V>], leaf: Leaf<V>, level: u32) -> Inserted<V> {
     let bit = chunk(leaf.hash, level);
     let at = slot_index(bitmap, bit);
     if bitmap & (1 << bit) == 0 {
         prefetch_children(slots, usize::MAX);
-        return Some((bitmap | (1 << bit), inserted(slots, at, Slot::Leaf(leaf)), true));
+        return (bitmap | (1 << bit), inserted(slots, at, Slot::Leaf(leaf)), true);
     }
     prefetch_children(slots, at);
     let (slot, added) = match &slots[at] {
-        Slot::Leaf(held) if held.is(leaf.hash, &leaf.key) => match on_held {
-            OnHeld::Replace => (Slot::Leaf(leaf), false),
-            OnHeld::Keep => return None,
-        },
+        Slot::Leaf(held) if held.is(leaf.hash, &leaf.key) => (Slot::Leaf(leaf), false),
         Slot::Leaf(held) => (pair(held.clone(), leaf, level + 1), true),
         Slot::Node {
             bitmap: below,
             slots: child,
         } => {
-            let (below, child, added) = insert_in(*below, child, leaf, level + 1, on_held)?;
+            let (below, child, added) = insert_in(*below, child, leaf, level + 1);
             (
                 Slot::Node {
                     bitmap: below,
@@ -381,9 +364,6 @@ fn insert_in<V: Clone>(
         Slot::Collision(leaves) => {
             // Below the last level: every leaf that gets here has the same hash.
             let held = leaves.iter().position(|held| held.key == leaf.key);
-            if held.is_some() && on_held == OnHeld::Keep {
-                return None;
-            }
             count_copied(leaves.len());
             let mut list = leaves.to_vec();
             let added = match held {
@@ -399,7 +379,7 @@ fn insert_in<V: Clone>(
             (Slot::Collision(Arc::from(list)), added)
         }
     };
-    Some((bitmap, replaced(slots, at, slot), added))
+    (bitmap, replaced(slots, at, slot), added)
 }
 
 /// What removing a key did to a subtree.
@@ -752,22 +732,6 @@ impl<V: Clone> Hamt<V> {
         self.insert_leaf(Leaf::new(key, value))
     }
 
-    /// The map plus `leaf`, or `None` when its key is already bound (the map
-    /// is then left as it is, whatever the leaf's value).
-    pub(crate) fn insert_new(&self, leaf: Leaf<V>) -> Option<Hamt<V>> {
-        let Some(slots) = &self.slots else {
-            return Some(self.insert_leaf(leaf));
-        };
-        // One walk: a held key is found at the bottom, before anything is copied.
-        let (bitmap, slots, added) = insert_in(self.bitmap, slots, leaf, 0, OnHeld::Keep)?;
-        debug_assert!(added);
-        Some(Hamt {
-            bitmap,
-            len: self.len + 1,
-            slots: Some(slots),
-        })
-    }
-
     /// `insert` of a leaf whose hash the caller computed.
     pub(crate) fn insert_leaf(&self, leaf: Leaf<V>) -> Hamt<V> {
         let Some(slots) = &self.slots else {
@@ -777,7 +741,7 @@ impl<V: Clone> Hamt<V> {
                 slots: Some(Arc::from([Slot::Leaf(leaf)])),
             };
         };
-        let (bitmap, slots, added) = insert_in(self.bitmap, slots, leaf, 0, OnHeld::Replace).expect("replaces");
+        let (bitmap, slots, added) = insert_in(self.bitmap, slots, leaf, 0);
         Hamt {
             bitmap,
             len: self.len + u32::from(added),
@@ -805,6 +769,7 @@ impl<V: Clone> Hamt<V> {
 }
 
 impl<V> Hamt<V> {
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len as usize
     }
@@ -1166,14 +1131,18 @@ mod tests {
         assert_eq!(map.get_hashed(hash, "b"), Some(&2));
         assert_eq!(map.get_hashed(hash, "x"), None);
         assert_eq!(map.get_hashed(near, "c"), Some(&3));
-        assert!(
-            map.insert_new(leaf("b", hash, 0)).is_none(),
+        let rebound = map.insert_leaf(leaf("b", hash, 0));
+        assert_eq!(
+            (rebound.len(), rebound.get_hashed(hash, "b")),
+            (4, Some(&0)),
             "a key held in the collision list"
         );
-        let grown = map
-            .insert_new(leaf("h", hash, 0))
-            .expect("a new key joins the collision list");
-        assert_eq!((grown.len(), grown.get_hashed(hash, "h")), (5, Some(&0)));
+        let grown = map.insert_leaf(leaf("h", hash, 0));
+        assert_eq!(
+            (grown.len(), grown.get_hashed(hash, "h")),
+            (5, Some(&0)),
+            "a new key joins the collision list"
+        );
         map = map.insert_leaf(leaf("e", hash, 5));
         map = map.insert_leaf(leaf("a", hash, 9));
         check_shape(&map, false);
@@ -1226,28 +1195,6 @@ mod tests {
                 slots,
             }
         }
-    }
-
-    /// `insert_new` walks once: a held key is found at the bottom and nothing is copied, a new one is
-    /// bound like `insert` binds it.
-    #[test]
-    fn insert_new_of_a_held_key_copies_nothing() {
-        let mut map: Hamt<u32> = Hamt::default();
-        for i in 0..5_000u32 {
-            map = map
-                .insert_new(Leaf::new(SmolStr::new(format!("k{i}")), i))
-                .expect("new");
-        }
-        check(&map);
-        let before = slots_copied();
-        for i in 0..5_000u32 {
-            assert!(map.insert_new(Leaf::new(SmolStr::new(format!("k{i}")), 0)).is_none());
-        }
-        assert_eq!(slots_copied(), before, "a held key copied slots");
-        assert_eq!(map.get("k7"), Some(&7), "a held key keeps its value");
-        let grown = map.insert_new(Leaf::new("k5000".into(), 1)).expect("new");
-        assert_eq!((grown.len(), map.len()), (5_001, 5_000));
-        assert!(slots_copied() > before);
     }
 
     #[test]

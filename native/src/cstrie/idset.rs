@@ -1,21 +1,36 @@
-//! Shared subscriber sets: a big subscriber set as a Ctrie of its own.
+//! Shared subscriber sets: a subscriber set of two ids or more as a Ctrie of its own.
 //!
 //! # Why
 //!
-//! A set held as a persistent HAMT inside a C-node ([`SubscriberSet::Many`])
-//! changes by path copy: a new id copies every node on the way to it and
-//! bumps the reference count of every child of each (a cache miss apiece),
-//! and then the C-node, the branch and the GCAS that publish the new set. With
-//! a million subscribers of `audit.#` that is about 50 cold atomic writes per
-//! subscribe, and as many releases when the old version goes.
+//! A set held as an immutable value inside a C-node changes only by a GCAS of
+//! that C-node: a new id copies the set's path and then the C-node's own path
+//! to the branch that holds it. With a million subscribers of `audit.#`, the
+//! set's 8-way persistent HAMT made a subscribe about 50 cold atomic writes
+//! (the reference counts of every child of each copied node), and as many
+//! releases when the old version went (perf: a quarter of `hamt::insert_in`
+//! was one `lock incq`, and `Arc::drop_slow` 17% of a Python subscribe loop).
+//! A small set under a wide node paid for the wide node instead: adding each
+//! of 8 to 128 subscribers to 20,000 patterns `p<i>.x` took 3.1-6.6 µs a
+//! subscribe with sets immutable up to 64 ids or always, against 1.4-2.0 µs
+//! with every set of two ids shared (an ad hoc Rust probe, three rounds, each
+//! threshold in every round).
 //!
-//! So once a set reaches [`SHARED_FROM`] ids it becomes the Ctrie of Prokopec
-//! et al. in its original form, keyed by the id's hash: every level of the
-//! HAMT is an I-node whose main node ([`IdNode`]) is replaced by GCAS. A new
-//! id copies the one node it lands in (at most 8 slots, nearly all of them
-//! inline ids) and GCASes that level's I-node; the C-node holding the set
+//! So a set of two ids or more is the Ctrie of Prokopec et al. in its original
+//! form, keyed by the id's hash: every level of the HAMT is an I-node whose
+//! main node ([`IdNode`]) is replaced by GCAS. A new id copies the one node it
+//! lands in and GCASes that level's I-node; the holder
 //! ([`SubscriberSet::Shared`]) keeps pointing to the same root I-node and is
-//! not written at all.
+//! not written at all. Heap per pair stays within ±20% of the immutable
+//! sets' for sets of 2 to 128 ids (a counting allocator, 5,000 patterns each).
+//!
+//! Levels are 32 ways, the Ctrie's own choice, not the 8 of `hamt.rs`: a
+//! write copies one node here, not one per level, so wider nodes cost a
+//! larger copy once and save levels to read on every write. A million ids
+//! take 4-5 levels instead of 7; a subscribe into them from Python ran
+//! 1.10-1.43x faster than with 8-way levels (median 1.22x, six interleaved
+//! pairs of runs), and no different at 100,000.
+//!
+//! [`SubscriberSet::Shared`]: super::node::SubscriberSet::Shared
 //!
 //! # Invariants
 //!
@@ -41,13 +56,13 @@
 //!   whose hashes share a long prefix, so they cost at most the levels of
 //!   the live ids, and they go once those ids do.
 //!
-//! # Complexity (s ids, 8 ways)
+//! # Complexity (s ids, 32 ways)
 //!
 //! | operation | cost |
 //! |---|---|
-//! | insert / remove | O(log8 s) levels read, one node (at most 8 slots) copied, one GCAS |
+//! | insert / remove | O(log32 s) levels read, one node (at most 32 slots) copied, one GCAS |
 //! | first write below a level after a snapshot | + one node copied per renewed level |
-//! | `contains` | O(log8 s) levels read |
+//! | `contains` | O(log32 s) levels read |
 //! | iteration, `count` | O(s) |
 //! | [`build`] from k ids | O(k log k) to sort, then each level allocated once |
 
@@ -56,19 +71,33 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::gcas::{gcas, gcas_read, read_root, Ctx};
-use super::hamt::{chunk, count_copied, slot_index, sorted_unique, Leaf, SmolStr, LEVELS};
+use super::hamt::{count_copied, slot_index, sorted_unique, Leaf, SmolStr};
 use super::node::{Generation, INode, MainKind, MainNode};
 use super::sync::epoch::Guard;
 
-/// By default a set of this many ids or more is a shared set
-/// ([`CsTrie::with_shared_sets_from`](super::CsTrie::with_shared_sets_from)
-/// changes it per trie). Below it, a path copy of a HAMT of at most two levels
-/// costs less than the I-nodes and GCASes of a Ctrie, and takes less memory.
-pub(crate) const SHARED_FROM: usize = 64;
+/// Hash bits each level consumes, most significant first (as `hamt.rs` does).
+const BITS_PER_LEVEL: u32 = 5;
+/// Slots of a level node at most.
+pub(crate) const WAYS: usize = 1 << BITS_PER_LEVEL;
+/// Bitmap levels; the last takes the bits the others leave. Level `LEVELS`
+/// itself, below every hash bit, is the collision list.
+pub(crate) const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
+const LAST_BITS: u32 = 64 - BITS_PER_LEVEL * (LEVELS - 1);
+
+/// The chunk of `hash` that indexes a level node at `level` (< [`LEVELS`]).
+#[inline]
+fn chunk(hash: u64, level: u32) -> u32 {
+    debug_assert!(level < LEVELS);
+    if level + 1 < LEVELS {
+        ((hash >> (64 - BITS_PER_LEVEL * (level + 1))) & (WAYS as u64 - 1)) as u32
+    } else {
+        (hash & ((1 << LAST_BITS) - 1)) as u32
+    }
+}
 
 /// One level of a shared set: the main node of its I-node.
 pub(crate) struct IdNode {
-    /// Above the last level: one bit per 3-bit chunk value of the ids' hashes
+    /// Above the last level: one bit per 5-bit chunk value of the ids' hashes
     /// at this level. Invariant: `slots.len() == bitmap.count_ones()`, slots
     /// in ascending bit order. At level [`LEVELS`] (every hash bit used) the
     /// node is a collision list: bitmap 0, ids with one hash, distinct texts.

@@ -13,8 +13,8 @@
 //!   live in a persistent HAMT (`hamt.rs`, the Ctrie's own bitmap-indexed
 //!   node, path-copied); the wildcards are the named fields `star` and `hash`
 //!   (as in nats' `sublist.go`), never magic keys. Each branch holds the
-//!   subscribers whose pattern ends with that word (one id inline, a
-//!   persistent HAMT set, or from 64 ids on a shared set: see below) and
+//!   subscribers whose pattern ends with that word (one id inline, or from
+//!   two ids on a shared set: see below) and
 //!   optionally a child for longer patterns: an I-node, or a tail. The
 //!   root C-node also holds the empty pattern's subscribers (zero words end
 //!   at the root).
@@ -39,8 +39,8 @@
 //!   lookups opportunistically) compresses it out of the parent; a parent left
 //!   empty is tombed in turn, up the path, so unsubscribing everything returns
 //!   the trie to a lone root ([`CsTrie::node_count`]).
-//! * **Shared set** (`idset.rs`): a subscriber set of 64 ids or more is a
-//!   Ctrie of its own, keyed by the ids' hashes, whose every HAMT level is an
+//! * **Shared set** (`idset.rs`): a subscriber set of two ids or more is a
+//!   Ctrie of its own, keyed by the ids' hashes, whose every 32-way level is an
 //!   I-node written by the same GCAS. A subscribe to `audit.#` with a million
 //!   subscribers copies the one level node its id lands in, not a path of
 //!   tables and then the C-node, branch and tail that hold the set; the holder
@@ -55,7 +55,7 @@
 //!
 //! | operation | cost |
 //! |---|---|
-//! | `subscribe` / `unsubscribe` | O(k · 8 · log8 w) slots copied for the path; for the set, O(8 · log8 s) below 64 ids and one level node (≤ 8 slots) in a shared set; plus retries under contention |
+//! | `subscribe` / `unsubscribe` | O(k · 8 · log8 w) slots copied for the path, or one level node (≤ 32 slots) of a shared set when the pattern is already held; plus retries under contention |
 //! | expanding a tail of t words (a pattern leaves its path) | O(t): one GCAS, the shared words' I-nodes built at once |
 //! | first write below a node after a snapshot | + O(8 · log8 w) per renewed level (one child copied, not the table), and one level node per renewed level of a shared set |
 //! | `subscribe_many` of m pairs | O(m k) to parse, O(m log m) integer sorts, each touched C-node copied once (`bulk_load.rs`) |
@@ -225,8 +225,6 @@ pub struct CsTrie {
     /// after its update's linearization point, so it can lag (and, in a race,
     /// transiently dip below zero); exact when quiescent.
     pairs: AtomicIsize,
-    /// A subscriber set of this many ids or more is a shared set (`idset.rs`).
-    shared_from: usize,
 }
 
 /// What one walk of an update reports.
@@ -256,20 +254,11 @@ impl Drop for CsTrie {
 
 impl CsTrie {
     pub fn new() -> Self {
-        Self::with_shared_sets_from(idset::SHARED_FROM)
-    }
-
-    /// A trie whose subscriber sets become shared sets (`idset.rs`) at `ids`
-    /// ids (at least 2) instead of the default 64: for tests that need shared
-    /// sets small enough to race on, and for measuring the threshold.
-    #[doc(hidden)]
-    pub fn with_shared_sets_from(ids: usize) -> Self {
         let root = INode::new(0, MainNode::committed(MainKind::Branches(CNode::default())));
         CsTrie {
             root: AtomicArc::new(Some(Arc::new(RootState::Stable(root)))),
             next_generation: AtomicU64::new(1),
             pairs: AtomicIsize::new(0),
-            shared_from: ids.max(2),
         }
     }
 
@@ -562,7 +551,7 @@ impl CsTrie {
         replace: impl FnOnce(SubscriberSet) -> Attempt,
     ) -> Attempt {
         let Some(set_root) = set.shared() else {
-            return match set.with(subscriber, gen, self.shared_from) {
+            return match set.with(subscriber, gen) {
                 None => Attempt::Done(false),
                 Some(set) => replace(set),
             };

@@ -63,21 +63,17 @@ pub(crate) enum MainKind {
 }
 
 /// A subscriber set. Most patterns have one subscriber, so that case is held
-/// inline (no table to chase on every lookup and freeze); sets of up to
-/// [`idset::SHARED_FROM`] ids (by default) are a persistent set ([`Hamt`]), so adding or removing
-/// one id copies O(log n) slots; bigger sets are shared sets (`idset.rs`),
-/// changed in place by GCAS on their own levels. The first three are
-/// immutable values: writers build a new set and GCAS the C-node that holds
-/// it. The empty set allocates nothing. 24 bytes: the tables sit behind an
-/// `Arc` of their own, so the common one-id set keeps every branch (and every
-/// slot of a branch table) small.
+/// inline (no table to chase on every lookup and freeze, nothing allocated);
+/// a set of two ids or more is a shared set (`idset.rs`), changed in place by
+/// GCAS on its own levels, so adding an id never copies the C-node that holds
+/// the set. `Empty` and `One` are immutable values: writers build the next one
+/// and GCAS the holder. 24 bytes, so every branch (and every slot of a branch
+/// table) stays small.
 #[derive(Clone, Default)]
 pub(crate) enum SubscriberSet {
     #[default]
     Empty,
     One(SmolStr),
-    /// Invariant: at least two ids.
-    Many(Arc<Hamt<()>>),
     /// The root level of a shared set (`idset.rs`). Invariant: a C-node write
     /// copies this pointer unchanged, unless the root's generation is older
     /// than the trie root's (renewal) or the root is a T-node (the set is
@@ -115,23 +111,15 @@ impl SubscriberSet {
     }
 
     pub(crate) fn count(&self, ctx: Ctx<'_>, guard: &Guard) -> usize {
-        match self {
-            SubscriberSet::Empty => 0,
-            SubscriberSet::One(_) => 1,
-            SubscriberSet::Many(ids) => ids.len(),
-            SubscriberSet::Shared(root) => {
-                let mut count = 0;
-                idset::for_each(root, ctx, guard, |_| count += 1);
-                count
-            }
-        }
+        let mut count = 0;
+        self.for_each(ctx, guard, |_, _| count += 1);
+        count
     }
 
     pub(crate) fn contains(&self, id: &str, ctx: Ctx<'_>, guard: &Guard) -> bool {
         match self {
             SubscriberSet::Empty => false,
             SubscriberSet::One(held) => **held == *id,
-            SubscriberSet::Many(ids) => ids.get(id).is_some(),
             SubscriberSet::Shared(root) => idset::contains(root, id, hash_word(id), ctx, guard),
         }
     }
@@ -141,69 +129,38 @@ impl SubscriberSet {
         match self {
             SubscriberSet::Empty => {}
             SubscriberSet::One(id) => visit(id, hash_word(id)),
-            SubscriberSet::Many(ids) => ids.iter().for_each(|leaf| visit(&leaf.key, leaf.hash)),
             SubscriberSet::Shared(root) => idset::for_each(root, ctx, guard, |leaf| visit(&leaf.key, leaf.hash)),
         }
     }
 
-    /// Append the ids to `out`. Matching calls this once per matched branch:
-    /// a table iterator (a path array of slot iterators) built even for one
-    /// id, and copied in and out, was a tenth of a lookup.
+    /// Append the ids to `out` (what matching collects per matched branch).
     pub(crate) fn push_into<'g>(&'g self, out: &mut SmallVec<[&'g SmolStr; 8]>, ctx: Ctx<'_>, guard: &'g Guard) {
         match self {
             SubscriberSet::Empty => {}
             SubscriberSet::One(id) => out.push(id),
-            SubscriberSet::Many(ids) => out.extend(ids.iter().map(|leaf| &leaf.key)),
             SubscriberSet::Shared(root) => idset::for_each(root, ctx, guard, |leaf| out.push(&leaf.key)),
         }
     }
 
-    /// The set plus `id`, or `None` when `id` is already present. A set that
-    /// reaches `shared_from` ids becomes a shared set in generation `gen`.
-    /// Not for a shared set (it changes in place: [`idset::insert`]).
-    pub(crate) fn with(&self, id: &SmolStr, gen: Generation, shared_from: usize) -> Option<Self> {
+    /// The set plus `id`, or `None` when `id` is already present: a second id
+    /// makes a shared set in generation `gen`. Not for a shared set (it
+    /// changes in place: [`idset::insert`]).
+    pub(crate) fn with(&self, id: &SmolStr, gen: Generation) -> Option<Self> {
         match self {
             SubscriberSet::Empty => Some(SubscriberSet::One(id.clone())),
             SubscriberSet::One(held) if held == id => None,
-            SubscriberSet::One(held) => Some(SubscriberSet::from_leaves(
-                vec![Leaf::new(held.clone(), ()), Leaf::new(id.clone(), ())],
-                gen,
-                shared_from,
-            )),
-            SubscriberSet::Many(ids) if ids.len() + 1 >= shared_from => {
-                if ids.get(id).is_some() {
-                    return None;
-                }
-                let mut leaves: Vec<Leaf<()>> = ids.iter().cloned().collect();
-                leaves.push(Leaf::new(id.clone(), ()));
-                Some(SubscriberSet::from_leaves(leaves, gen, shared_from))
+            SubscriberSet::One(held) => {
+                let leaves = vec![Leaf::new(held.clone(), ()), Leaf::new(id.clone(), ())];
+                Some(SubscriberSet::Shared(idset::build(leaves, gen).0))
             }
-            SubscriberSet::Many(ids) => ids
-                .insert_new(Leaf::new(id.clone(), ()))
-                .map(|ids| SubscriberSet::Many(Arc::new(ids))),
             SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
         }
     }
 
-    /// The set of `leaves` (distinct ids, at least two), in the form its size calls for.
-    fn from_leaves(leaves: Vec<Leaf<()>>, gen: Generation, shared_from: usize) -> Self {
-        debug_assert!(leaves.len() >= 2);
-        match leaves.len() >= shared_from {
-            true => SubscriberSet::Shared(idset::build(leaves, gen).0),
-            false => SubscriberSet::Many(Arc::new(Hamt::default().insert_many(leaves).0)),
-        }
-    }
-
     /// The set plus every id of `ids` (duplicates allowed), and how many were
-    /// new. Many additions go through one batch insert ([`Hamt::insert_many`],
-    /// or one build of a shared set in generation `gen`) instead of one path
-    /// copy per id. Not for a shared set (it changes in place).
-    pub(crate) fn with_many(
-        &self,
-        ids: impl IntoIterator<Item = Leaf<()>>,
-        gen: Generation,
-        shared_from: usize,
-    ) -> (Self, usize) {
+    /// new: one build of a shared set in generation `gen` for two ids or more.
+    /// Not for a shared set (it changes in place).
+    pub(crate) fn with_many(&self, ids: impl IntoIterator<Item = Leaf<()>>, gen: Generation) -> (Self, usize) {
         let ids = ids.into_iter();
         let mut leaves: Vec<Leaf<()>> = scratch_vec(ids.size_hint().0 + 1);
         leaves.extend(ids);
@@ -211,26 +168,18 @@ impl SubscriberSet {
             return (self.clone(), 0);
         }
         let held = match self {
-            SubscriberSet::Many(table) if table.len() + leaves.len() < shared_from => {
-                let (table, new) = table.insert_many(leaves);
-                return (SubscriberSet::Many(Arc::new(table)), new);
-            }
-            SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
             SubscriberSet::Empty => 0,
             SubscriberSet::One(id) => {
                 leaves.push(Leaf::new(id.clone(), ()));
                 1
             }
-            SubscriberSet::Many(table) => {
-                leaves.extend(table.iter().cloned());
-                table.len()
-            }
+            SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
         };
         let mut leaves = sorted_unique(leaves);
         let total = leaves.len();
         let set = match total {
             1 => SubscriberSet::One(leaves.pop().expect("one id").key),
-            _ => SubscriberSet::from_leaves(leaves, gen, shared_from),
+            _ => SubscriberSet::Shared(idset::build(leaves, gen).0),
         };
         (set, total - held)
     }
@@ -241,13 +190,6 @@ impl SubscriberSet {
         match self {
             SubscriberSet::Empty => None,
             SubscriberSet::One(held) => (**held == *id).then_some(SubscriberSet::Empty),
-            SubscriberSet::Many(ids) => {
-                let ids = ids.remove(id)?;
-                Some(match ids.len() {
-                    1 => SubscriberSet::One(ids.iter().next().expect("one id").key.clone()),
-                    _ => SubscriberSet::Many(Arc::new(ids)),
-                })
-            }
             SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
         }
     }

@@ -814,14 +814,14 @@ fn shared_sets_agree_with_a_model_under_random_writes_and_snapshots() {
     // A set in each kind of holder: the root's empty pattern, literal branches,
     // a tail (`t.x.#` is the only pattern under `t`) and the wildcard branches.
     let patterns = ["", "a", "a.b", "t.x.#", "*.b", "#"];
-    for (seed, shared_from) in [(1u64, 2usize), (2, 5), (3, 64)] {
+    for seed in 1..4u64 {
         let mut rng = Rng(seed);
-        let trie = CsTrie::with_shared_sets_from(shared_from);
+        let trie = CsTrie::new();
         let mut model: BTreeSet<(String, SmolStr)> = BTreeSet::new();
         let mut snapshots = Vec::new();
         for step in 0..30_000 {
-            // Phases of growth and of shrinking, so sets pass the threshold both
-            // ways and empty out entirely.
+            // Phases of growth and of shrinking, so sets go from one id to
+            // shared and back, and empty out entirely.
             let growing = (step / 3_000) % 2 == 0;
             let pattern = patterns[rng.below(patterns.len())];
             let id = SmolStr::from(format!("id{}", rng.below(150)));
@@ -844,7 +844,7 @@ fn shared_sets_agree_with_a_model_under_random_writes_and_snapshots() {
                 snapshots.push((step, trie.snapshot(), model.clone()));
             }
         }
-        let label = format!("shared from {shared_from}");
+        let label = format!("seed {seed}");
         assert_eq!(trie.len(), model.len(), "{label}: len()");
         for key in ["", "a", "a.b", "t.x.y", "q.b"] {
             assert_eq!(
@@ -863,7 +863,7 @@ fn shared_sets_agree_with_a_model_under_random_writes_and_snapshots() {
 #[test]
 fn emptying_shared_sets_returns_the_trie_to_a_lone_root() {
     let patterns = ["", "a", "a.b.c", "x.#"];
-    let trie = CsTrie::with_shared_sets_from(4);
+    let trie = CsTrie::new();
     let mut pairs = Vec::new();
     for pattern in patterns {
         for i in 0..300 {
@@ -945,7 +945,7 @@ fn shared_sets_keep_colliding_and_near_hashes_apart() {
     }
     assert!(!idset::contains(&set, "c3", H, ctx, &guard), "same hash, other text");
     assert!(
-        idset::level_count(&set, ctx, &guard) > 20,
+        idset::level_count(&set, ctx, &guard) > idset::LEVELS as usize,
         "the collisions sit below every level"
     );
     let (rebuilt, _) = idset::build(ids.iter().map(|&(id, hash)| forced(id, hash)).collect(), gen);
@@ -990,14 +990,14 @@ fn a_subscribe_into_a_shared_set_copies_one_node_however_big_the_set() {
     let large = slots_copied_per_subscribe(&trie, 40_000..42_000, pair);
     // One node of at most w slots, and nothing of the C-node holding the set.
     assert!(
-        small <= hamt::WAYS && large <= hamt::WAYS,
+        small <= idset::WAYS && large <= idset::WAYS,
         "{small} and {large} slots per subscribe"
     );
     let _snapshot = trie.snapshot();
     // Renewal copies each level once per snapshot, the first time a writer passes.
     let after_snapshot = slots_copied_per_subscribe(&trie, 42_000..44_000, pair);
     assert!(
-        after_snapshot <= hamt::WAYS * 3,
+        after_snapshot <= idset::WAYS * 3,
         "{after_snapshot} slots per subscribe after a snapshot"
     );
 }
@@ -1005,9 +1005,9 @@ fn a_subscribe_into_a_shared_set_copies_one_node_however_big_the_set() {
 #[test]
 fn subscribe_many_into_shared_sets_agrees_with_a_model() {
     let patterns = ["", "a", "a.b", "t.x.#", "*.b"];
-    for (seed, shared_from) in [(21u64, 2usize), (22, 64)] {
+    for seed in 21..23u64 {
         let mut rng = Rng(seed);
-        let trie = CsTrie::with_shared_sets_from(shared_from);
+        let trie = CsTrie::new();
         let mut model: BTreeSet<(String, SmolStr)> = BTreeSet::new();
         let mut snapshots = Vec::new();
         for round in 0..30 {
@@ -1043,7 +1043,7 @@ fn subscribe_many_into_shared_sets_agrees_with_a_model() {
                 snapshots.push((round, trie.snapshot(), model.clone()));
             }
         }
-        let label = format!("shared from {shared_from}");
+        let label = format!("seed {seed}");
         assert_eq!(trie.len(), model.len(), "{label}: len()");
         assert_snapshot_holds(&trie.snapshot(), &model, &label);
         for (round, snapshot, then) in &snapshots {
