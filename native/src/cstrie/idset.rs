@@ -125,14 +125,15 @@ impl IdNode {
         (bit, slot_index(self.bitmap, bit), self.bitmap & (1 << bit) != 0)
     }
 
-    fn inserted(&self, bit: u32, at: usize, slot: IdSlot) -> IdNode {
+    /// With `slot` inserted at `at` (`bit` `None` at the collision level).
+    fn inserted(&self, bit: Option<u32>, at: usize, slot: IdSlot) -> IdNode {
         count_copied(self.slots.len());
         let mut slots = Vec::with_capacity(self.slots.len() + 1);
         slots.extend_from_slice(&self.slots[..at]);
         slots.push(slot);
         slots.extend_from_slice(&self.slots[at..]);
         IdNode {
-            bitmap: self.bitmap | (1 << bit),
+            bitmap: bit.map_or(self.bitmap, |bit| self.bitmap | (1 << bit)),
             slots: slots.into_boxed_slice(),
         }
     }
@@ -152,7 +153,7 @@ impl IdNode {
         }
     }
 
-    /// Without slot `at` (`bit` 0 and ignored at the collision level).
+    /// Without slot `at` (`bit` `None` at the collision level).
     fn removed(&self, bit: Option<u32>, at: usize) -> IdNode {
         count_copied(self.slots.len());
         let slots = (self.slots.iter().enumerate())
@@ -294,11 +295,11 @@ pub(crate) fn insert(root: &INode, id: &SmolStr, hash: u64, gen: Generation, ctx
             {
                 return SetWrite::Done(false);
             }
-            return commit(node.inserted(0, node.slots.len(), IdSlot::Id(leaf())));
+            return commit(node.inserted(None, node.slots.len(), IdSlot::Id(leaf())));
         }
         let (bit, at, held) = node.locate(hash, level);
         if !held {
-            return commit(node.inserted(bit, at, IdSlot::Id(leaf())));
+            return commit(node.inserted(Some(bit), at, IdSlot::Id(leaf())));
         }
         match &node.slots[at] {
             IdSlot::Id(held) if held.is(hash, id) => return SetWrite::Done(false),
