@@ -72,6 +72,7 @@ use smallvec::SmallVec;
 
 use super::gcas::{gcas, gcas_read, read_root, Ctx};
 use super::hamt::{count_copied, slot_index, sorted_unique, Leaf, SmolStr};
+use super::is_tombed;
 use super::node::{Generation, INode, MainKind, MainNode};
 use super::sync::epoch::Guard;
 
@@ -171,10 +172,6 @@ fn level_inode(gen: Generation, node: IdNode) -> Arc<INode> {
     INode::new(gen, MainNode::committed(MainKind::Ids(node)))
 }
 
-fn is_tomb(inode: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
-    matches!(gcas_read(inode, ctx, guard).get().kind, MainKind::Tomb)
-}
-
 /// Whether the trie's root still has generation `gen` (writers give up
 /// helping once a snapshot has moved it on).
 fn generation_holds(gen: Generation, ctx: Ctx<'_>, guard: &Guard) -> bool {
@@ -209,10 +206,15 @@ fn pair(first: Leaf<()>, second: Leaf<()>, level: u32, gen: Generation) -> Arc<I
 /// A new, unpublished shared set of `leaves` (duplicates allowed, at least
 /// one), in generation `gen`, and how many distinct ids it holds.
 pub(crate) fn build(leaves: Vec<Leaf<()>>, gen: Generation) -> (Arc<INode>, usize) {
-    debug_assert!(!leaves.is_empty());
     let leaves = sorted_unique(leaves);
-    let count = leaves.len();
-    (build_level(&leaves, 0, gen), count)
+    (build_sorted(&leaves, gen), leaves.len())
+}
+
+/// [`build`] of `leaves` already sorted by hash and distinct (what
+/// [`sorted_unique`] returns), for callers that sorted them already.
+pub(crate) fn build_sorted(leaves: &[Leaf<()>], gen: Generation) -> Arc<INode> {
+    debug_assert!(!leaves.is_empty());
+    build_level(leaves, 0, gen)
 }
 
 /// The level `level` of `leaves` (sorted by hash, distinct, at least one).
@@ -438,7 +440,7 @@ fn compress(
         if !held || !matches!(&node.slots[at], IdSlot::Level(child) if std::ptr::eq(&**child, tombed)) {
             return false;
         }
-        if !is_tomb(tombed, ctx, guard) {
+        if !is_tombed(tombed, ctx, guard) {
             return false;
         }
         let new = node.removed(Some(bit), at);
@@ -496,11 +498,6 @@ pub(crate) fn for_each<'g>(root: &'g INode, ctx: Ctx<'_>, guard: &'g Guard, mut 
             }
         }
     }
-}
-
-/// Whether the set rooted at `root` is known to be empty: its root is a T-node.
-pub(crate) fn is_dead(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
-    is_tomb(root, ctx, guard)
 }
 
 /// The I-nodes of a set rooted at `root`, the root included (tests of pruning).

@@ -716,8 +716,9 @@ impl CsTrie {
     }
 }
 
+/// Whether `inode` (of the trie, or a level of a shared set) holds a T-node.
 fn is_tombed(inode: &INode, ctx: Ctx<'_>, guard: &Guard) -> bool {
-    gcas_read(inode, ctx, guard).get().cnode().is_none()
+    matches!(gcas_read(inode, ctx, guard).get().kind, MainKind::Tomb)
 }
 
 /// The branch for the first of the remaining words: `rest` empty means the

@@ -97,7 +97,7 @@ impl SubscriberSet {
     /// or a shared set whose root is a T-node.
     pub(crate) fn is_empty_in(&self, ctx: Ctx<'_>, guard: &Guard) -> bool {
         match self {
-            SubscriberSet::Shared(root) => idset::is_dead(root, ctx, guard),
+            SubscriberSet::Shared(root) => super::is_tombed(root, ctx, guard),
             other => other.is_empty(),
         }
     }
@@ -179,7 +179,7 @@ impl SubscriberSet {
         let total = leaves.len();
         let set = match total {
             1 => SubscriberSet::One(leaves.pop().expect("one id").key),
-            _ => SubscriberSet::Shared(idset::build(leaves, gen).0),
+            _ => SubscriberSet::Shared(idset::build_sorted(&leaves, gen)),
         };
         (set, total - held)
     }

@@ -973,7 +973,7 @@ fn shared_sets_keep_colliding_and_near_hashes_apart() {
             assert_eq!(idset::level_count(&set, ctx, &guard), 1);
         }
     }
-    assert!(idset::is_dead(&set, ctx, &guard));
+    assert!(is_tombed(&set, ctx, &guard));
     assert_eq!(
         idset::insert(&set, &SmolStr::from("c0"), H, gen, ctx, &guard),
         SetWrite::Tombed,
