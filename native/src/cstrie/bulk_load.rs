@@ -268,6 +268,10 @@ fn partition_by_length(batch: &Batch<'_>, items: &mut [u32], length: usize) -> u
 /// `set` plus every subscriber of `items`; also returns how many were new.
 /// Not for a shared set: its pairs take the one-pair path, which writes it in place.
 fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32], gen: Generation) -> (SubscriberSet, usize) {
+    if let ([item], SubscriberSet::Empty) = (items, set) {
+        // The common case, one subscriber of a new pattern: no scratch vector to fill, sort and free.
+        return (SubscriberSet::One(batch.items[*item as usize].subscriber.clone()), 1);
+    }
     let leaves = items.iter().map(|&item| {
         let item = &batch.items[item as usize];
         Leaf {
