@@ -19,7 +19,8 @@
 //!    `(word hash, pair)` integers; only a run of equal hashes with different
 //!    words (a 64-bit collision) is compared by text.
 //! 2. For each group, compute the new branch. Pairs whose pattern ends here
-//!    join its subscriber set (one batch insert, [`Hamt::insert_many`]).
+//!    join its subscriber set (a new set is built once from all its ids,
+//!    [`idset::build_many`]; a shared set takes them one at a time).
 //!    Pairs that go deeper, when the branch has no live child, become a tail
 //!    if they are all one pattern, else a brand-new subtree built offline (no
 //!    other thread can see it until it is published, so it is built by plain
@@ -46,7 +47,7 @@
 //! allocated per pair beyond the trie's own nodes: subscriber ids of up to 23
 //! bytes are stored inline ([`SmolStr`]).
 //!
-//! [`Hamt::insert_many`]: super::hamt::Hamt::insert_many
+//! [`idset::build_many`]: super::idset::build_many
 //!
 //! # Concurrency contract
 //!
@@ -59,6 +60,7 @@ use std::sync::Arc;
 
 use super::gcas::{gcas, gcas_read, read_root};
 use super::hamt::{hash_word, prefetch, sort_by_hash_key, Leaf, SmolStr};
+use super::idset;
 use super::node::{Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
 use super::scratch::scratch_vec;
 use super::sync::epoch::{self, Guard};
@@ -100,6 +102,8 @@ struct Batch<'a> {
     patterns: Vec<&'a str>,
     words: Vec<Word<'a>>,
     items: Vec<Item>,
+    /// Whether any pattern is the empty one (only the root holds it).
+    has_empty_pattern: bool,
 }
 
 impl<'a> Batch<'a> {
@@ -158,17 +162,28 @@ fn word_rank(word: PatternWord<'_>) -> (u8, &str) {
     }
 }
 
+/// The items of one word at some depth: `items[range]` after [`group_by_word`].
+#[derive(Clone)]
+struct Group<'b> {
+    word: PatternWord<'b>,
+    /// [`word_hash`] of the word.
+    hash: u64,
+    range: std::ops::Range<usize>,
+    /// Every item of the group is one parse of one pattern (consecutive rows
+    /// of a pattern share its words): they all have its length and its words,
+    /// so a partition by length or a check for one pattern needs to read only
+    /// the first. A million subscribers of `audit.#` then cost no pass over
+    /// the pairs beyond the one that collects their ids.
+    one_parse: bool,
+}
+
 /// `items` (all at least `depth + 1` words long) reordered so that equal words
-/// at `depth` are contiguous; returns the groups as `(word, hash, range)`.
+/// at `depth` are contiguous; returns the groups.
 ///
 /// After the sort the pairs are visited in hash order, all over the batch, so
 /// each sort entry carries the index of its word (the entry's padding had room
 /// for it) and the loop prefetches the word [`AHEAD`] runs ahead.
-fn group_by_word<'b>(
-    batch: &'b Batch<'_>,
-    items: &mut [u32],
-    depth: usize,
-) -> Vec<(PatternWord<'b>, u64, std::ops::Range<usize>)> {
+fn group_by_word<'b>(batch: &'b Batch<'_>, items: &mut [u32], depth: usize) -> Vec<Group<'b>> {
     // (word hash, item, index of the word in `batch.words`)
     let mut keyed: Vec<(u64, u32, u32)> = scratch_vec(items.len());
     keyed.extend(items.iter().map(|&item| {
@@ -194,8 +209,9 @@ fn group_by_word<'b>(
         let run = &mut keyed[start..end];
         let first = &batch.words[run[0].2 as usize];
         // Pairs of one (consecutive, parsed-once) pattern share their words.
+        let one_parse = run.iter().all(|&(_, _, word)| word == run[0].2);
         let same = |word: u32| word == run[0].2 || batch.words[word as usize].text == first.text;
-        if !run.iter().all(|&(_, _, word)| same(word)) {
+        if !one_parse && !run.iter().all(|&(_, _, word)| same(word)) {
             // Different words with one hash: order them by text.
             run.sort_unstable_by(|&(_, left, _), &(_, right, _)| {
                 word_rank(batch.word(left, depth)).cmp(&word_rank(batch.word(right, depth)))
@@ -207,11 +223,21 @@ fn group_by_word<'b>(
                 while next < end && batch.word(keyed[next].1, depth) == word {
                     next += 1;
                 }
-                groups.push((word, hash, at..next));
+                groups.push(Group {
+                    word,
+                    hash,
+                    range: at..next,
+                    one_parse: false,
+                });
                 at = next;
             }
         } else {
-            groups.push((PatternWord::parse(first.text), hash, start..end));
+            groups.push(Group {
+                word: PatternWord::parse(first.text),
+                hash,
+                range: start..end,
+                one_parse,
+            });
         }
         start = end;
     }
@@ -227,25 +253,19 @@ fn group_by_word<'b>(
 /// the pattern of the one `AHEAD / 2` on (whose item was prefetched earlier);
 /// and that word's text for the one `AHEAD / 4` on.
 #[inline]
-fn prefetch_groups(
-    batch: &Batch<'_>,
-    items: &[u32],
-    groups: &[(PatternWord<'_>, u64, std::ops::Range<usize>)],
-    at: usize,
-    depth: usize,
-) {
-    if let Some((_, _, range)) = groups.get(at + AHEAD) {
-        prefetch(&batch.items[items[range.start] as usize]);
+fn prefetch_groups(batch: &Batch<'_>, items: &[u32], groups: &[Group<'_>], at: usize, depth: usize) {
+    if let Some(group) = groups.get(at + AHEAD) {
+        prefetch(&batch.items[items[group.range.start] as usize]);
     }
-    if let Some((_, _, range)) = groups.get(at + AHEAD / 2) {
-        let index = items[range.start] as usize;
+    if let Some(group) = groups.get(at + AHEAD / 2) {
+        let index = items[group.range.start] as usize;
         let item = &batch.items[index];
         prefetch(batch.words.as_ptr().wrapping_add(item.start as usize + depth + 1));
         prefetch(batch.patterns.as_ptr().wrapping_add(index));
     }
     // The text itself, which a tail's suffix and the branch's key copy.
-    if let Some((_, _, range)) = groups.get(at + AHEAD / 4) {
-        let item = &batch.items[items[range.start] as usize];
+    if let Some(group) = groups.get(at + AHEAD / 4) {
+        let item = &batch.items[items[group.range.start] as usize];
         if let Some(word) = batch.words.get(item.start as usize + depth + 1) {
             prefetch(word.text.as_ptr());
         }
@@ -253,8 +273,14 @@ fn prefetch_groups(
 }
 
 /// Reorder `items` so that those with exactly `length` words come first;
-/// returns how many there are.
-fn partition_by_length(batch: &Batch<'_>, items: &mut [u32], length: usize) -> usize {
+/// returns how many there are. `one_parse`: see [`Group::one_parse`].
+fn partition_by_length(batch: &Batch<'_>, items: &mut [u32], length: usize, one_parse: bool) -> usize {
+    if one_parse {
+        return match items.first() {
+            Some(&first) if batch.len_of(first) == length => items.len(),
+            _ => 0,
+        };
+    }
     let mut first_longer = 0;
     for at in 0..items.len() {
         if batch.len_of(items[at]) == length {
@@ -268,28 +294,45 @@ fn partition_by_length(batch: &Batch<'_>, items: &mut [u32], length: usize) -> u
 /// `set` plus every subscriber of `items`; also returns how many were new.
 /// Not for a shared set: its pairs take the one-pair path, which writes it in place.
 fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32], gen: Generation) -> (SubscriberSet, usize) {
-    if let ([item], SubscriberSet::Empty) = (items, set) {
-        // The common case, one subscriber of a new pattern: no scratch vector to fill, sort and free.
-        return (SubscriberSet::One(batch.items[*item as usize].subscriber.clone()), 1);
+    let held = match set {
+        SubscriberSet::Empty => None,
+        SubscriberSet::One(id) => Some((hash_word(id), id)),
+        SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
+    };
+    match (items, held) {
+        ([], _) => return (set.clone(), 0),
+        // The common case, one subscriber of a new pattern: nothing to sort.
+        ([item], None) => return (SubscriberSet::One(batch.items[*item as usize].subscriber.clone()), 1),
+        _ => {}
     }
-    let leaves = items.iter().map(|&item| {
-        let item = &batch.items[item as usize];
-        Leaf {
-            hash: item.subscriber_hash,
-            key: item.subscriber.clone(),
-            value: (),
-        }
-    });
-    set.with_many(leaves, gen)
+    // The held id, if any, is the last.
+    let hash = |at: usize| match items.get(at) {
+        Some(&item) => batch.items[item as usize].subscriber_hash,
+        None => held.expect("one past the items is the held id").0,
+    };
+    let leaf = |at: usize| Leaf {
+        hash: hash(at),
+        key: match items.get(at) {
+            Some(&item) => batch.items[item as usize].subscriber.clone(),
+            None => held.expect("one past the items is the held id").1.clone(),
+        },
+        value: (),
+    };
+    let (built, distinct) = idset::build_many(items.len() + usize::from(held.is_some()), hash, leaf, gen);
+    let set = match built {
+        idset::Built::One(id) => SubscriberSet::One(id),
+        idset::Built::Set(root) => SubscriberSet::Shared(root),
+    };
+    (set, distinct - usize::from(held.is_some()))
 }
 
 /// The text of the words from `depth` on, when every one of `items` (each at
 /// least `depth + 1` words long) is the same pattern: what a [`Child::Tail`]
 /// of them holds. Items sharing a word path are one pattern exactly when
 /// their texts are equal.
-fn one_pattern_suffix(batch: &Batch<'_>, items: &[u32], depth: usize) -> Option<SmolStr> {
+fn one_pattern_suffix(batch: &Batch<'_>, items: &[u32], depth: usize, one_parse: bool) -> Option<SmolStr> {
     let (&first, others) = items.split_first()?;
-    if !others.is_empty() {
+    if !one_parse && !others.is_empty() {
         let start = batch.items[first as usize].start;
         let text = batch.patterns[first as usize];
         let same = |&item: &u32| batch.items[item as usize].start == start || batch.patterns[item as usize] == text;
@@ -303,8 +346,8 @@ fn one_pattern_suffix(batch: &Batch<'_>, items: &[u32], depth: usize) -> Option<
 /// What goes below a new branch for `items` (each at least `depth + 1` words
 /// long): a tail when they are one pattern, else a new, unpublished subtree;
 /// and how many distinct pairs it holds.
-fn fresh_child(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generation) -> (Child, usize) {
-    if let Some(words) = one_pattern_suffix(batch, items, depth) {
+fn fresh_child(batch: &Batch<'_>, items: &mut [u32], depth: usize, one_parse: bool, gen: Generation) -> (Child, usize) {
+    if let Some(words) = one_pattern_suffix(batch, items, depth, one_parse) {
         let (subscribers, new) = with_all(&SubscriberSet::default(), batch, items, gen);
         return (Child::tail(words, subscribers), new);
     }
@@ -323,16 +366,21 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
     let mut added = 0;
     for at in 0..groups.len() {
         prefetch_groups(batch, items, &groups, at, depth);
-        let (word, hash, range) = groups[at].clone();
+        let Group {
+            word,
+            hash,
+            range,
+            one_parse,
+        } = groups[at].clone();
         let group = &mut items[range];
         // Those that end at this word first, then those that go deeper.
-        let enders = partition_by_length(batch, group, depth + 1);
+        let enders = partition_by_length(batch, group, depth + 1, one_parse);
         let (subscribers, new) = with_all(&SubscriberSet::default(), batch, &group[..enders], gen);
         added += new;
         let child = match &mut group[enders..] {
             [] => None,
             deeper => {
-                let (child, new) = fresh_child(batch, deeper, depth + 1, gen);
+                let (child, new) = fresh_child(batch, deeper, depth + 1, one_parse, gen);
                 added += new;
                 Some(child)
             }
@@ -399,6 +447,7 @@ impl CsTrie {
             patterns: scratch_vec(expected),
             words: scratch_vec(word_count),
             items: scratch_vec(expected),
+            has_empty_pattern: false,
         };
         let mut slow: Vec<u32> = Vec::new();
         let mut fast: Vec<u32> = scratch_vec(expected);
@@ -436,6 +485,7 @@ impl CsTrie {
                 }
             };
             previous = Some((pattern, start, end));
+            batch.has_empty_pattern |= pattern.is_empty();
             if end == start && !pattern.is_empty() {
                 slow.push(index);
             } else {
@@ -499,8 +549,13 @@ impl CsTrie {
         let Some(cnode) = main.get().cnode() else {
             return Outcome::OnePairAtATime;
         };
-        // Only the root holds the empty pattern; every other item goes deeper.
-        let at_root = partition_by_length(batch, items, depth);
+        // Only the root holds the empty pattern; every other item goes deeper (an item of `depth` words
+        // below the root ended at its parent's branch).
+        let at_root = match depth {
+            0 if batch.has_empty_pattern => partition_by_length(batch, items, 0, false),
+            _ => 0,
+        };
+        debug_assert!(items.iter().all(|&item| depth == 0 || batch.len_of(item) > depth));
         let mut new = cnode.clone();
         let mut added = 0;
         // Pairs whose set is shared: it changes in place, never by a C-node write.
@@ -521,9 +576,14 @@ impl CsTrie {
         let mut literals: Vec<Leaf<Branch>> = scratch_vec(groups.len());
         for at in 0..groups.len() {
             prefetch_groups(batch, deeper, &groups, at, depth);
-            let (word, hash, range) = groups[at].clone();
+            let Group {
+                word,
+                hash,
+                range,
+                one_parse,
+            } = groups[at].clone();
             let group = &mut deeper[range];
-            let enders = partition_by_length(batch, group, depth + 1);
+            let enders = partition_by_length(batch, group, depth + 1, one_parse);
             let existing = match word {
                 PatternWord::Literal(literal) => cnode.literal_hashed(hash, literal),
                 wildcard => cnode.branch(wildcard),
@@ -551,7 +611,8 @@ impl CsTrie {
                     Some(Child::Node(child))
                 }
                 (deeper, Some(Child::Tail(tail))) => {
-                    if one_pattern_suffix(batch, deeper, depth + 1).is_some_and(|words| words == tail.words) {
+                    if one_pattern_suffix(batch, deeper, depth + 1, one_parse).is_some_and(|words| words == tail.words)
+                    {
                         if tail.subscribers.shared().is_some() {
                             shared.extend_from_slice(deeper);
                             existing_child.cloned()
@@ -574,7 +635,7 @@ impl CsTrie {
                 }
                 // None, or a tombed child (its branch is rebuilt).
                 (deeper, _) => {
-                    let (child, count) = fresh_child(batch, deeper, depth + 1, gen);
+                    let (child, count) = fresh_child(batch, deeper, depth + 1, one_parse, gen);
                     added += count;
                     Some(child)
                 }

@@ -65,6 +65,7 @@
 //! | `contains` | O(log32 s) levels read |
 //! | iteration, `count` | O(s) |
 //! | [`build`] from k ids | O(k log k) to sort, then each level allocated once |
+//! | [`build_many`] from k ids | O(k): two passes to bucket them, each bucket sorted and built in cache |
 
 use std::sync::Arc;
 
@@ -74,6 +75,7 @@ use super::gcas::{gcas, gcas_read, read_root, Ctx};
 use super::hamt::{count_copied, slot_index, sorted_unique, Leaf, SmolStr};
 use super::is_tombed;
 use super::node::{Generation, INode, MainKind, MainNode};
+use super::scratch::scratch_vec;
 use super::sync::epoch::Guard;
 
 /// Hash bits each level consumes, most significant first (as `hamt.rs` does).
@@ -246,6 +248,195 @@ fn build_level(leaves: &[Leaf<()>], level: u32, gen: Generation) -> Arc<INode> {
             slots: slots.into_boxed_slice(),
         },
     )
+}
+
+/// What a bulk build of ids made: the lone id when they were all one.
+pub(crate) enum Built {
+    One(SmolStr),
+    Set(Arc<INode>),
+}
+
+/// Below this many ids [`build_many`] sorts them whole and builds from the
+/// sorted run; from it on, bucket by bucket.
+pub(crate) const BUCKETED_MIN: usize = 1 << 14;
+/// The bits of a hash that pick a bucket of [`build_many`]: the chunks of
+/// levels 0 and 1, so that each bucket is one subtree from level 2 down.
+const BUCKET_BITS: u32 = 2 * BITS_PER_LEVEL;
+/// The bits after those that a bucket's counting pass orders by.
+const IN_BUCKET_BITS: u32 = 8;
+/// Buckets up to this size are insertion-sorted without a counting pass.
+const INSERTION_MAX: usize = 32;
+
+/// The set of `count` ids (at least one, duplicates allowed), the i-th made
+/// by `leaf(i)` with hash `hash(i)` (the same as the leaf's), in generation
+/// `gen`, and how many distinct ids it holds. Each `leaf(i)` is called once,
+/// in order of `i`.
+///
+/// The result is the tree [`build_sorted`] makes of the sorted ids. A big set
+/// is built bucket by bucket, not from one sorted run: a counting pass over
+/// the hashes and one scatter of the leaves by the chunks of levels 0 and 1
+/// (1,024 buckets, about a thousand ids each in a million), then each bucket
+/// is sorted (one counting pass over the next 8 bits, then an insertion pass)
+/// and built from level 2 down while it is in cache. A whole sort moved every
+/// leaf three times through memory (two radix passes and an insertion pass),
+/// checked it for duplicates in a fourth, and the build then read it again;
+/// on this memory-bound host that was most of a million-id load.
+pub(crate) fn build_many(
+    count: usize,
+    hash: impl Fn(usize) -> u64,
+    leaf: impl Fn(usize) -> Leaf<()>,
+    gen: Generation,
+) -> (Built, usize) {
+    assert!(count > 0, "a set of no ids");
+    if count < BUCKETED_MIN || count > u32::MAX as usize {
+        let mut leaves: Vec<Leaf<()>> = scratch_vec(count);
+        leaves.extend((0..count).map(&leaf));
+        let mut leaves = sorted_unique(leaves);
+        return match leaves.len() {
+            1 => (Built::One(leaves.pop().expect("one id").key), 1),
+            distinct => (Built::Set(build_sorted(&leaves, gen)), distinct),
+        };
+    }
+    let bucket_of = |hash: u64| (hash >> (64 - BUCKET_BITS)) as usize;
+    // Bucket b is `scattered[starts[b]..starts[b + 1]]`.
+    let mut starts = vec![0u32; (1 << BUCKET_BITS) + 1];
+    for at in 0..count {
+        starts[bucket_of(hash(at)) + 1] += 1;
+    }
+    for bucket in 0..1 << BUCKET_BITS {
+        starts[bucket + 1] += starts[bucket];
+    }
+    let mut scattered: Vec<std::mem::MaybeUninit<Leaf<()>>> = scratch_vec(count);
+    scattered.resize_with(count, std::mem::MaybeUninit::uninit);
+    let mut next = starts.clone();
+    for at in 0..count {
+        // By `hash(at)`, as counted: a leaf with another hash would land in a wrong bucket (a wrong
+        // tree), never outside the counted places.
+        let slot = &mut next[bucket_of(hash(at))];
+        let made = leaf(at);
+        debug_assert_eq!(made.hash, hash(at), "hash(i) is the hash of leaf(i)");
+        scattered[*slot as usize].write(made);
+        *slot += 1;
+    }
+    let largest = starts
+        .windows(2)
+        .map(|pair| (pair[1] - pair[0]) as usize)
+        .max()
+        .unwrap_or(0);
+    let mut bucket: Vec<Leaf<()>> = Vec::with_capacity(largest);
+    let mut spare: Vec<Leaf<()>> = Vec::with_capacity(largest);
+    let mut distinct = 0;
+    let (mut root_bitmap, mut root_slots) = (0u32, SmallVec::<[IdSlot; WAYS]>::new());
+    for upper in 0..WAYS {
+        let (mut bitmap, mut slots) = (0u32, SmallVec::<[IdSlot; WAYS]>::new());
+        let mut below = 0;
+        for lower in 0..WAYS {
+            let index = upper * WAYS + lower;
+            let range = starts[index] as usize..starts[index + 1] as usize;
+            if range.is_empty() {
+                continue;
+            }
+            bucket.clear();
+            // SAFETY: the scatter wrote every index of `scattered` exactly once (`starts` are the prefix
+            // sums of the exact counts per bucket, and each leaf advanced its bucket's place by one), and
+            // the buckets' ranges are disjoint, so each index is read (moved out) here exactly once.
+            // `scattered` holds `MaybeUninit`, so nothing is dropped twice when it goes; a panic
+            // between two reads only leaks the leaves not yet read.
+            bucket.extend(scattered[range].iter().map(|slot| unsafe { slot.assume_init_read() }));
+            sort_bucket(&mut bucket, &mut spare);
+            unique_in_sorted(&mut bucket);
+            below += bucket.len();
+            let slot = match bucket.len() {
+                1 => IdSlot::Id(bucket.pop().expect("one id")),
+                _ => IdSlot::Level(build_level(&bucket, 2, gen)),
+            };
+            bitmap |= 1 << lower;
+            slots.push(slot);
+        }
+        if slots.is_empty() {
+            continue;
+        }
+        distinct += below;
+        let slot = match below {
+            1 => slots.pop().expect("one id"),
+            _ => IdSlot::Level(level_inode(
+                gen,
+                IdNode {
+                    bitmap,
+                    slots: slots.into_iter().collect(),
+                },
+            )),
+        };
+        root_bitmap |= 1 << upper;
+        root_slots.push(slot);
+    }
+    if distinct == 1 {
+        let Some(IdSlot::Id(only)) = root_slots.pop() else {
+            unreachable!("a lone id is a slot of its own at level 0")
+        };
+        return (Built::One(only.key), 1);
+    }
+    let root = IdNode {
+        bitmap: root_bitmap,
+        slots: root_slots.into_iter().collect(),
+    };
+    (Built::Set(level_inode(gen, root)), distinct)
+}
+
+/// Sort one bucket of [`build_many`] by hash (its leaves share the top
+/// [`BUCKET_BITS`]), with `spare` as room for the counting pass.
+fn sort_bucket(bucket: &mut Vec<Leaf<()>>, spare: &mut Vec<Leaf<()>>) {
+    if bucket.len() > INSERTION_MAX {
+        let digit = |leaf: &Leaf<()>| ((leaf.hash >> (64 - BUCKET_BITS - IN_BUCKET_BITS)) & 0xff) as usize;
+        let mut starts = [0u32; 1 << IN_BUCKET_BITS];
+        for leaf in bucket.iter() {
+            starts[digit(leaf)] += 1;
+        }
+        let mut sum = 0;
+        for start in starts.iter_mut() {
+            (*start, sum) = (sum, sum + *start);
+        }
+        spare.clear();
+        let places = spare.spare_capacity_mut();
+        for leaf in bucket.drain(..) {
+            let place = &mut starts[digit(&leaf)];
+            places[*place as usize].write(leaf);
+            *place += 1;
+        }
+        // SAFETY: `spare` has room for the whole bucket (both are made with the largest bucket's
+        // capacity), and the pass above wrote each of its first `n` places exactly once (prefix sums
+        // of the exact counts per digit, each leaf advancing its digit's place by one).
+        unsafe { spare.set_len(sum as usize) };
+        std::mem::swap(bucket, spare);
+    }
+    // Leaves that share the bits sorted so far are in input order: a few per run.
+    for at in 1..bucket.len() {
+        let mut place = at;
+        while place > 0 && bucket[place - 1].hash > bucket[place].hash {
+            bucket.swap(place - 1, place);
+            place -= 1;
+        }
+    }
+}
+
+/// `leaves` (sorted by hash) with one leaf per key: equal hashes are a
+/// repeated id or, rarely, two ids whose 64-bit hashes collide.
+fn unique_in_sorted(leaves: &mut Vec<Leaf<()>>) {
+    if leaves.windows(2).all(|pair| pair[0].hash != pair[1].hash) {
+        return;
+    }
+    let mut run_start = 0;
+    let mut kept = 0;
+    for at in 0..leaves.len() {
+        if kept > 0 && leaves[kept - 1].hash != leaves[at].hash {
+            run_start = kept;
+        }
+        if !leaves[run_start..kept].iter().any(|held| held.key == leaves[at].key) {
+            leaves.swap(kept, at);
+            kept += 1;
+        }
+    }
+    leaves.truncate(kept);
 }
 
 /// What a write to a shared set did.
@@ -498,6 +689,29 @@ pub(crate) fn for_each<'g>(root: &'g INode, ctx: Ctx<'_>, guard: &'g Guard, mut 
             }
         }
     }
+}
+
+/// The tree of a set rooted at `root`, written out: each level's bitmap and
+/// slots in order, an id by its text (tests that two builds agree node for node).
+#[cfg(test)]
+pub(crate) fn shape(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    match &gcas_read(root, ctx, guard).get().kind {
+        MainKind::Ids(node) => {
+            write!(out, "{:x}[", node.bitmap).expect("to a string");
+            for slot in node.slots.iter() {
+                match slot {
+                    IdSlot::Id(leaf) => write!(out, "{},", leaf.key),
+                    IdSlot::Level(child) => write!(out, "{},", shape(child, ctx, guard)),
+                }
+                .expect("to a string");
+            }
+            out.push(']');
+        }
+        _ => out.push_str("not a set level"),
+    }
+    out
 }
 
 /// The I-nodes of a set rooted at `root`, the root included (tests of pruning).

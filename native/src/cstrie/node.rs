@@ -7,9 +7,8 @@ use smallvec::SmallVec;
 
 use super::atomic_arc::AtomicArc;
 use super::gcas::Ctx;
-use super::hamt::{hash_word, sorted_unique, Hamt, Leaf, SmolStr};
+use super::hamt::{hash_word, Hamt, Leaf, SmolStr};
 use super::idset::{self, IdNode};
-use super::scratch::scratch_vec;
 use super::sync::epoch::Guard;
 use crate::topic::PatternWord;
 
@@ -155,33 +154,6 @@ impl SubscriberSet {
             }
             SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
         }
-    }
-
-    /// The set plus every id of `ids` (duplicates allowed), and how many were
-    /// new: one build of a shared set in generation `gen` for two ids or more.
-    /// Not for a shared set (it changes in place).
-    pub(crate) fn with_many(&self, ids: impl IntoIterator<Item = Leaf<()>>, gen: Generation) -> (Self, usize) {
-        let ids = ids.into_iter();
-        let mut leaves: Vec<Leaf<()>> = scratch_vec(ids.size_hint().0 + 1);
-        leaves.extend(ids);
-        if leaves.is_empty() {
-            return (self.clone(), 0);
-        }
-        let held = match self {
-            SubscriberSet::Empty => 0,
-            SubscriberSet::One(id) => {
-                leaves.push(Leaf::new(id.clone(), ()));
-                1
-            }
-            SubscriberSet::Shared(_) => unreachable!("a shared set changes in place"),
-        };
-        let mut leaves = sorted_unique(leaves);
-        let total = leaves.len();
-        let set = match total {
-            1 => SubscriberSet::One(leaves.pop().expect("one id").key),
-            _ => SubscriberSet::Shared(idset::build_sorted(&leaves, gen)),
-        };
-        (set, total - held)
     }
 
     /// The set minus `id`, or `None` when `id` is absent. Not for a shared set

@@ -982,6 +982,53 @@ fn shared_sets_keep_colliding_and_near_hashes_apart() {
 }
 
 #[test]
+fn a_bucketed_set_build_makes_the_tree_of_a_sorted_build() {
+    // Sizes on both sides of the bucketed build's threshold, with repeated ids, ids whose hashes
+    // collide in full (the collision level), share every bucket bit (one crowded bucket), or
+    // differ only in the last bucket bit; and the lone id a build of one repeated id makes.
+    use super::idset;
+    const H: u64 = 0x9E37_79B9_7F4A_7C15;
+    let trie = CsTrie::new();
+    let guard = epoch::pin();
+    let ctx = trie.ctx();
+    let gen = read_root(&trie.root, false, &guard).gen;
+    let mut rng = crate::rng::Rng(11);
+    for size in [2, 3, 100, idset::BUCKETED_MIN - 1, idset::BUCKETED_MIN, 70_000] {
+        let mut leaves: Vec<hamt::Leaf<()>> = (0..size)
+            .map(|i| hamt::Leaf::new(SmolStr::from(format!("s{i}")), ()))
+            .collect();
+        for i in 0..size / 7 {
+            let again = leaves[rng.below(size)].clone();
+            leaves.insert(rng.below(leaves.len()), again);
+            if i % 100 == 0 {
+                leaves.push(forced(&format!("c{i}"), H));
+                leaves.push(forced(&format!("b{i}"), H & (u64::MAX >> 10) | (0x2a << 54) | i as u64));
+                leaves.push(forced(&format!("d{i}"), H ^ (1 << 54)));
+            }
+        }
+        let (sorted, sorted_count) = idset::build(leaves.clone(), gen);
+        let (bucketed, count) = idset::build_many(leaves.len(), |at| leaves[at].hash, |at| leaves[at].clone(), gen);
+        let idset::Built::Set(bucketed) = bucketed else {
+            panic!("{size} ids made one")
+        };
+        assert_eq!(count, sorted_count, "{size}");
+        assert_eq!(
+            idset::shape(&bucketed, ctx, &guard),
+            idset::shape(&sorted, ctx, &guard),
+            "{size}"
+        );
+    }
+    for size in [1, 5, idset::BUCKETED_MIN + 5] {
+        let leaves = vec![forced("only", H); size];
+        let (built, count) = idset::build_many(size, |at| leaves[at].hash, |at| leaves[at].clone(), gen);
+        assert!(
+            matches!(built, idset::Built::One(id) if id == "only") && count == 1,
+            "{size}"
+        );
+    }
+}
+
+#[test]
 fn a_subscribe_into_a_shared_set_copies_one_node_however_big_the_set() {
     let trie = CsTrie::new();
     let pair = |i: usize| ("audit.#".to_owned(), format!("subscriber{i}"));
