@@ -266,6 +266,22 @@ fn prefetch_groups(batch: &Batch<'_>, items: &[u32], groups: &[Group<'_>], at: u
     }
 }
 
+/// The items of group `at` of `groups` (ranges of `items` at `depth`), those
+/// that end at its word first, and how many end there; what later groups'
+/// visits will read is prefetched first.
+fn enter_group<'i>(
+    batch: &Batch<'_>,
+    items: &'i mut [u32],
+    groups: &[Group<'_>],
+    at: usize,
+    depth: usize,
+) -> (&'i mut [u32], usize) {
+    prefetch_groups(batch, items, groups, at, depth);
+    let group = &mut items[groups[at].range.clone()];
+    let enders = partition_by_length(batch, group, depth + 1, groups[at].one_parse);
+    (group, enders)
+}
+
 /// Prefetch every cache line of `value`: a 40-byte [`Item`] in an array
 /// crosses a line boundary at half the indices, and a prefetch of its first
 /// byte alone then left the fields past the boundary to miss (perf put a
@@ -371,16 +387,8 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
     let mut literals: Vec<Leaf<Branch>> = scratch_vec(groups.len());
     let mut added = 0;
     for at in 0..groups.len() {
-        prefetch_groups(batch, items, &groups, at, depth);
-        let Group {
-            word,
-            hash,
-            range,
-            one_parse,
-        } = groups[at].clone();
-        let group = &mut items[range];
-        // Those that end at this word first, then those that go deeper.
-        let enders = partition_by_length(batch, group, depth + 1, one_parse);
+        let (word, hash, one_parse) = (groups[at].word, groups[at].hash, groups[at].one_parse);
+        let (group, enders) = enter_group(batch, items, &groups, at, depth);
         let (subscribers, new) = with_all(&SubscriberSet::default(), batch, &group[..enders], gen);
         added += new;
         let child = match &mut group[enders..] {
@@ -581,15 +589,8 @@ impl CsTrie {
         let groups = group_by_word(batch, deeper, depth);
         let mut literals: Vec<Leaf<Branch>> = scratch_vec(groups.len());
         for at in 0..groups.len() {
-            prefetch_groups(batch, deeper, &groups, at, depth);
-            let Group {
-                word,
-                hash,
-                range,
-                one_parse,
-            } = groups[at].clone();
-            let group = &mut deeper[range];
-            let enders = partition_by_length(batch, group, depth + 1, one_parse);
+            let (word, hash, one_parse) = (groups[at].word, groups[at].hash, groups[at].one_parse);
+            let (group, enders) = enter_group(batch, deeper, &groups, at, depth);
             let existing = match word {
                 PatternWord::Literal(literal) => cnode.literal_hashed(hash, literal),
                 wildcard => cnode.branch(wildcard),
