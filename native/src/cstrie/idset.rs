@@ -49,7 +49,14 @@
 //!   copied), as the trie's writers renew their I-nodes.
 //! * A level left empty by a removal becomes a T-node and is then compressed
 //!   out of its parent; a parent left empty follows it. A root left empty
-//!   becomes a T-node and its holder drops the set. A T-node is final, so an
+//!   becomes a T-node and its holder drops the set. When that chain stops
+//!   short (a snapshot moved the generation, or a helper compressed a level
+//!   and left its emptied parent to others), the removal reports
+//!   [`SetWrite::RemovedLeftover`] and the trie's remover walks the id's path
+//!   again with [`prune`], and drops the set once its root is dead, before it
+//!   returns: no dead level and no dead root outlives the removal that
+//!   emptied it. Left to later writers of the same set, an emptied set stayed
+//!   in its holder for good when none came, and kept every trie node above it. A T-node is final, so an
 //!   insert racing with the removal restarts instead of landing in a dead
 //!   level. A level left with one id is not pulled up into its parent (the
 //!   Ctrie's entombed S-node is left out): such chains only come from ids
@@ -450,6 +457,25 @@ pub(crate) enum SetWrite {
     Restart,
     /// The root is a T-node: the set is empty and final; the holder must drop it.
     Tombed,
+    /// Removed the id, but the compression of the levels it emptied stopped
+    /// short (a snapshot moved the generation, or a helper compressed a level
+    /// and left its emptied parent): a tombed level may still be held on the
+    /// id's path, and the root may hold no id. The caller runs [`prune`] on the
+    /// path; otherwise an empty set could stay alive in its holder for good.
+    RemovedLeftover,
+}
+
+/// What one [`compress`] did.
+#[derive(PartialEq, Eq)]
+enum Compressed {
+    /// Its GCAS removed the tombed level, and the parent still holds slots.
+    Kept,
+    /// Its GCAS removed the tombed level and left the parent a T-node.
+    Emptied,
+    /// It wrote nothing: the parent no longer held the level (another writer
+    /// compressed it, and may have left the parent empty), or a snapshot moved
+    /// the generation.
+    NotDone,
 }
 
 /// Add `id` (hash `hash`) to the set rooted at `root`, whose generation is
@@ -577,10 +603,11 @@ pub(crate) fn remove(root: &INode, id: &str, hash: u64, gen: Generation, ctx: Ct
         }
         let mut tombed = inode;
         for &(parent, parent_level) in path.iter().rev() {
-            if !compress(parent, parent_level, hash, tombed, gen, ctx, guard) {
-                return SetWrite::Done(true);
+            match compress(parent, parent_level, hash, tombed, gen, ctx, guard) {
+                Compressed::Kept => return SetWrite::Done(true),
+                Compressed::Emptied => tombed = parent,
+                Compressed::NotDone => return SetWrite::RemovedLeftover,
             }
-            tombed = parent;
         }
         return SetWrite::Emptied;
     }
@@ -607,8 +634,8 @@ fn renew(
 }
 
 /// Remove the tombed level `tombed` (on the path of `hash`) from `parent`, at
-/// `level`. Returns whether `parent` became a T-node by it (it was left
-/// empty). The caller decides what a tombed root means.
+/// `level`; a parent left empty becomes a T-node. The caller decides what a
+/// tombed root means.
 #[allow(clippy::too_many_arguments)]
 fn compress(
     parent: &INode,
@@ -618,30 +645,73 @@ fn compress(
     gen: Generation,
     ctx: Ctx<'_>,
     guard: &Guard,
-) -> bool {
+) -> Compressed {
     if parent.gen != gen {
-        return false;
+        return Compressed::NotDone;
     }
     loop {
         let main = gcas_read(parent, ctx, guard);
         let MainKind::Ids(node) = &main.get().kind else {
-            return false;
+            return Compressed::NotDone;
         };
         let (bit, at, held) = node.locate(hash, level);
         if !held || !matches!(&node.slots[at], IdSlot::Level(child) if std::ptr::eq(&**child, tombed)) {
-            return false;
+            return Compressed::NotDone;
         }
         if !is_tombed(tombed, ctx, guard) {
-            return false;
+            return Compressed::NotDone;
         }
         let new = node.removed(Some(bit), at);
         let empty = new.is_empty();
         let kind = if empty { MainKind::Tomb } else { MainKind::Ids(new) };
         if gcas(parent, main, kind, ctx, guard) {
-            return empty;
+            return if empty { Compressed::Emptied } else { Compressed::Kept };
         }
         if !generation_holds(gen, ctx, guard) {
-            return false;
+            return Compressed::NotDone;
+        }
+    }
+}
+
+/// Finish what a removal of an id of hash `hash` left undone on its path
+/// ([`SetWrite::RemovedLeftover`]): compress the tombed level nearest the
+/// root, if any, out of its parent. `Done(false)` when no level on the path
+/// is tombed (nothing is left), `Tombed` when the root is (the holder must
+/// drop the set), `Restart` after any write or lost race (walk again: a
+/// compression can leave its parent tombed, to be compressed in turn).
+/// Changes no id: a tombed level is empty and final.
+pub(crate) fn prune(root: &INode, hash: u64, gen: Generation, ctx: Ctx<'_>, guard: &Guard) -> SetWrite {
+    debug_assert_eq!(root.gen, gen, "the holder renews an old-generation root first");
+    let mut parent: Option<(&INode, u32)> = None;
+    let mut inode = root;
+    let mut level = 0;
+    loop {
+        let main = gcas_read(inode, ctx, guard);
+        let MainKind::Ids(node) = &main.get().kind else {
+            return match parent {
+                None => SetWrite::Tombed,
+                Some((parent, parent_level)) => {
+                    compress(parent, parent_level, hash, inode, gen, ctx, guard);
+                    SetWrite::Restart
+                }
+            };
+        };
+        if level == LEVELS {
+            return SetWrite::Done(false);
+        }
+        let (_, at, held) = node.locate(hash, level);
+        match held.then(|| &node.slots[at]) {
+            Some(IdSlot::Level(child)) if child.gen == gen => {
+                parent = Some((inode, level));
+                inode = child;
+                level += 1;
+            }
+            Some(IdSlot::Level(child)) => {
+                if !renew(inode, main, node, at, child, gen, ctx, guard) {
+                    return SetWrite::Restart;
+                }
+            }
+            _ => return SetWrite::Done(false),
         }
     }
 }
@@ -689,6 +759,29 @@ pub(crate) fn for_each<'g>(root: &'g INode, ctx: Ctx<'_>, guard: &'g Guard, mut 
             }
         }
     }
+}
+
+/// Tomb the level at depth `depth` (> 0) on `hash`'s path, whatever it holds,
+/// and compress nothing: the state a removal leaves when it tombed its
+/// emptied level and its compression then stopped short (tests of [`prune`]).
+#[cfg(test)]
+pub(crate) fn tomb_level_for_test(root: &INode, hash: u64, depth: u32, ctx: Ctx<'_>, guard: &Guard) {
+    let mut inode = root;
+    for level in 0..depth {
+        let MainKind::Ids(node) = &gcas_read(inode, ctx, guard).get().kind else {
+            panic!("level {level} is not a live level");
+        };
+        let (_, at, held) = node.locate(hash, level);
+        let Some(IdSlot::Level(child)) = held.then(|| &node.slots[at]) else {
+            panic!("no level below {level} on the path");
+        };
+        inode = child;
+    }
+    let main = gcas_read(inode, ctx, guard);
+    assert!(
+        gcas(inode, main, MainKind::Tomb, ctx, guard),
+        "an uncontended GCAS commits"
+    );
 }
 
 /// The tree of a set rooted at `root`, written out: each level's bitmap and

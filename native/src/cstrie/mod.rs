@@ -233,6 +233,10 @@ enum Attempt {
     Done(bool),
     /// A GCAS lost a race or the generation moved: start again from the root.
     Restart,
+    /// The pair was removed from its shared set, but dead structure may be
+    /// left on its path (a tombed level, or a tombed root still in its holder):
+    /// a walk that only prunes must follow (see [`CsTrie::unsubscribe`]).
+    RemovedSetLeft,
 }
 
 impl Default for CsTrie {
@@ -302,14 +306,24 @@ impl CsTrie {
     /// present (absent is a no-op). Linearizes like `subscribe`.
     pub fn unsubscribe(&self, pattern: &str, subscriber: &str) -> bool {
         let words = pattern_words_of(pattern);
+        // Once the pair is gone but its shared set may still hold dead structure on the id's path
+        // (`RemovedSetLeft`), the walks only prune. Left to the next writer of the same set, an
+        // emptied set kept its branch, and so every node above it, alive for good when no such
+        // writer came (a stress test ended with nodes left after removing every pair, 1 run in 7).
+        let mut prune_only = false;
         loop {
             let guard = epoch::pin();
-            if let Attempt::Done(removed) = self.try_unsubscribe(&words, subscriber, &guard) {
-                if removed {
-                    self.pairs.fetch_sub(1, Ordering::Relaxed);
-                    help_reclaim(&guard);
+            match self.try_unsubscribe(&words, subscriber, prune_only, &guard) {
+                Attempt::Done(removed) => {
+                    let removed = removed || prune_only;
+                    if removed {
+                        self.pairs.fetch_sub(1, Ordering::Relaxed);
+                        help_reclaim(&guard);
+                    }
+                    return removed;
                 }
-                return removed;
+                Attempt::RemovedSetLeft => prune_only = true,
+                Attempt::Restart => {}
             }
         }
     }
@@ -456,7 +470,10 @@ impl CsTrie {
         }
     }
 
-    fn try_unsubscribe(&self, words: &[PatternWord<'_>], subscriber: &str, guard: &Guard) -> Attempt {
+    /// One walk of `unsubscribe(words, subscriber)`; with `prune_only`, it
+    /// removes no id and only prunes dead structure from the shared set that
+    /// `words` holds, on `subscriber`'s path, dropping the set if it is dead.
+    fn try_unsubscribe(&self, words: &[PatternWord<'_>], subscriber: &str, prune_only: bool, guard: &Guard) -> Attempt {
         let ctx = self.ctx();
         let root = read_root(&self.root, false, guard);
         let start_gen = root.gen;
@@ -483,7 +500,7 @@ impl CsTrie {
                     true => Attempt::Done(true),
                     false => Attempt::Restart,
                 };
-                return self.remove_from(cnode.empty_pattern(), subscriber, start_gen, guard, replace);
+                return self.remove_from(cnode.empty_pattern(), subscriber, prune_only, start_gen, guard, replace);
             };
             let Some(branch) = cnode.branch(word) else {
                 return Attempt::Done(false);
@@ -510,7 +527,7 @@ impl CsTrie {
                     Child::Tail(_) => true,
                 });
                 let replace = |set| commit_removal(set, child.clone());
-                return self.remove_from(&branch.subscribers, subscriber, start_gen, guard, replace);
+                return self.remove_from(&branch.subscribers, subscriber, prune_only, start_gen, guard, replace);
             }
             match &branch.child {
                 None => return Attempt::Done(false),
@@ -522,7 +539,7 @@ impl CsTrie {
                         let child = (!set.is_empty()).then(|| Child::tail(tail.words.clone(), set));
                         commit_removal(branch.subscribers.clone(), child)
                     };
-                    return self.remove_from(&tail.subscribers, subscriber, start_gen, guard, replace);
+                    return self.remove_from(&tail.subscribers, subscriber, prune_only, start_gen, guard, replace);
                 }
                 Some(Child::Node(child)) if child.gen == start_gen => {
                     path.push(inode);
@@ -562,25 +579,31 @@ impl CsTrie {
         }
         match idset::insert(set_root, subscriber, hash_word(subscriber), gen, self.ctx(), guard) {
             SetWrite::Done(added) => Attempt::Done(added),
-            SetWrite::Restart | SetWrite::Emptied => Attempt::Restart,
+            // An insert never removes: only its restarts come back.
+            SetWrite::Restart | SetWrite::Emptied | SetWrite::RemovedLeftover => Attempt::Restart,
             // Empty and final: the holder takes a new set of just this id.
             SetWrite::Tombed => replace(SubscriberSet::single(subscriber.clone())),
         }
     }
 
     /// Remove `subscriber` from `set`, like [`Self::add_to`]. A shared set
-    /// left empty is dropped from its holder by `replace(Empty)`; if that
-    /// loses a race, the next writer to meet the dead set drops it.
+    /// left empty is dropped from its holder by `replace(Empty)`. When that
+    /// loses a race, or the set's own compression stopped short, the pair is
+    /// gone but dead structure may be left: [`Attempt::RemovedSetLeft`] has
+    /// the caller walk again with `prune_only`, which removes no id and only
+    /// prunes the set on `subscriber`'s path ([`idset::prune`]), dropping the
+    /// set from its holder once it is dead.
     fn remove_from(
         &self,
         set: &SubscriberSet,
         subscriber: &str,
+        prune_only: bool,
         gen: Generation,
         guard: &Guard,
         replace: impl FnOnce(SubscriberSet) -> Attempt,
     ) -> Attempt {
         let Some(set_root) = set.shared() else {
-            return match set.without(subscriber) {
+            return match set.without(subscriber).filter(|_| !prune_only) {
                 None => Attempt::Done(false),
                 Some(set) => replace(set),
             };
@@ -589,13 +612,26 @@ impl CsTrie {
             let _ = replace(renewed);
             return Attempt::Restart;
         }
-        match idset::remove(set_root, subscriber, hash_word(subscriber), gen, self.ctx(), guard) {
+        let hash = hash_word(subscriber);
+        if prune_only {
+            // Dead structure is empty and final: pruning it changes no pair.
+            return match idset::prune(set_root, hash, gen, self.ctx(), guard) {
+                SetWrite::Tombed | SetWrite::Emptied => match replace(SubscriberSet::Empty) {
+                    Attempt::Done(_) => Attempt::Done(false),
+                    _ => Attempt::Restart,
+                },
+                SetWrite::Done(_) => Attempt::Done(false),
+                SetWrite::Restart | SetWrite::RemovedLeftover => Attempt::Restart,
+            };
+        }
+        match idset::remove(set_root, subscriber, hash, gen, self.ctx(), guard) {
             SetWrite::Done(removed) => Attempt::Done(removed),
             SetWrite::Restart => Attempt::Restart,
-            SetWrite::Emptied => {
-                let _ = replace(SubscriberSet::Empty);
-                Attempt::Done(true)
-            }
+            SetWrite::RemovedLeftover => Attempt::RemovedSetLeft,
+            SetWrite::Emptied => match replace(SubscriberSet::Empty) {
+                Attempt::Done(_) => Attempt::Done(true),
+                _ => Attempt::RemovedSetLeft,
+            },
             SetWrite::Tombed => {
                 let _ = replace(SubscriberSet::Empty);
                 Attempt::Restart

@@ -982,6 +982,60 @@ fn shared_sets_keep_colliding_and_near_hashes_apart() {
 }
 
 #[test]
+fn pruning_finishes_a_removal_whose_compression_stopped_short() {
+    use super::idset::{self, SetWrite};
+    // `a` and `b` share the chunks of levels 0 and 1 and part at level 2; `c` parts at level 0.
+    const A: u64 = 0x9E37_79B9_7F4A_7C15;
+    let (b, c) = (A ^ (1 << 50), A ^ (1 << 63));
+    let trie = CsTrie::new();
+    let guard = epoch::pin();
+    let ctx = trie.ctx();
+    let gen = read_root(&trie.root, false, &guard).gen;
+    let (set, _) = idset::build(vec![forced("a", A), forced("b", b), forced("c", c)], gen);
+    assert_eq!(idset::level_count(&set, ctx, &guard), 3, "root, level 1, level 2");
+    assert_eq!(idset::remove(&set, "a", A, gen, ctx, &guard), SetWrite::Done(true));
+    // `b`'s removal tombs level 2 and is cut short before compressing it: level 1 holds a dead level.
+    idset::tomb_level_for_test(&set, b, 2, ctx, &guard);
+    assert_eq!(
+        idset::prune(&set, c, gen, ctx, &guard),
+        SetWrite::Done(false),
+        "nothing dead on c's path"
+    );
+    let mut walks = 0;
+    loop {
+        walks += 1;
+        assert!(walks < 10, "pruning makes progress");
+        match idset::prune(&set, b, gen, ctx, &guard) {
+            SetWrite::Restart => continue,
+            done => {
+                assert_eq!(done, SetWrite::Done(false));
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        walks, 3,
+        "level 2 out of level 1, then the emptied level 1 out of the root, then clean"
+    );
+    assert_eq!(idset::level_count(&set, ctx, &guard), 1, "only the root is left");
+    assert!(idset::contains(&set, "c", c, ctx, &guard) && !idset::contains(&set, "b", b, ctx, &guard));
+    // The same cut-short removal of the last ids leaves a root that holds no id: pruning tombs it.
+    let (set, _) = idset::build(vec![forced("a", A), forced("b", b)], gen);
+    assert_eq!(idset::remove(&set, "a", A, gen, ctx, &guard), SetWrite::Done(true));
+    idset::tomb_level_for_test(&set, b, 2, ctx, &guard);
+    let mut outcomes = Vec::new();
+    while outcomes.last() != Some(&SetWrite::Tombed) {
+        assert!(outcomes.len() < 10, "pruning makes progress: {outcomes:?}");
+        outcomes.push(idset::prune(&set, b, gen, ctx, &guard));
+    }
+    assert_eq!(outcomes, [SetWrite::Restart, SetWrite::Restart, SetWrite::Tombed]);
+    assert!(
+        is_tombed(&set, ctx, &guard),
+        "a set that holds no id is dead, so its holder drops it"
+    );
+}
+
+#[test]
 fn a_bucketed_set_build_makes_the_tree_of_a_sorted_build() {
     // Sizes on both sides of the bucketed build's threshold, with repeated ids, ids whose hashes
     // collide in full (the collision level), share every bucket bit (one crowded bucket), or
