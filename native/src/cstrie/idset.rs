@@ -56,12 +56,12 @@
 //!   again with [`prune`], and drops the set once its root is dead, before it
 //!   returns: no dead level and no dead root outlives the removal that
 //!   emptied it. Left to later writers of the same set, an emptied set stayed
-//!   in its holder for good when none came, and kept every trie node above it. A T-node is final, so an
-//!   insert racing with the removal restarts instead of landing in a dead
-//!   level. A level left with one id is not pulled up into its parent (the
-//!   Ctrie's entombed S-node is left out): such chains only come from ids
-//!   whose hashes share a long prefix, so they cost at most the levels of
-//!   the live ids, and they go once those ids do.
+//!   in its holder for good when none came, and kept every trie node above it.
+//!   A T-node is final, so an insert racing with the removal restarts
+//!   instead of landing in a dead level. A level left with one id is not
+//!   pulled up into its parent (the Ctrie's entombed S-node is left out):
+//!   such chains only come from ids whose hashes share a long prefix, so they
+//!   cost at most the levels of the live ids, and they go once those ids do.
 //!
 //! # Complexity (s ids, 32 ways)
 //!
@@ -489,13 +489,7 @@ pub(crate) fn insert(root: &INode, id: &SmolStr, hash: u64, gen: Generation, ctx
     loop {
         let main = gcas_read(inode, ctx, guard);
         let MainKind::Ids(node) = &main.get().kind else {
-            return match parent {
-                None => SetWrite::Tombed,
-                Some((parent, parent_level)) => {
-                    compress(parent, parent_level, hash, inode, gen, ctx, guard);
-                    SetWrite::Restart
-                }
-            };
+            return met_tomb(parent, hash, inode, gen, ctx, guard);
         };
         let commit = |new: IdNode| match gcas(inode, main, MainKind::Ids(new), ctx, guard) {
             true => SetWrite::Done(true),
@@ -552,13 +546,7 @@ pub(crate) fn remove(root: &INode, id: &str, hash: u64, gen: Generation, ctx: Ct
         let level = path.len() as u32;
         let main = gcas_read(inode, ctx, guard);
         let MainKind::Ids(node) = &main.get().kind else {
-            return match path.last() {
-                None => SetWrite::Tombed,
-                Some(&(parent, parent_level)) => {
-                    compress(parent, parent_level, hash, inode, gen, ctx, guard);
-                    SetWrite::Restart
-                }
-            };
+            return met_tomb(path.last().copied(), hash, inode, gen, ctx, guard);
         };
         let new = if level == LEVELS {
             let found = node
@@ -633,6 +621,27 @@ fn renew(
     gcas(inode, main, MainKind::Ids(node.replaced(at, renewed)), ctx, guard)
 }
 
+/// What a walk on `hash`'s path does on meeting the T-node `tombed`, reached
+/// from `parent` (the level above and its number; `None` for the root): a
+/// tombed root means the set is dead ([`SetWrite::Tombed`]); a tombed level is
+/// compressed out of its parent, and the walk starts again.
+fn met_tomb(
+    parent: Option<(&INode, u32)>,
+    hash: u64,
+    tombed: &INode,
+    gen: Generation,
+    ctx: Ctx<'_>,
+    guard: &Guard,
+) -> SetWrite {
+    match parent {
+        None => SetWrite::Tombed,
+        Some((parent, parent_level)) => {
+            compress(parent, parent_level, hash, tombed, gen, ctx, guard);
+            SetWrite::Restart
+        }
+    }
+}
+
 /// Remove the tombed level `tombed` (on the path of `hash`) from `parent`, at
 /// `level`; a parent left empty becomes a T-node. The caller decides what a
 /// tombed root means.
@@ -688,13 +697,7 @@ pub(crate) fn prune(root: &INode, hash: u64, gen: Generation, ctx: Ctx<'_>, guar
     loop {
         let main = gcas_read(inode, ctx, guard);
         let MainKind::Ids(node) = &main.get().kind else {
-            return match parent {
-                None => SetWrite::Tombed,
-                Some((parent, parent_level)) => {
-                    compress(parent, parent_level, hash, inode, gen, ctx, guard);
-                    SetWrite::Restart
-                }
-            };
+            return met_tomb(parent, hash, inode, gen, ctx, guard);
         };
         if level == LEVELS {
             return SetWrite::Done(false);
