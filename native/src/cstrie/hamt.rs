@@ -602,21 +602,29 @@ pub(crate) fn sorted_unique<V>(mut leaves: Vec<Leaf<V>>) -> Vec<Leaf<V>> {
     if !leaves.is_sorted_by_key(|leaf| leaf.hash) {
         sort_by_hash_key(&mut leaves, |leaf| leaf.hash);
     }
+    unique_in_sorted(&mut leaves);
+    leaves
+}
+
+/// `leaves` (sorted by hash) with one leaf per key, in place: within a run of
+/// one hash (a repeated key, or a 64-bit collision) the first of each key is
+/// kept.
+pub(crate) fn unique_in_sorted<V>(leaves: &mut Vec<Leaf<V>>) {
     if leaves.windows(2).all(|pair| pair[0].hash != pair[1].hash) {
-        return leaves;
+        return;
     }
-    let mut unique: Vec<Leaf<V>> = scratch_vec(leaves.len());
     let mut run_start = 0;
-    for leaf in leaves {
-        if unique.last().is_some_and(|last: &Leaf<V>| last.hash != leaf.hash) {
-            run_start = unique.len();
+    let mut kept = 0;
+    for at in 0..leaves.len() {
+        if kept > 0 && leaves[kept - 1].hash != leaves[at].hash {
+            run_start = kept;
         }
-        // Within a run of one hash (a duplicate, or a 64-bit collision), one leaf per key.
-        if !unique[run_start..].iter().any(|held| held.key == leaf.key) {
-            unique.push(leaf);
+        if !leaves[run_start..kept].iter().any(|held| held.key == leaves[at].key) {
+            leaves.swap(kept, at);
+            kept += 1;
         }
     }
-    unique
+    leaves.truncate(kept);
 }
 
 /// Below this many leaves a comparison sort beats the radix passes.
@@ -676,12 +684,18 @@ pub(crate) fn sort_by_hash_key<T>(items: &mut Vec<T>, hash: impl Fn(&T) -> u64) 
     // loop above wrote each of its first `n` slots exactly once (prefix sums
     // of the exact counts of the top digit, as for the first pass).
     unsafe { items.set_len(n) };
-    // Items that share the top 22 bits are in input order: insertion-sort them.
-    for at in 1..n {
-        let mut j = at;
-        while j > 0 && hash(&items[j - 1]) > hash(&items[j]) {
-            items.swap(j - 1, j);
-            j -= 1;
+    // Items that share the top 22 bits are in input order.
+    insertion_sort_by_hash(items, hash);
+}
+
+/// Insertion-sort `items` by `hash`: O(n) moves when they are nearly sorted
+/// (what a radix pass over the top bits of uniform hashes leaves).
+pub(crate) fn insertion_sort_by_hash<T>(items: &mut [T], hash: impl Fn(&T) -> u64) {
+    for at in 1..items.len() {
+        let mut place = at;
+        while place > 0 && hash(&items[place - 1]) > hash(&items[place]) {
+            items.swap(place - 1, place);
+            place -= 1;
         }
     }
 }

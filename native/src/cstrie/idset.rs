@@ -79,7 +79,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::gcas::{gcas, gcas_read, read_root, Ctx};
-use super::hamt::{count_copied, slot_index, sorted_unique, Leaf, SmolStr};
+use super::hamt::{count_copied, insertion_sort_by_hash, slot_index, sorted_unique, unique_in_sorted, Leaf, SmolStr};
 use super::is_tombed;
 use super::node::{Generation, INode, MainKind, MainNode};
 use super::scratch::scratch_vec;
@@ -417,33 +417,7 @@ fn sort_bucket(bucket: &mut Vec<Leaf<()>>, spare: &mut Vec<Leaf<()>>) {
         std::mem::swap(bucket, spare);
     }
     // Leaves that share the bits sorted so far are in input order: a few per run.
-    for at in 1..bucket.len() {
-        let mut place = at;
-        while place > 0 && bucket[place - 1].hash > bucket[place].hash {
-            bucket.swap(place - 1, place);
-            place -= 1;
-        }
-    }
-}
-
-/// `leaves` (sorted by hash) with one leaf per key: equal hashes are a
-/// repeated id or, rarely, two ids whose 64-bit hashes collide.
-fn unique_in_sorted(leaves: &mut Vec<Leaf<()>>) {
-    if leaves.windows(2).all(|pair| pair[0].hash != pair[1].hash) {
-        return;
-    }
-    let mut run_start = 0;
-    let mut kept = 0;
-    for at in 0..leaves.len() {
-        if kept > 0 && leaves[kept - 1].hash != leaves[at].hash {
-            run_start = kept;
-        }
-        if !leaves[run_start..kept].iter().any(|held| held.key == leaves[at].key) {
-            leaves.swap(kept, at);
-            kept += 1;
-        }
-    }
-    leaves.truncate(kept);
+    insertion_sort_by_hash(bucket, |leaf| leaf.hash);
 }
 
 /// What a write to a shared set did.
