@@ -157,7 +157,6 @@ fn word_rank(word: PatternWord<'_>) -> (u8, &str) {
 }
 
 /// The items of one word at some depth: `items[range]` after [`group_by_word`].
-#[derive(Clone)]
 struct Group<'b> {
     word: PatternWord<'b>,
     /// [`word_hash`] of the word.
