@@ -79,13 +79,11 @@ use super::scratch::scratch_vec;
 pub(crate) use smol_str::SmolStr;
 
 const BITS_PER_LEVEL: u32 = 3;
-/// Slots of a bitmap node at most (its branching factor).
+/// Slots of a bitmap node at most (its branching factor; the tests' copy bounds).
+#[cfg(test)]
 pub(crate) const WAYS: usize = 1 << BITS_PER_LEVEL;
 /// Bitmap levels: 21 of 3 bits and a last one of the 1 bit left (64 = 21 x 3 + 1).
 pub(crate) const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
-const CHUNK_MASK: u64 = WAYS as u64 - 1;
-/// Bits the last level takes: what the others leave.
-const LAST_BITS: u32 = 64 - BITS_PER_LEVEL * (LEVELS - 1);
 
 /// The hash every table in this process uses for `word`.
 pub(crate) fn hash_word(word: &str) -> u64 {
@@ -125,11 +123,20 @@ pub(crate) fn count_copied(_slots: usize) {
 /// The chunk of `hash` that indexes a bitmap node at `level` (< [`LEVELS`]).
 #[inline]
 pub(crate) fn chunk(hash: u64, level: u32) -> u32 {
-    debug_assert!(level < LEVELS);
-    if level + 1 < LEVELS {
-        ((hash >> (64 - BITS_PER_LEVEL * (level + 1))) & CHUNK_MASK) as u32
+    chunk_of::<BITS_PER_LEVEL>(hash, level)
+}
+
+/// The chunk of `hash` at `level` of a hash trie whose levels take `BITS`
+/// bits each, most significant first; the last level takes the bits the
+/// others leave. Shared by these tables (3 bits) and shared sets (5 bits).
+#[inline]
+pub(crate) fn chunk_of<const BITS: u32>(hash: u64, level: u32) -> u32 {
+    let levels = 64u32.div_ceil(BITS);
+    debug_assert!(level < levels);
+    if level + 1 < levels {
+        ((hash >> (64 - BITS * (level + 1))) & ((1 << BITS) - 1)) as u32
     } else {
-        (hash & ((1 << LAST_BITS) - 1)) as u32
+        (hash & ((1 << (64 - BITS * (levels - 1))) - 1)) as u32
     }
 }
 

@@ -79,7 +79,9 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::gcas::{gcas, gcas_read, read_root, Ctx};
-use super::hamt::{count_copied, insertion_sort_by_hash, slot_index, sorted_unique, unique_in_sorted, Leaf, SmolStr};
+use super::hamt::{
+    chunk_of, count_copied, insertion_sort_by_hash, slot_index, sorted_unique, unique_in_sorted, Leaf, SmolStr,
+};
 use super::is_tombed;
 use super::node::{Generation, INode, MainKind, MainNode};
 use super::scratch::scratch_vec;
@@ -92,17 +94,11 @@ pub(crate) const WAYS: usize = 1 << BITS_PER_LEVEL;
 /// Bitmap levels; the last takes the bits the others leave. Level `LEVELS`
 /// itself, below every hash bit, is the collision list.
 pub(crate) const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
-const LAST_BITS: u32 = 64 - BITS_PER_LEVEL * (LEVELS - 1);
 
 /// The chunk of `hash` that indexes a level node at `level` (< [`LEVELS`]).
 #[inline]
 fn chunk(hash: u64, level: u32) -> u32 {
-    debug_assert!(level < LEVELS);
-    if level + 1 < LEVELS {
-        ((hash >> (64 - BITS_PER_LEVEL * (level + 1))) & (WAYS as u64 - 1)) as u32
-    } else {
-        (hash & ((1 << LAST_BITS) - 1)) as u32
-    }
+    chunk_of::<BITS_PER_LEVEL>(hash, level)
 }
 
 /// One level of a shared set: the main node of its I-node.
