@@ -44,7 +44,7 @@ use arrow_schema::DataType;
 use crate::cstrie::CsTrie;
 use crate::errors::NativeError;
 use crate::frozen::FrozenMatcher;
-use crate::topic::{split_words, HASH};
+use crate::topic::{HASH, SEPARATOR};
 
 /// Which argument a column is (for error messages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +185,18 @@ fn over_limit(
     (got > limit).then(|| (reason, format!("{what} (limit {name}={limit}, got {got})")))
 }
 
+/// How many words `pattern` has and how many of them are `#`, as
+/// `split_words` would split it, without collecting them: a vector per row
+/// made a million-row call with limits take 1.4-1.6x as long as one without.
+fn word_counts(pattern: &str) -> (usize, usize) {
+    if pattern.is_empty() {
+        return (0, 0);
+    }
+    pattern.split(SEPARATOR).fold((0, 0), |(words, hashes), word| {
+        (words + 1, hashes + usize::from(word == HASH))
+    })
+}
+
 /// Why one row is bad, or `None` when it is good.
 fn check_row(
     pattern: Option<&str>,
@@ -205,9 +217,9 @@ fn check_row(
         if too_long.is_some() {
             return too_long; // before splitting: a hostile pattern is not split at all
         }
-        let words = split_words(pattern);
+        let (words, hashes) = word_counts(pattern);
         let too_many = over_limit(
-            words.len(),
+            words,
             limits.max_pattern_words,
             reason::PATTERN_TOO_MANY_WORDS,
             "pattern has too many words",
@@ -216,7 +228,6 @@ fn check_row(
         if too_many.is_some() {
             return too_many;
         }
-        let hashes = words.iter().filter(|&&word| word == HASH).count();
         let too_many_hashes = over_limit(
             hashes,
             limits.max_hash_words,
@@ -468,6 +479,17 @@ mod tests {
             other => panic!("expected BadRows, got {other:?}"),
         }
         assert_eq!(pairs_of(&trie).len(), 1);
+    }
+
+    #[test]
+    fn word_counts_agree_with_split_words() {
+        for pattern in [
+            "", ".", "..", "a", "a.b", "a..b", ".a", "a.", "#", "#.#", "a.#.b", "##", "a#", "#a.#", "*.#.*",
+        ] {
+            let words = crate::topic::split_words(pattern);
+            let hashes = words.iter().filter(|&&word| word == HASH).count();
+            assert_eq!(word_counts(pattern), (words.len(), hashes), "{pattern:?}");
+        }
     }
 
     #[test]
