@@ -174,7 +174,14 @@ pub(crate) fn matching<'g>(
     // Deduplicate before cloning: one refcount bump per distinct subscriber.
     found.sort_unstable();
     found.dedup_by(|left, right| left == right);
-    found.into_iter().cloned().collect()
+    // Cloned by reference into a buffer of the final size: collecting the references' iterator by value
+    // moved each id through an `Option` on the stack, and perf put over a third of this function's own
+    // time on those stores and loads.
+    let mut ids = Vec::with_capacity(found.len());
+    for &id in found.iter() {
+        ids.push(id.clone());
+    }
+    ids
 }
 
 /// The ids of `set`, sorted.
