@@ -59,7 +59,7 @@
 use std::sync::Arc;
 
 use super::gcas::{gcas, gcas_read, read_root};
-use super::hamt::{hash_word, prefetch, sort_by_hash_key, Leaf, SmolStr};
+use super::hamt::{hash_word, prefetch, smol, sort_by_hash_key, Leaf, SmolStr};
 use super::idset;
 use super::node::{Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
 use super::scratch::scratch_vec;
@@ -132,7 +132,7 @@ impl<'a> Batch<'a> {
         // Both are slices of the text that was parsed (an equal earlier row's, when consecutive rows repeat a
         // pattern), so the difference is a byte offset into it, and so into this row's equal text.
         let offset = (words[depth].text.as_ptr() as usize).wrapping_sub(words[0].text.as_ptr() as usize);
-        SmolStr::new(&self.patterns[item as usize][offset..])
+        smol(&self.patterns[item as usize][offset..])
     }
 }
 
@@ -177,6 +177,21 @@ struct Group<'b> {
 /// each sort entry carries the index of its word (the entry's padding had room
 /// for it) and the loop prefetches the word [`AHEAD`] runs ahead.
 fn group_by_word<'b>(batch: &'b Batch<'_>, items: &mut [u32], depth: usize) -> Vec<Group<'b>> {
+    // Every item one parse (a call of one pattern's subscribers): one group, found by one read-only pass
+    // that stops at the first other parse, instead of sorting and scanning keys (three passes and a
+    // copy back over a million items of `audit.#`).
+    if let Some(&first) = items.first() {
+        let start = batch.items[first as usize].start;
+        if items.iter().all(|&item| batch.items[item as usize].start == start) {
+            let word = &batch.words[start as usize + depth];
+            return vec![Group {
+                word: PatternWord::parse(word.text),
+                hash: word.hash,
+                range: 0..items.len(),
+                one_parse: true,
+            }];
+        }
+    }
     // (word hash, item, index of the word in `batch.words`)
     let mut keyed: Vec<(u64, u32, u32)> = scratch_vec(items.len());
     keyed.extend(items.iter().map(|&item| {
@@ -402,7 +417,7 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
         match word {
             PatternWord::Literal(literal) => literals.push(Leaf {
                 hash,
-                key: SmolStr::new(literal),
+                key: smol(literal),
                 value: branch,
             }),
             PatternWord::Star => cnode.set_wildcard(PatternWord::Star, Some(branch)),
@@ -508,7 +523,7 @@ impl CsTrie {
                 start,
                 end,
                 subscriber_hash: hash_word(subscriber),
-                subscriber: SmolStr::new(subscriber),
+                subscriber: smol(subscriber),
             });
             batch.patterns.push(pattern);
         }
@@ -660,7 +675,7 @@ impl CsTrie {
             match word {
                 PatternWord::Literal(literal) => literals.push(Leaf {
                     hash,
-                    key: SmolStr::new(literal),
+                    key: smol(literal),
                     value: branch,
                 }),
                 PatternWord::Star => new.set_wildcard(PatternWord::Star, Some(branch)),
