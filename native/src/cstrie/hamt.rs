@@ -78,6 +78,21 @@ use super::scratch::scratch_vec;
 
 pub(crate) use smol_str::SmolStr;
 
+/// `SmolStr::new(text)`, through the inline constructor when the text fits
+/// inline (23 bytes): `new` copies it into a stack buffer with a memcpy call
+/// and reloads that in other widths, stalling on store forwarding (perf put
+/// 8% of a million-subscriber bulk load there). 30 against 21 ns per id in a
+/// microbenchmark. The two make equal strings: `SmolStr` compares by text.
+#[inline]
+pub(crate) fn smol(text: &str) -> SmolStr {
+    const INLINE_CAP: usize = 23;
+    if text.len() <= INLINE_CAP {
+        SmolStr::new_inline(text)
+    } else {
+        SmolStr::new(text)
+    }
+}
+
 const BITS_PER_LEVEL: u32 = 3;
 /// Slots of a bitmap node at most (its branching factor; the tests' copy bounds).
 #[cfg(test)]
@@ -1007,6 +1022,28 @@ mod tests {
 
     fn model_of(map: &Hamt<u32>) -> BTreeMap<String, u32> {
         map.iter().map(|leaf| (leaf.key.to_string(), leaf.value)).collect()
+    }
+
+    #[test]
+    fn smol_makes_the_string_smol_str_new_makes() {
+        let long = "x".repeat(24);
+        let spaces = " ".repeat(23);
+        for text in [
+            "",
+            "a",
+            "sub-12345",
+            "ünïcödé-id",
+            "\n\n  ",
+            spaces.as_str(),
+            &long[..23],
+            long.as_str(),
+            "#",
+        ] {
+            let (ours, theirs) = (smol(text), SmolStr::new(text));
+            assert_eq!(ours, theirs, "{text:?}");
+            assert_eq!(ours.as_str(), text);
+            assert_eq!(ours.is_heap_allocated(), theirs.is_heap_allocated(), "{text:?}");
+        }
     }
 
     #[test]

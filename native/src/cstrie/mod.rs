@@ -288,7 +288,7 @@ impl CsTrie {
     /// found the pair present.
     pub fn subscribe(&self, pattern: &str, subscriber: &str) -> bool {
         let words = pattern_words_of(pattern);
-        let subscriber = SmolStr::new(subscriber);
+        let subscriber = hamt::smol(subscriber);
         loop {
             let guard = epoch::pin();
             if let Attempt::Done(added) = self.try_subscribe(&words, &subscriber, &guard) {

@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use super::atomic_arc::AtomicArc;
 use super::gcas::Ctx;
-use super::hamt::{hash_word, Hamt, Leaf, SmolStr};
+use super::hamt::{hash_word, smol, Hamt, Leaf, SmolStr};
 use super::idset::{self, IdNode};
 use super::sync::epoch::Guard;
 use crate::topic::PatternWord;
@@ -264,10 +264,7 @@ impl Tail {
             let offset: usize = words[..=deepest].iter().map(|word| word.len() + 1).sum();
             Branch {
                 subscribers: SubscriberSet::Empty,
-                child: Some(Child::tail(
-                    SmolStr::new(&self.words[offset..]),
-                    self.subscribers.clone(),
-                )),
+                child: Some(Child::tail(smol(&self.words[offset..]), self.subscribers.clone())),
             }
         };
         let single = |word: &str, branch: Branch| {
@@ -408,7 +405,7 @@ impl CNode {
         let mut copy = self.clone();
         match word {
             PatternWord::Literal(literal) => match branch {
-                Some(branch) => copy.literals = copy.literals.insert(SmolStr::new(literal), branch),
+                Some(branch) => copy.literals = copy.literals.insert(smol(literal), branch),
                 None => {
                     if let Some(literals) = copy.literals.remove(literal) {
                         copy.literals = literals;
