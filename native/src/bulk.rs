@@ -142,6 +142,24 @@ impl<'a> Strings<'a> {
         }
     }
 
+    fn null_count(&self) -> usize {
+        match self {
+            Strings::Utf8(array) => array.null_count(),
+            Strings::Large(array) => array.null_count(),
+            Strings::View(array) => array.null_count(),
+        }
+    }
+
+    /// Whether any row (null or not) is the empty string, from the offsets or
+    /// views alone (a view's low 32 bits are its length): no text is read.
+    fn any_empty(&self) -> bool {
+        match self {
+            Strings::Utf8(array) => array.offsets().windows(2).any(|pair| pair[0] == pair[1]),
+            Strings::Large(array) => array.offsets().windows(2).any(|pair| pair[0] == pair[1]),
+            Strings::View(array) => array.views().iter().any(|&view| view as u32 == 0),
+        }
+    }
+
     /// Row `row` (< `len()`), `None` when null.
     fn get(&self, row: usize) -> Option<&'a str> {
         match self {
@@ -272,6 +290,12 @@ pub fn validate<'a>(
             patterns: patterns.len(),
             subscribers: subscribers.len(),
         });
+    }
+    // Without limits a row can only be bad by a null or an empty subscriber; when the columns have no
+    // nulls (Arrow counts them) and no empty subscriber, no row is, and the per-row pass (a tenth of a
+    // million-pair load) is skipped. Otherwise it runs and reports every bad row.
+    if limits.is_none() && patterns.null_count() == 0 && subscribers.null_count() == 0 && !subscribers.any_empty() {
+        return Ok(Pairs { patterns, subscribers });
     }
     let errors: Vec<RowError> = (0..patterns.len())
         .filter_map(|row| {
@@ -479,6 +503,39 @@ mod tests {
             other => panic!("expected BadRows, got {other:?}"),
         }
         assert_eq!(pairs_of(&trie).len(), 1);
+    }
+
+    /// Columns without nulls skip the per-row pass when no limits are given,
+    /// so the empty subscriber must still be found (in every layout, and only
+    /// within a slice's own rows).
+    #[test]
+    fn an_empty_subscriber_without_nulls_or_limits_is_still_reported() {
+        let p = [Some("a"), Some("b"), Some("c"), Some("d")];
+        let s = [Some("x"), Some("y"), Some(""), Some("z")];
+        for (pa, sa) in layouts(&p).iter().zip(layouts(&s)) {
+            assert_eq!((pa.null_count(), sa.null_count()), (0, 0));
+            let trie = CsTrie::new();
+            match subscribe_many(&trie, pa.as_ref(), sa.as_ref(), None) {
+                Err(NativeError::BadRows { errors, .. }) => {
+                    let got: Vec<(usize, &str)> = errors.iter().map(|e| (e.row, e.reason)).collect();
+                    assert_eq!(got, vec![(2, reason::INVALID_SUBSCRIBER)], "{:?}", sa.data_type());
+                }
+                other => panic!("expected BadRows for {:?}, got {other:?}", sa.data_type()),
+            }
+            assert!(pairs_of(&trie).is_empty(), "nothing applied");
+            // The empty row is outside both slices: each loads whole.
+            for (offset, length) in [(0, 2), (3, 1)] {
+                let (ps, ss) = (pa.slice(offset, length), sa.slice(offset, length));
+                assert_eq!(subscribe_many(&trie, ps.as_ref(), ss.as_ref(), None), Ok(length));
+            }
+            assert_eq!(pairs_of(&trie).len(), 3);
+            // A slice that holds it fails.
+            let (ps, ss) = (pa.slice(1, 2), sa.slice(1, 2));
+            assert!(matches!(
+                subscribe_many(&trie, ps.as_ref(), ss.as_ref(), None),
+                Err(NativeError::BadRows { .. })
+            ));
+        }
     }
 
     #[test]
