@@ -156,12 +156,17 @@ fn word_rank(word: PatternWord<'_>) -> (u8, &str) {
     }
 }
 
-/// The items of one word at some depth: `items[range]` after [`group_by_word`].
-struct Group<'b> {
-    word: PatternWord<'b>,
+/// The items of one word at some depth: `items[start..end]` after
+/// [`group_by_word`]. 24 bytes: a wide load makes one per tenant, and with the
+/// word itself (a `PatternWord`) and a `Range<usize>` a million groups were
+/// 56 MB of scratch to fault in and stream through the cache.
+struct Group {
     /// [`word_hash`] of the word.
     hash: u64,
-    range: std::ops::Range<usize>,
+    /// The word: `batch.words[word]` (of one of the group's items).
+    word: u32,
+    start: u32,
+    end: u32,
     /// Every item of the group is one parse of one pattern (consecutive rows
     /// of a pattern share its words): they all have its length and its words,
     /// so a partition by length or a check for one pattern needs to read only
@@ -170,26 +175,43 @@ struct Group<'b> {
     one_parse: bool,
 }
 
+impl Group {
+    fn new(hash: u64, word: u32, range: std::ops::Range<usize>, one_parse: bool) -> Self {
+        // Items are indexed by u32 (the batch's `fast` list), so their ranges fit.
+        let (start, end) = (range.start as u32, range.end as u32);
+        Group {
+            hash,
+            word,
+            start,
+            end,
+            one_parse,
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<usize> {
+        self.start as usize..self.end as usize
+    }
+
+    fn word<'b>(&self, batch: &'b Batch<'_>) -> PatternWord<'b> {
+        PatternWord::parse(batch.words[self.word as usize].text)
+    }
+}
+
 /// `items` (all at least `depth + 1` words long) reordered so that equal words
 /// at `depth` are contiguous; returns the groups.
 ///
 /// After the sort the pairs are visited in hash order, all over the batch, so
 /// each sort entry carries the index of its word (the entry's padding had room
 /// for it) and the loop prefetches the word [`AHEAD`] runs ahead.
-fn group_by_word<'b>(batch: &'b Batch<'_>, items: &mut [u32], depth: usize) -> Vec<Group<'b>> {
+fn group_by_word(batch: &Batch<'_>, items: &mut [u32], depth: usize) -> Vec<Group> {
     // Every item one parse (a call of one pattern's subscribers): one group, found by one read-only pass
     // that stops at the first other parse, instead of sorting and scanning keys (three passes and a
     // copy back over a million items of `audit.#`).
     if let Some(&first) = items.first() {
         let start = batch.items[first as usize].start;
         if items.iter().all(|&item| batch.items[item as usize].start == start) {
-            let word = &batch.words[start as usize + depth];
-            return vec![Group {
-                word: PatternWord::parse(word.text),
-                hash: word.hash,
-                range: 0..items.len(),
-                one_parse: true,
-            }];
+            let word = start + depth as u32;
+            return vec![Group::new(batch.words[word as usize].hash, word, 0..items.len(), true)];
         }
     }
     // (word hash, item, index of the word in `batch.words`)
@@ -231,21 +253,11 @@ fn group_by_word<'b>(batch: &'b Batch<'_>, items: &mut [u32], depth: usize) -> V
                 while next < end && batch.word(keyed[next].1, depth) == word {
                     next += 1;
                 }
-                groups.push(Group {
-                    word,
-                    hash,
-                    range: at..next,
-                    one_parse: false,
-                });
+                groups.push(Group::new(hash, keyed[at].2, at..next, false));
                 at = next;
             }
         } else {
-            groups.push(Group {
-                word: PatternWord::parse(first.text),
-                hash,
-                range: start..end,
-                one_parse,
-            });
+            groups.push(Group::new(hash, run[0].2, start..end, one_parse));
         }
         start = end;
     }
@@ -261,19 +273,21 @@ fn group_by_word<'b>(batch: &'b Batch<'_>, items: &mut [u32], depth: usize) -> V
 /// the pattern of the one `AHEAD / 2` on (whose item was prefetched earlier);
 /// and that word's text for the one `AHEAD / 4` on.
 #[inline]
-fn prefetch_groups(batch: &Batch<'_>, items: &[u32], groups: &[Group<'_>], at: usize, depth: usize) {
+fn prefetch_groups(batch: &Batch<'_>, items: &[u32], groups: &[Group], at: usize, depth: usize) {
     if let Some(group) = groups.get(at + AHEAD) {
-        prefetch_whole(&batch.items[items[group.range.start] as usize]);
+        prefetch_whole(&batch.items[items[group.start as usize] as usize]);
     }
     if let Some(group) = groups.get(at + AHEAD / 2) {
-        let index = items[group.range.start] as usize;
+        // The group's own word (its text and hash key the branch).
+        prefetch(batch.words.as_ptr().wrapping_add(group.word as usize));
+        let index = items[group.start as usize] as usize;
         let item = &batch.items[index];
         prefetch(batch.words.as_ptr().wrapping_add(item.start as usize + depth + 1));
         prefetch(batch.patterns.as_ptr().wrapping_add(index));
     }
     // The text itself, which a tail's suffix and the branch's key copy.
     if let Some(group) = groups.get(at + AHEAD / 4) {
-        let item = &batch.items[items[group.range.start] as usize];
+        let item = &batch.items[items[group.start as usize] as usize];
         if let Some(word) = batch.words.get(item.start as usize + depth + 1) {
             prefetch(word.text.as_ptr());
         }
@@ -286,12 +300,12 @@ fn prefetch_groups(batch: &Batch<'_>, items: &[u32], groups: &[Group<'_>], at: u
 fn enter_group<'i>(
     batch: &Batch<'_>,
     items: &'i mut [u32],
-    groups: &[Group<'_>],
+    groups: &[Group],
     at: usize,
     depth: usize,
 ) -> (&'i mut [u32], usize) {
     prefetch_groups(batch, items, groups, at, depth);
-    let group = &mut items[groups[at].range.clone()];
+    let group = &mut items[groups[at].range()];
     let enders = partition_by_length(batch, group, depth + 1, groups[at].one_parse);
     (group, enders)
 }
@@ -401,7 +415,7 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
     let mut literals: Vec<Leaf<Branch>> = scratch_vec(groups.len());
     let mut added = 0;
     for at in 0..groups.len() {
-        let (word, hash, one_parse) = (groups[at].word, groups[at].hash, groups[at].one_parse);
+        let (word, hash, one_parse) = (groups[at].word(batch), groups[at].hash, groups[at].one_parse);
         let (group, enders) = enter_group(batch, items, &groups, at, depth);
         let (subscribers, new) = with_all(&SubscriberSet::default(), batch, &group[..enders], gen);
         added += new;
@@ -603,7 +617,7 @@ impl CsTrie {
         let groups = group_by_word(batch, deeper, depth);
         let mut literals: Vec<Leaf<Branch>> = scratch_vec(groups.len());
         for at in 0..groups.len() {
-            let (word, hash, one_parse) = (groups[at].word, groups[at].hash, groups[at].one_parse);
+            let (word, hash, one_parse) = (groups[at].word(batch), groups[at].hash, groups[at].one_parse);
             let (group, enders) = enter_group(batch, deeper, &groups, at, depth);
             let existing = match word {
                 PatternWord::Literal(literal) => cnode.literal_hashed(hash, literal),
