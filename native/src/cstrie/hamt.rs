@@ -100,8 +100,37 @@ pub(crate) const WAYS: usize = 1 << BITS_PER_LEVEL;
 /// Bitmap levels: 21 of 3 bits and a last one of the 1 bit left (64 = 21 x 3 + 1).
 pub(crate) const LEVELS: u32 = 64u32.div_ceil(BITS_PER_LEVEL);
 
+/// A stand-in for [`hash_word`] (tests only).
+#[cfg(test)]
+type WordHash = fn(&str) -> u64;
+
+#[cfg(test)]
+thread_local! {
+    /// A stand-in for [`hash_word`] on this thread (tests only): collisions a
+    /// real 64-bit hash never shows, for the paths that must then compare texts.
+    static FORCED_HASH: std::cell::Cell<Option<WordHash>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `body` with [`hash_word`] replaced by `hash` on this thread (tests
+/// only; the trie must not be touched from other threads meanwhile).
+#[cfg(test)]
+pub(crate) fn with_forced_hash<R>(hash: WordHash, body: impl FnOnce() -> R) -> R {
+    struct Restore(Option<WordHash>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORCED_HASH.with(|forced| forced.set(self.0));
+        }
+    }
+    let _restore = Restore(FORCED_HASH.with(|forced| forced.replace(Some(hash))));
+    body()
+}
+
 /// The hash every table in this process uses for `word`.
 pub(crate) fn hash_word(word: &str) -> u64 {
+    #[cfg(test)]
+    if let Some(forced) = FORCED_HASH.with(std::cell::Cell::get) {
+        return forced(word);
+    }
     static STATE: OnceLock<foldhash::fast::FixedState> = OnceLock::new();
     STATE
         .get_or_init(|| {
