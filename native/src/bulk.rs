@@ -7,7 +7,7 @@
 //!
 //! Every bulk operation runs in two passes:
 //!
-//! 1. **Validation** reads every row and applies nothing. A row is bad when
+//! 1. **Validation** checks every row and applies nothing. A row is bad when
 //!    its pattern or subscriber is null, its subscriber is empty (the grammar
 //!    of [`crate::topic`] and `routing/topic.py`: any UTF-8 text is a
 //!    pattern, a subscriber is non-empty UTF-8; the Arrow buffers themselves
@@ -15,7 +15,10 @@
 //!    value is read), or, when [`RowLimits`] are given, it breaks one of
 //!    them (the same checks and reason codes as `routing.validation`). Any
 //!    bad row fails the whole call with [`NativeError::BadRows`]: every bad
-//!    row's index, reason code and detail, and nothing applied.
+//!    row's index, reason code and detail, and nothing applied. Without
+//!    limits, columns whose Arrow null counts are 0 and whose subscriber
+//!    offsets (or views) show no empty value have no bad row, so that case
+//!    is decided without reading the rows one by one.
 //! 2. **Application**, only if every row passed. Subscribes go through
 //!    [`CsTrie::subscribe_many`] (pairs grouped by word, one GCAS per C-node
 //!    they touch); unsubscribes are applied one row at a time, in order.
