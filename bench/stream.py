@@ -429,23 +429,39 @@ def write_subscriptions(spark: SparkSession, path: Path, pairs: Sequence[tuple[s
 
 @dataclasses.dataclass(frozen=True)
 class ProcessCpu:
-    """CPU seconds (user + system) used so far by the Spark JVM and by PySpark's Python workers, and the part of
-    the JVM's that its JIT compiler threads used."""
+    """CPU seconds (user + system) used so far by the Spark JVM and by PySpark's Python workers, and the parts of
+    the JVM's that its JIT compiler threads, its garbage collector threads and its executor task threads used
+    (:data:`JVM_THREAD_KINDS`). Each part counts only threads alive when read (a JVM may stop an idle compiler
+    thread, whose time then leaves its sum): a lower bound."""
 
     jvm_s: float
     python_s: float
-    #: Of ``jvm_s``: the live C1 and C2 compiler threads' (a JVM may stop an idle compiler thread, whose time
-    #: then leaves this sum: a lower bound).
+    #: Of ``jvm_s``: the C1 and C2 compiler threads'.
     jit_s: float = 0.0
+    #: Of ``jvm_s``: the garbage collector's threads' (its workers, G1's concurrent threads, the VM thread that
+    #: runs each collection's safepoint).
+    gc_s: float = 0.0
+    #: Of ``jvm_s``: the executor's task threads' (in local mode: the tasks' JVM work, the Python UDF's
+    #: Arrow round trip included, the Python worker's own time not).
+    tasks_s: float = 0.0
 
     def __sub__(self, earlier: ProcessCpu) -> ProcessCpu:
-        return ProcessCpu(self.jvm_s - earlier.jvm_s, self.python_s - earlier.python_s, self.jit_s - earlier.jit_s)
+        return ProcessCpu(
+            *(now - then for now, then in zip(dataclasses.astuple(self), dataclasses.astuple(earlier), strict=True))
+        )
 
 
 #: What PySpark's Python worker processes run (the daemon, and the workers it forks, which keep its command line).
 PYSPARK_DAEMON = b"pyspark.daemon"
-#: HotSpot's JIT compiler threads, as /proc names them (15 characters of "C2 CompilerThread0").
-JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+#: The JVM threads :class:`ProcessCpu` sums apart, by kind, as /proc names them (their first 15 characters):
+#: HotSpot's JIT compiler threads ("C2 CompilerThread0"); the collector's (G1's or the parallel collector's
+#: "GC Thread#0", G1's "G1 Conc#0", "G1 Refine#0" and others, and the "VM Thread" that runs their pauses);
+#: Spark's "Executor task launch worker for task 12".
+JVM_THREAD_KINDS: dict[str, tuple[str, ...]] = {
+    "jit": ("C1 CompilerThre", "C2 CompilerThre"),
+    "gc": ("GC Thread", "G1 ", "VM Thread"),
+    "tasks": ("Executor task l",),
+}
 
 
 def _stat_times(stat: str) -> tuple[int, int]:
@@ -457,15 +473,16 @@ def _stat_times(stat: str) -> tuple[int, int]:
 
 def process_cpu(jvm_pid: int, proc: Path = Path("/proc")) -> ProcessCpu:
     """The CPU the JVM ``jvm_pid`` (in local mode the driver and the executors' task threads) and the Python
-    workers have used, from ``/proc/<pid>/stat`` (Linux), and the JVM's JIT compiler threads, from its
-    ``task/<tid>/stat``.
+    workers have used, from ``/proc/<pid>/stat`` (Linux), and the JVM's threads of each
+    :data:`JVM_THREAD_KINDS`, from its ``task/<tid>/stat``.
 
     The JVM's own time only: the Python daemon is its child, counted apart. For the Python side, each live
     process of the daemon's command line counts its own time, and the daemon also its reaped workers'
     (``cutime``/``cstime``), so a worker that exits between two readings is neither lost nor counted twice.
     """
     tick = os.sysconf("SC_CLK_TCK")
-    jvm = python = jit = 0
+    jvm = python = 0
+    kinds = dict.fromkeys(JVM_THREAD_KINDS, 0)
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -478,23 +495,25 @@ def process_cpu(jvm_pid: int, proc: Path = Path("/proc")) -> ProcessCpu:
         own, reaped = _stat_times(stat)
         if pid == jvm_pid:
             jvm += own
-            jit += _jit_ticks(entry / "task")
+            kinds = _thread_ticks(entry / "task")
         elif PYSPARK_DAEMON in cmdline:
             python += own + reaped
-    return ProcessCpu(jvm / tick, python / tick, jit / tick)
+    return ProcessCpu(jvm / tick, python / tick, **{f"{kind}_s": ticks / tick for kind, ticks in kinds.items()})
 
 
-def _jit_ticks(tasks: Path) -> int:
-    """CPU ticks of the JIT compiler threads among ``tasks`` (a JVM's ``/proc/<pid>/task``)."""
-    ticks = 0
+def _thread_ticks(tasks: Path) -> dict[str, int]:
+    """CPU ticks of the threads of each :data:`JVM_THREAD_KINDS` among ``tasks`` (a JVM's ``/proc/<pid>/task``)."""
+    ticks = dict.fromkeys(JVM_THREAD_KINDS, 0)
     for task in tasks.iterdir() if tasks.is_dir() else ():
         try:
             stat = (task / "stat").read_text()
         except OSError:  # the thread exited meanwhile
             continue
         name = stat[stat.find("(") + 1 : stat.rfind(")")]
-        if name.startswith(JIT_THREADS):
-            ticks += _stat_times(stat)[0]
+        for kind, prefixes in JVM_THREAD_KINDS.items():
+            if name.startswith(prefixes):
+                ticks[kind] += _stat_times(stat)[0]
+                break
     return ticks
 
 
@@ -969,9 +988,21 @@ def profile_lines(results: Results) -> list[str]:
         "(process CPU) Spark JVM: driver and executors",
         [per_batch(run, None if run.cpu is None else run.cpu.jvm_s) for run in runs],
     )
+    for label, kind in (
+        ("its executor task threads (the tasks' JVM work)", "tasks_s"),
+        ("its JIT compiler threads (C1, C2)", "jit_s"),
+        ("its garbage collector threads", "gc_s"),
+    ):
+        row(
+            f"(process CPU) of the JVM's: {label}",
+            [per_batch(run, None if run.cpu is None else getattr(run.cpu, kind)) for run in runs],
+        )
     row(
-        "(process CPU) of the JVM's: its JIT compiler threads (C1, C2)",
-        [per_batch(run, None if run.cpu is None else run.cpu.jit_s) for run in runs],
+        "(process CPU) of the JVM's: the rest (the driver: planning, commits, py4j, scheduling)",
+        [
+            per_batch(run, None if run.cpu is None else run.cpu.jvm_s - run.cpu.jit_s - run.cpu.gc_s - run.cpu.tasks_s)
+            for run in runs
+        ],
     )
     row("(process CPU) Python workers", [per_batch(run, None if run.cpu is None else run.cpu.python_s) for run in runs])
     per_message = [None if run.cpu is None else 1e6 * (run.cpu.jvm_s + run.cpu.python_s) / run.messages for run in runs]
@@ -993,7 +1024,10 @@ def profile_lines(results: Results) -> list[str]:
         "planning, offset and commit logs). *Process CPU* is what the Spark JVM (driver and executors: one "
         "process in local mode) and PySpark's Python workers used over the whole run, start-up included, from "
         "`/proc`, per batch and per message: on 2 cores, the CPU a variant needs per message is what decides "
-        "its rate once other processes (a producer, the broker) want the cores too (`latency.md`).",
+        "its rate once other processes (a producer, the broker) want the cores too (`latency.md`). The JVM's "
+        "is split by thread: the executor's task threads, the JIT compilers, the garbage collector, and the rest "
+        "(mostly the driver's stream thread: planning, the Delta commit, py4j); threads that exit during a run "
+        "leave their part, so the rest is an upper bound.",
         "",
         markdown_table(header, rows),
         "",

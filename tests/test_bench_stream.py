@@ -111,8 +111,8 @@ def test_process_cpu_sums_the_jvm_and_the_python_workers_from_proc(
     (tmp_path / "self").mkdir()  # not a pid
     (tmp_path / "400").mkdir()  # exited between the listing and the read: skipped
 
-    # The JVM's threads: its two JIT compiler threads count as such; the others (and a name that only looks
-    # like one) do not.
+    # The JVM's threads: its JIT compiler threads, its collector's threads and its executor task threads count
+    # as such; the others (and a name that only looks like one) do not.
     threads = tmp_path / "100" / "task"
     for tid, comm, ticks in [
         ("100", "java", 3),
@@ -120,12 +120,18 @@ def test_process_cpu_sums_the_jvm_and_the_python_workers_from_proc(
         ("102", "C1 CompilerThre", 2),
         ("103", "Executor task l", 9),
         ("104", "x) C2 CompilerThre", 8),
+        ("105", "GC Thread#0", 5),
+        ("106", "G1 Conc#0", 1),
+        ("107", "VM Thread", 2),
+        ("108", "Executor task l", 4),
+        ("109", "stream executio", 7),
+        ("110", "x) GC Thread#1", 11),
     ]:
         (threads / tid).mkdir(parents=True)
         fields = ["S", *["0"] * 10, str(ticks * tick), "0", "0", "0", "20", "0", "1"]
         (threads / tid / "stat").write_text(f"{tid} ({comm}) {' '.join(fields)}\n")
 
     cpu = stream.process_cpu(100, proc=tmp_path)
-    assert cpu == stream.ProcessCpu(jvm_s=60.0, python_s=42.0, jit_s=6.0)
-    earlier = stream.ProcessCpu(jvm_s=10.0, python_s=2.0, jit_s=1.0)
-    assert cpu - earlier == stream.ProcessCpu(jvm_s=50.0, python_s=40.0, jit_s=5.0)
+    assert cpu == stream.ProcessCpu(jvm_s=60.0, python_s=42.0, jit_s=6.0, gc_s=8.0, tasks_s=13.0)
+    earlier = stream.ProcessCpu(jvm_s=10.0, python_s=2.0, jit_s=1.0, gc_s=3.0, tasks_s=4.0)
+    assert cpu - earlier == stream.ProcessCpu(jvm_s=50.0, python_s=40.0, jit_s=5.0, gc_s=5.0, tasks_s=9.0)
