@@ -389,9 +389,11 @@ class SparkSettings:
     #: scheduled refresh run, an ``--available-now`` route (bench/results/jvm_start.md). "lazy" keeps C2 for
     #: the hottest code only: a long session of many short queries (a notebook, a test session).
     jit: str = "full"
-    #: The driver JVM's garbage collector (:data:`GC_MODES`): "g1", the JVM's default, with short pauses for
-    #: a stream; "parallel" for less CPU where longer pauses are fine (a scheduled run, a notebook).
-    gc: str = "g1"
+    #: The driver JVM's garbage collector (:data:`GC_MODES`): "parallel", the least CPU per byte collected, with
+    #: young pauses as short as G1's here but a full collection of 0.3-0.7 s every few minutes under load (a
+    #: stream routes more messages a second on the same cores: README "Settings that matter"); "g1", the JVM's
+    #: own default, where that stop matters more than throughput, or for a heap of many GB.
+    gc: str = "parallel"
     #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
     conf: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
 

@@ -43,6 +43,7 @@ the options go first in ``spark.driver.extraJavaOptions``, before any of the set
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,6 +61,9 @@ REQUIRED_JARS = ("delta-spark_", "delta-storage-", "spark-sql-kafka-0-10_", "kaf
 #: Run-time dependency resolution: never (see module docstring).
 FORBIDDEN_CONF = ("spark.jars.packages", "spark.jars.repositories", "spark.jars.excludes")
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: A JVM option that picks the garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...). The JVM refuses to start
+#: with two ("Multiple garbage collectors selected"), so where the user's own options pick one, ``spark.gc`` adds none.
+COLLECTOR_OPTION = re.compile(r"(?:^|\s)-XX:\+Use\w*GC(?=\s|$)")
 
 
 #: The fair-scheduler pool of the driver's background Spark jobs (the snapshot refresh), below the stream's.
@@ -237,12 +241,14 @@ def spark_conf(
     conf.update(submitted)
     if not submitted:
         # This process starts the driver JVM (spark-submit started it already otherwise): map the class archive,
-        # pick the compiler tiers and the collector; the user's options last, so theirs win.
+        # pick the compiler tiers and the collector; the user's options last, so theirs win (a collector of
+        # theirs replaces ours: the JVM would refuse both).
+        user_options = conf.get(DRIVER_JAVA_OPTIONS) or ""
         options = class_archive.merge_java_options(
             class_archive.java_options(spark.class_archive, conf),
             JIT_MODES[spark.jit],
-            GC_MODES[spark.gc],
-            conf.get(DRIVER_JAVA_OPTIONS),
+            "" if COLLECTOR_OPTION.search(user_options) else GC_MODES[spark.gc],
+            user_options,
         )
         if options:
             conf[DRIVER_JAVA_OPTIONS] = options

@@ -18,7 +18,7 @@ from jobs import class_archive as class_archive_job
 from jobs.connect_server import ConnectServer
 from routing import class_archive
 from routing.settings import Settings, load_settings
-from routing.spark import DRIVER_JAVA_OPTIONS, spark_conf
+from routing.spark import COLLECTOR_OPTION, DRIVER_JAVA_OPTIONS, spark_conf
 
 USER_OPTIONS = "-Dtopic.router=1 -Xshare:off"
 
@@ -39,7 +39,10 @@ def fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def archive_settings(tmp_path: Path, archive_dir: str | None = None, **spark: object) -> Settings:
-    """Settings with an archive directory under ``tmp_path`` and no jar check (no var/jars needed)."""
+    """Settings with an archive directory under ``tmp_path`` and no jar check (no var/jars needed).
+
+    The collector is G1 (no option of ours) unless a test picks one, so the options seen are the archive's."""
+    spark.setdefault("gc", "g1")
     return load_settings(
         env={},
         overrides={
@@ -118,7 +121,9 @@ def test_an_empty_setting_turns_it_off(fake_java: Path, tmp_path: Path) -> None:
     settings = archive_settings(tmp_path)
     publish(settings)
     assert DRIVER_JAVA_OPTIONS in spark_conf(settings)
-    off = load_settings(env={"ROUTER__SPARK__CLASS_ARCHIVE": ""}, overrides={"spark": {"jars_provided": True}})
+    off = load_settings(
+        env={"ROUTER__SPARK__CLASS_ARCHIVE": ""}, overrides={"spark": {"jars_provided": True, "gc": "g1"}}
+    )
     assert off.spark.class_archive == ""
     assert DRIVER_JAVA_OPTIONS not in spark_conf(off)
     assert DRIVER_JAVA_OPTIONS not in spark_conf(
@@ -323,3 +328,27 @@ def test_jit_and_gc_options_follow_the_archive_and_precede_the_users_options(
     # spark-submit started the JVM already: its tiers and collector are the submitter's.
     submitted = {"spark.master": "local[2]", DRIVER_JAVA_OPTIONS: USER_OPTIONS}
     assert spark_conf(settings, submitted=submitted)[DRIVER_JAVA_OPTIONS] == USER_OPTIONS
+
+
+@pytest.mark.parametrize(
+    "collector", ["-XX:+UseG1GC", "-XX:+UseZGC", "-XX:+UseSerialGC", "-XX:+UseShenandoahGC", "-XX:+UseParallelGC"]
+)
+@pytest.mark.parametrize("gc", sorted(GC_OPTIONS))
+def test_a_collector_in_the_users_options_replaces_spark_gc(
+    fake_java: Path, tmp_path: Path, gc: str, collector: str
+) -> None:
+    """The JVM refuses two collectors ("Multiple garbage collectors selected"): the user's choice is the one."""
+    user = f"-Xss4m {collector} -XX:+UseGCOverheadLimit"
+    settings = archive_settings(tmp_path, jit="full", gc=gc, conf={DRIVER_JAVA_OPTIONS: user})
+    options = spark_conf(settings)[DRIVER_JAVA_OPTIONS].split()
+    assert options == user.split()
+    assert sum(COLLECTOR_OPTION.fullmatch(option) is not None for option in options) == 1
+
+
+@pytest.mark.parametrize(
+    "options",
+    ["-XX:+UseGCOverheadLimit", "-XX:+UseStringDeduplication", "-XX:-UseG1GC", "-Dx=-XX:+UseG1GC", "-XX:+UseG1GCx"],
+)
+def test_options_that_pick_no_collector_keep_spark_gc(fake_java: Path, tmp_path: Path, options: str) -> None:
+    settings = archive_settings(tmp_path, jit="full", gc="parallel", conf={DRIVER_JAVA_OPTIONS: options})
+    assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == [*GC_OPTIONS["parallel"], options]

@@ -649,8 +649,8 @@ def test_spark_jit_is_full_quick_or_lazy() -> None:
 
 
 def test_spark_gc_is_g1_or_parallel() -> None:
-    assert load_settings(env={}).spark.gc == "g1"
-    assert load_settings(env={"ROUTER__SPARK__GC": "parallel"}).spark.gc == "parallel"
+    assert load_settings(env={}).spark.gc == "parallel"
+    assert load_settings(env={"ROUTER__SPARK__GC": "g1"}).spark.gc == "g1"
     for wrong in ("G1", "serial", "", "-XX:+UseParallelGC"):
         with pytest.raises(ConfigError, match=r"spark\.gc must be one of g1, parallel"):
             load_settings(env={}, overrides=parse_overrides([f"spark.gc={wrong}"]))
