@@ -456,11 +456,12 @@ PYSPARK_DAEMON = b"pyspark.daemon"
 #: The JVM threads :class:`ProcessCpu` sums apart, by kind, as /proc names them (their first 15 characters):
 #: HotSpot's JIT compiler threads ("C2 CompilerThread0"); the collector's (G1's or the parallel collector's
 #: "GC Thread#0", G1's "G1 Conc#0", "G1 Refine#0" and others, and the "VM Thread" that runs their pauses);
-#: Spark's "Executor task launch worker for task 12".
+#: Spark's executor task threads ("Executor task launch worker for task 12" while a task runs; /proc shows
+#: "Executor task i" for the same threads between tasks, when the bench reads them).
 JVM_THREAD_KINDS: dict[str, tuple[str, ...]] = {
     "jit": ("C1 CompilerThre", "C2 CompilerThre"),
     "gc": ("GC Thread", "G1 ", "VM Thread"),
-    "tasks": ("Executor task l",),
+    "tasks": ("Executor task ",),
 }
 
 

@@ -123,7 +123,7 @@ def test_process_cpu_sums_the_jvm_and_the_python_workers_from_proc(
         ("105", "GC Thread#0", 5),
         ("106", "G1 Conc#0", 1),
         ("107", "VM Thread", 2),
-        ("108", "Executor task l", 4),
+        ("108", "Executor task i", 4),
         ("109", "stream executio", 7),
         ("110", "x) GC Thread#1", 11),
     ]:
