@@ -450,6 +450,11 @@ class ProcessCpu:
             *(now - then for now, then in zip(dataclasses.astuple(self), dataclasses.astuple(earlier), strict=True))
         )
 
+    @property
+    def rest_s(self) -> float:
+        """Of ``jvm_s``: what none of the parts counted (mostly the driver; an upper bound, as they are lower ones)."""
+        return self.jvm_s - self.jit_s - self.gc_s - self.tasks_s
+
 
 #: What PySpark's Python worker processes run (the daemon, and the workers it forks, which keep its command line).
 PYSPARK_DAEMON = b"pyspark.daemon"
@@ -989,22 +994,16 @@ def profile_lines(results: Results) -> list[str]:
         "(process CPU) Spark JVM: driver and executors",
         [per_batch(run, None if run.cpu is None else run.cpu.jvm_s) for run in runs],
     )
-    for label, kind in (
+    for label, part in (
         ("its executor task threads (the tasks' JVM work)", "tasks_s"),
         ("its JIT compiler threads (C1, C2)", "jit_s"),
         ("its garbage collector threads", "gc_s"),
+        ("the rest (the driver: planning, commits, py4j, scheduling)", "rest_s"),
     ):
         row(
             f"(process CPU) of the JVM's: {label}",
-            [per_batch(run, None if run.cpu is None else getattr(run.cpu, kind)) for run in runs],
+            [per_batch(run, None if run.cpu is None else getattr(run.cpu, part)) for run in runs],
         )
-    row(
-        "(process CPU) of the JVM's: the rest (the driver: planning, commits, py4j, scheduling)",
-        [
-            per_batch(run, None if run.cpu is None else run.cpu.jvm_s - run.cpu.jit_s - run.cpu.gc_s - run.cpu.tasks_s)
-            for run in runs
-        ],
-    )
     row("(process CPU) Python workers", [per_batch(run, None if run.cpu is None else run.cpu.python_s) for run in runs])
     per_message = [None if run.cpu is None else 1e6 * (run.cpu.jvm_s + run.cpu.python_s) / run.messages for run in runs]
     rows.append(["(process CPU) µs per message, both"] + ["-" if us is None else f"{us:,.1f}" for us in per_message])

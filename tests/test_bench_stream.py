@@ -133,5 +133,6 @@ def test_process_cpu_sums_the_jvm_and_the_python_workers_from_proc(
 
     cpu = stream.process_cpu(100, proc=tmp_path)
     assert cpu == stream.ProcessCpu(jvm_s=60.0, python_s=42.0, jit_s=6.0, gc_s=8.0, tasks_s=13.0)
+    assert cpu.rest_s == 60.0 - 6.0 - 8.0 - 13.0
     earlier = stream.ProcessCpu(jvm_s=10.0, python_s=2.0, jit_s=1.0, gc_s=3.0, tasks_s=4.0)
     assert cpu - earlier == stream.ProcessCpu(jvm_s=50.0, python_s=40.0, jit_s=5.0, gc_s=5.0, tasks_s=9.0)
