@@ -42,6 +42,7 @@ the options go first in ``spark.driver.extraJavaOptions``, before any of the set
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -55,6 +56,8 @@ from routing.settings import GC_MODES, JIT_MODES, Settings, load_settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 DEFAULT_APP_NAME = "spark-topic-router"
 #: Jar name prefixes the session cannot work without (Delta; the Kafka source and its client).
 REQUIRED_JARS = ("delta-spark_", "delta-storage-", "spark-sql-kafka-0-10_", "kafka-clients-")
@@ -64,6 +67,19 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: A JVM option that picks the garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...). The JVM refuses to start
 #: with two ("Multiple garbage collectors selected"), so where the user's own options pick one, ``spark.gc`` adds none.
 COLLECTOR_OPTION = re.compile(r"(?:^|\s)-XX:\+Use\w*GC(?=\s|$)")
+#: Where else a driver JVM started here reads options from: Spark's prepended driver options, and the variables the
+#: JVM (``JAVA_TOOL_OPTIONS``, ``_JAVA_OPTIONS``) and the ``java`` launcher (``JDK_JAVA_OPTIONS``) read at start.
+#: A collector picked in any of them and ours would stop the JVM before the session exists.
+DRIVER_DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+JVM_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")
+
+
+def user_collector(conf: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str | None:
+    """Where the user's own JVM options pick a garbage collector (a conf key or an environment variable), or None."""
+    environ = os.environ if environ is None else environ
+    sources = [(key, conf.get(key)) for key in (DRIVER_JAVA_OPTIONS, DRIVER_DEFAULT_JAVA_OPTIONS)]
+    sources += [(f"${name}", environ.get(name)) for name in JVM_OPTION_VARIABLES]
+    return next((where for where, options in sources if options and COLLECTOR_OPTION.search(options)), None)
 
 
 #: The fair-scheduler pool of the driver's background Spark jobs (the snapshot refresh), below the stream's.
@@ -244,10 +260,13 @@ def spark_conf(
         # pick the compiler tiers and the collector; the user's options last, so theirs win (a collector of
         # theirs replaces ours: the JVM would refuse both).
         user_options = conf.get(DRIVER_JAVA_OPTIONS) or ""
+        theirs = user_collector(conf)
+        if theirs is not None and GC_MODES[spark.gc]:
+            log.info("spark.gc = %r not applied: %s picks the garbage collector", spark.gc, theirs)
         options = class_archive.merge_java_options(
             class_archive.java_options(spark.class_archive, conf),
             JIT_MODES[spark.jit],
-            "" if COLLECTOR_OPTION.search(user_options) else GC_MODES[spark.gc],
+            "" if theirs is not None else GC_MODES[spark.gc],
             user_options,
         )
         if options:

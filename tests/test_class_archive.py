@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,14 @@ from jobs import class_archive as class_archive_job
 from jobs.connect_server import ConnectServer
 from routing import class_archive
 from routing.settings import Settings, load_settings
-from routing.spark import COLLECTOR_OPTION, DRIVER_JAVA_OPTIONS, spark_conf
+from routing.spark import (
+    COLLECTOR_OPTION,
+    DRIVER_DEFAULT_JAVA_OPTIONS,
+    DRIVER_JAVA_OPTIONS,
+    JVM_OPTION_VARIABLES,
+    spark_conf,
+    user_collector,
+)
 
 USER_OPTIONS = "-Dtopic.router=1 -Xshare:off"
 
@@ -352,3 +361,41 @@ def test_a_collector_in_the_users_options_replaces_spark_gc(
 def test_options_that_pick_no_collector_keep_spark_gc(fake_java: Path, tmp_path: Path, options: str) -> None:
     settings = archive_settings(tmp_path, jit="full", gc="parallel", conf={DRIVER_JAVA_OPTIONS: options})
     assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == [*GC_OPTIONS["parallel"], options]
+
+
+@pytest.mark.parametrize("collector", ["-XX:+UseG1GC", "-XX:+UseSerialGC"])
+@pytest.mark.parametrize("variable", JVM_OPTION_VARIABLES)
+def test_a_collector_in_a_jvm_option_variable_replaces_spark_gc(
+    fake_java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, collector: str
+) -> None:
+    """The JVM reads these variables at start: a collector there and ours would stop it before the session exists."""
+    monkeypatch.setenv(variable, f"-Xss4m {collector}")
+    settings = archive_settings(tmp_path, jit="full", gc="parallel")
+    assert user_collector(spark_conf(settings)) == f"${variable}"
+    assert not COLLECTOR_OPTION.search(spark_conf(settings).get(DRIVER_JAVA_OPTIONS, ""))
+    monkeypatch.setenv(variable, "-Xss4m -XX:+UseStringDeduplication")
+    assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == GC_OPTIONS["parallel"]
+
+
+def test_a_collector_in_the_default_driver_options_replaces_spark_gc(fake_java: Path, tmp_path: Path) -> None:
+    """Spark puts ``spark.driver.defaultJavaOptions`` before the extra ones on the same command line."""
+    settings = archive_settings(tmp_path, jit="full", gc="parallel", conf={DRIVER_DEFAULT_JAVA_OPTIONS: "-XX:+UseZGC"})
+    assert not COLLECTOR_OPTION.search(spark_conf(settings).get(DRIVER_JAVA_OPTIONS, ""))
+
+
+@pytest.mark.parametrize("variable", JVM_OPTION_VARIABLES)
+def test_a_real_jvm_starts_with_our_options_and_a_collector_in_a_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """The oracle is the JVM itself, which refuses two collectors ("Multiple garbage collectors selected")."""
+    java = shutil.which("java")
+    assert java is not None, "the JDK's java is on PATH wherever the suite runs Spark"
+    monkeypatch.setenv(variable, "-XX:+UseSerialGC")
+    settings = archive_settings(tmp_path, jit="full", gc="parallel")
+    options = spark_conf(settings).get(DRIVER_JAVA_OPTIONS, "").split()
+    started = subprocess.run([java, *options, "-XX:+PrintCommandLineFlags", "-version"], capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+    assert "-XX:+UseSerialGC" in started.stdout, started.stdout
+    # The same options with ours added back: the JVM refuses them, so the check above can fail.
+    refused = subprocess.run([java, *options, *GC_OPTIONS["parallel"], "-version"], capture_output=True, text=True)
+    assert refused.returncode != 0 and "Multiple garbage collectors" in refused.stdout + refused.stderr
