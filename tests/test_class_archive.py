@@ -32,6 +32,14 @@ from routing.spark import (
 USER_OPTIONS = "-Dtopic.router=1 -Xshare:off"
 
 
+@pytest.fixture(autouse=True)
+def no_jvm_option_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collector in the developer's own ``JAVA_TOOL_OPTIONS`` (and the like) would replace ``spark.gc`` in every
+    expectation here: each test starts without them, and the tests about them set their own."""
+    for name in JVM_OPTION_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A JDK-shaped directory whose ``bin/java`` is an executable script; ``JAVA_HOME`` points at it."""
