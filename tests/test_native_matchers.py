@@ -86,6 +86,32 @@ def test_frozen_from_pairs_matches_oracle(pairs: list[tuple[str, str]], probe: l
         assert frozen.lookup(key) == oracle.lookup(key)
 
 
+@settings(max_examples=60, deadline=None)
+@given(pairs=st.lists(st.tuples(patterns, subscribers), max_size=25))
+def test_the_header_counts_what_the_bytes_hold(pairs: list[tuple[str, str]]) -> None:
+    frozen = FrozenMatcher(pairs)
+    data = frozen.to_bytes()
+    header = FrozenMatcher.header(data)
+    thawed = FrozenMatcher.from_bytes(data)
+    assert header.pairs == len(set(pairs)) == len(thawed)
+    assert header.subscribers == len({s for _, s in pairs}) == thawed.subscriber_count
+    assert (header.words, header.nodes) == (thawed.word_count, thawed.node_count)
+
+
+def test_the_header_refuses_what_it_can_see_and_says_what_it_does_not_check() -> None:
+    data = FrozenMatcher([("a.*", "s1"), ("#", "s2")]).to_bytes()
+    for bad in (b"", b"junk", b"X" + data[1:], data[:-1], data + b"\0"):
+        with pytest.raises(FrozenFormatError):
+            FrozenMatcher.header(bad)
+    with pytest.raises(TypeError):
+        FrozenMatcher.header("not bytes")  # type: ignore[arg-type]
+    # Damage behind the header is left to from_bytes (the checksum): the header is O(1).
+    damaged = data[:-8] + bytes(b ^ 0xFF for b in data[-8:-4]) + data[-4:]
+    assert FrozenMatcher.header(damaged) == FrozenMatcher.header(data)
+    with pytest.raises(FrozenFormatError):
+        FrozenMatcher.from_bytes(damaged)
+
+
 def test_equal_contents_give_equal_bytes() -> None:
     pairs = [("stock.*.msft", "a"), ("#", "b"), ("forex.#", "a"), ("", "c")]
     m = CSTrieMatcher()

@@ -271,14 +271,29 @@ fn read_texts(
     Ok(interned)
 }
 
-/// Decode and verify bytes produced by [`encode`].
-pub fn decode(bytes: &[u8]) -> Result<FrozenMatcher, NativeError> {
-    decode_with(bytes, true)
+/// What a header declares: the counts of each section and the sections' byte lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub word_count: u32,
+    pub subscriber_count: u32,
+    pub node_count: u32,
+    pub pair_count: u32,
+    /// Byte lengths of the words, subscribers and nodes sections; they add up to the payload's.
+    section_lengths: [usize; 3],
 }
 
-/// [`decode`], optionally skipping the checksum: fuzzing uses that to reach
-/// the structural checks behind it (which must hold on their own).
-pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher, NativeError> {
+/// The header of bytes produced by [`encode`], checked as far as it goes
+/// without reading the sections: length, magic, format version, the
+/// reserved field, and section lengths that add up to the payload. Neither
+/// the checksum nor anything behind the header is read, so bytes that pass
+/// may still fail [`decode`]; a caller that already holds a stronger digest
+/// of the bytes (a snapshot file's SHA-256) learns their counts and whether
+/// this build reads their format without the full decode.
+pub fn header(bytes: &[u8]) -> Result<Header, NativeError> {
+    read_header(bytes, false)
+}
+
+fn read_header(bytes: &[u8], verify_checksum: bool) -> Result<Header, NativeError> {
     if bytes.len() < HEADER_LEN + TRAILER_LEN {
         return Err(NativeError::format(format!(
             "{} bytes is shorter than the {}-byte header and trailer",
@@ -315,13 +330,37 @@ pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher,
     for length in &mut section_lengths {
         *length = usize::try_from(header.u64()?).map_err(|_| NativeError::format("section length overflows"))?;
     }
-    let payload = &body[HEADER_LEN..];
     let total = section_lengths.iter().try_fold(0usize, |sum, &l| sum.checked_add(l));
-    if total != Some(payload.len()) {
+    if total != Some(body.len() - HEADER_LEN) {
         return Err(NativeError::format(
             "section lengths do not add up to the payload length",
         ));
     }
+    Ok(Header {
+        word_count,
+        subscriber_count,
+        node_count,
+        pair_count,
+        section_lengths,
+    })
+}
+
+/// Decode and verify bytes produced by [`encode`].
+pub fn decode(bytes: &[u8]) -> Result<FrozenMatcher, NativeError> {
+    decode_with(bytes, true)
+}
+
+/// [`decode`], optionally skipping the checksum: fuzzing uses that to reach
+/// the structural checks behind it (which must hold on their own).
+pub fn decode_with(bytes: &[u8], verify_checksum: bool) -> Result<FrozenMatcher, NativeError> {
+    let Header {
+        word_count,
+        subscriber_count,
+        node_count,
+        pair_count,
+        section_lengths,
+    } = read_header(bytes, verify_checksum)?;
+    let payload = &bytes[HEADER_LEN..bytes.len() - TRAILER_LEN];
     let (words_bytes, rest) = payload.split_at(section_lengths[0]);
     let (subscriber_bytes, node_bytes) = rest.split_at(section_lengths[1]);
 
@@ -546,6 +585,42 @@ mod tests {
         let checksum = crc32(&bytes[..body]);
         bytes[body..].copy_from_slice(&checksum.to_le_bytes());
         assert!(matches!(decode(&bytes), Err(NativeError::Format(m)) if m.contains("version 2")));
+    }
+
+    #[test]
+    fn the_header_declares_what_the_decode_finds() {
+        let matcher = sample();
+        let bytes = encode(&matcher);
+        let header = header(&bytes).unwrap();
+        let decoded = decode(&bytes).unwrap();
+        assert_eq!(header.pair_count as usize, decoded.len());
+        assert_eq!(header.pair_count as usize, matcher.len());
+        assert_eq!(header.word_count as usize, decoded.word_count());
+        assert_eq!(header.subscriber_count as usize, decoded.subscriber_count());
+        assert_eq!(header.node_count as usize, decoded.node_count());
+    }
+
+    #[test]
+    fn the_header_alone_rejects_what_it_can_see_and_only_that() {
+        let bytes = encode(&sample());
+        // Every truncation changes the payload's length, which the section lengths must add up to.
+        for length in 0..bytes.len() {
+            assert!(header(&bytes[..length]).is_err(), "truncated to {length}");
+        }
+        let flipped = |index: usize| {
+            let mut corrupt = bytes.clone();
+            corrupt[index] ^= 0x01;
+            corrupt
+        };
+        // Magic, version, reserved field and section lengths: a flip in any of them is seen.
+        for index in (0..12).chain(HEADER_LEN - 24..HEADER_LEN) {
+            assert!(header(&flipped(index)).is_err(), "flip at {index}");
+        }
+        // A flip in the counts or behind the header is not (decode's checksum and structure checks are).
+        for index in (12..HEADER_LEN - 24).chain(HEADER_LEN..bytes.len()) {
+            assert!(header(&flipped(index)).is_ok(), "flip at {index}");
+            assert!(decode(&flipped(index)).is_err(), "flip at {index}, decoded");
+        }
     }
 
     #[test]

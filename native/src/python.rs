@@ -147,6 +147,19 @@ impl PyFrozenMatcher {
         Ok(PyFrozenMatcher::wrap(matcher))
     }
 
+    /// `(pairs, words, subscribers, nodes)` as the header of `to_bytes` output declares them, after the
+    /// checks the header alone allows (codec `header`): no checksum, no section read, so O(1).
+    #[staticmethod]
+    fn header(data: &[u8]) -> PyResult<(u32, u32, u32, u32)> {
+        let header = codec::header(data)?;
+        Ok((
+            header.pair_count,
+            header.word_count,
+            header.subscriber_count,
+            header.node_count,
+        ))
+    }
+
     fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         let bytes = py.detach(|| codec::encode(&self.inner));
         PyBytes::new(py, &bytes)

@@ -37,7 +37,7 @@ snapshot may see any prefix of the rows; once the call returns, all are in.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeAlias
 
 from routing import _native
 from routing._native import FORMAT_VERSION, BatchLimitError, BulkRowError, FrozenFormatError
@@ -59,6 +59,7 @@ __all__ = [
     "BulkRowError",
     "CSTrieMatcher",
     "FrozenFormatError",
+    "FrozenHeader",
     "FrozenMatcher",
     "Snapshot",
 ]
@@ -218,6 +219,15 @@ class CSTrieMatcher:
         return f"CSTrieMatcher(len={len(self)})"
 
 
+class FrozenHeader(NamedTuple):
+    """What the header of :meth:`FrozenMatcher.to_bytes` output declares (:meth:`FrozenMatcher.header`)."""
+
+    pairs: int
+    words: int
+    subscribers: int
+    nodes: int
+
+
 class FrozenMatcher:
     """A compact immutable matcher for the data plane.
 
@@ -257,6 +267,16 @@ class FrozenMatcher:
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"frozen matcher data must be bytes, not {type(data).__name__}")
         return cls._wrap(_native.FrozenMatcher.from_bytes(bytes(data)))
+
+    @staticmethod
+    def header(data: bytes | bytearray | memoryview) -> FrozenHeader:
+        """The counts the header of :meth:`to_bytes` output declares, in O(1): the magic, the format version,
+        the reserved field and the section lengths are checked, the checksum and the sections are not (bytes
+        that pass may still fail :meth:`from_bytes`). For bytes already proven by a stronger digest, such as
+        a snapshot file's SHA-256; anything else raises :class:`FrozenFormatError`."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"frozen matcher data must be bytes, not {type(data).__name__}")
+        return FrozenHeader(*_native.FrozenMatcher.header(bytes(data)))
 
     def to_bytes(self) -> bytes:
         """The versioned, checksummed binary form (deterministic for equal contents)."""
