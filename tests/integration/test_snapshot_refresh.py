@@ -277,7 +277,12 @@ def test_a_restart_publishes_its_first_snapshot_from_the_file_of_that_version(
         # does not decode them (the digest and the header vouch for them; the workers decode).
         decodes: list[int] = []
         from_bytes = FrozenMatcher.from_bytes
-        monkeypatch.setattr(FrozenMatcher, "from_bytes", lambda data: decodes.append(len(data)) or from_bytes(data))
+
+        def counted(data: bytes) -> FrozenMatcher:
+            decodes.append(len(data))
+            return from_bytes(data)
+
+        monkeypatch.setattr(FrozenMatcher, "from_bytes", counted)
         second = start()
         monkeypatch.undo()
         assert decodes == []
