@@ -4,7 +4,8 @@ A router's first batch has nothing to route with until the first snapshot is pub
 one from the table takes seconds at a million subscriptions (read every active row, bulk-load the
 trie, freeze, serialize). Every snapshot the driver publishes is therefore also written here, and a
 router that starts (or restarts, or replays a batch) on a version that has a file loads it instead:
-one read and a validating ``FrozenMatcher.from_bytes``.
+one read, the digest and ``FrozenMatcher.header`` (the driver only ships the bytes; each Python worker
+decodes them with the validating ``FrozenMatcher.from_bytes``).
 
 Layout, one directory (``router.snapshot_files_path``; empty: ``_snapshots`` inside the subscription
 table, which Delta ignores like every ``_``-prefixed directory, VACUUM included)::
@@ -13,8 +14,10 @@ table, which Delta ignores like every ``_``-prefixed directory, VACUUM included)
     .<final name>.<random>.tmp                         a write in progress (renamed into place)
 
 * **Content-addressed, trusting nothing.** A file is used only if its bytes hash to the digest in its
-  name; the matcher codec then validates the layout itself. A torn, truncated, foreign or tampered
-  file is logged and skipped, and the router builds from the table as if there were no file. Whoever
+  name and its header is of a format this build reads; the workers' decode then validates the layout
+  itself. A torn, truncated, foreign or tampered file is logged and skipped, and the router builds
+  from the table as if there were no file; only bytes re-signed with a recomputed digest reach the
+  workers, whose decode rejects anything malformed (an error, never a crash). Whoever
   may write here may write the table too: the files add no new trust.
 * **Same version, same routing.** A file holds exactly the active pairs of its table version (bad
   rows skipped as every build skips them), so routing a version from its file or from a fresh build
