@@ -108,6 +108,13 @@ def _column(values: StringColumn) -> pa.Array:
     return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
+def _frozen_bytes(data: object) -> bytes:
+    """``data`` as the ``bytes`` the native codec takes (:meth:`FrozenMatcher.from_bytes`, ``header``)."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"frozen matcher data must be bytes, not {type(data).__name__}")
+    return bytes(data)
+
+
 def _row_limits(limits: Limits | None) -> tuple[int, int, int, int] | None:
     if limits is None:
         return None
@@ -264,9 +271,7 @@ class FrozenMatcher:
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> FrozenMatcher:
         """Decode :meth:`to_bytes` output; anything else raises :class:`FrozenFormatError`."""
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"frozen matcher data must be bytes, not {type(data).__name__}")
-        return cls._wrap(_native.FrozenMatcher.from_bytes(bytes(data)))
+        return cls._wrap(_native.FrozenMatcher.from_bytes(_frozen_bytes(data)))
 
     @staticmethod
     def header(data: bytes | bytearray | memoryview) -> FrozenHeader:
@@ -274,9 +279,7 @@ class FrozenMatcher:
         the reserved field and the section lengths are checked, the checksum and the sections are not (bytes
         that pass may still fail :meth:`from_bytes`). For bytes already proven by a stronger digest, such as
         a snapshot file's SHA-256; anything else raises :class:`FrozenFormatError`."""
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"frozen matcher data must be bytes, not {type(data).__name__}")
-        return FrozenHeader(*_native.FrozenMatcher.header(bytes(data)))
+        return FrozenHeader(*_native.FrozenMatcher.header(_frozen_bytes(data)))
 
     def to_bytes(self) -> bytes:
         """The versioned, checksummed binary form (deterministic for equal contents)."""
