@@ -244,3 +244,26 @@ def test_hot_patterns_with_shared_sets_agree_with_the_oracle() -> None:
     assert trie.unsubscribe_many(*columns(sorted(held))) == len(held)
     assert len(trie) == 0 and trie.subscriptions() == frozenset()
     assert trie.node_count() == 1, "every emptied set was dropped from its holder"
+
+
+def test_a_load_large_enough_to_be_copied_into_group_order_agrees_with_the_oracle() -> None:
+    """From 16,384 pairs (``GROUP_ORDER_MIN`` in ``native/src/cstrie/bulk_load.rs``) a load is sorted by its
+    patterns' first words and copied before the walk: the result must be that of one subscribe per pair."""
+    rng = random.Random(20261129)
+    words = ["a", "b", "c", "dd", "eee", "*", "#", "a-long-word-past-the-inline-size-of-ids"]
+    pairs: list[tuple[str, str]] = []
+    while len(pairs) < 40_000:
+        pattern = ".".join(rng.choice(words) for _ in range(rng.randint(1, 5)))
+        # Runs of one pattern, as a table read in order gives them; ids repeat, so some pairs are duplicates.
+        pairs += [(pattern, f"sub-{rng.randrange(20_000)}") for _ in range(rng.choice([1, 1, 1, 3, 50]))]
+    bulk = CSTrieMatcher()
+    assert bulk.subscribe_many(*columns(pairs)) == len(set(pairs))
+    one_by_one = CSTrieMatcher()
+    for pattern, subscriber in pairs:
+        one_by_one.subscribe(pattern, subscriber)
+    assert bulk.subscriptions() == one_by_one.subscriptions() == set(pairs)
+    assert bulk.freeze().to_bytes() == one_by_one.freeze().to_bytes()
+    oracle = ReferenceMatcher(sorted(set(pairs)))
+    for _ in range(200):
+        key = ".".join(rng.choice(words[:5]) for _ in range(rng.randint(1, 6)))
+        assert bulk.lookup(key) == oracle.lookup(key), key

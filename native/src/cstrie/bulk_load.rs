@@ -10,8 +10,13 @@
 //!
 //! # How
 //!
-//! The call first splits every pattern once and hashes every literal word
-//! once (the hash the HAMTs index by). A work item is then an I-node of the
+//! The call first reads the pairs once to find runs of one pattern and the
+//! hash of each pattern's first word. A large load whose pairs are not in
+//! that hash order already is then copied into it, patterns and subscribers
+//! into one buffer ([`GroupOrder`]), so that the pairs under each branch of
+//! the root sit together in memory for the rest of the call. It then splits
+//! every run's pattern once and hashes every literal word once (the hash the
+//! HAMTs index by). A work item is then an I-node of the
 //! current generation plus the pairs whose pattern leads through it. For
 //! each item:
 //!
@@ -41,8 +46,9 @@
 //!
 //! # Cost
 //!
-//! For n pairs of k words: O(n k) to split and hash, O(n log n) integer sorts
-//! per level, and each touched C-node copied once, with its tables merged in
+//! For n pairs of k words: O(n k) to split and hash (and, for a large load,
+//! O(n) to copy the pairs into group order: one radix sort of the runs), O(n
+//! log n) integer sorts per level, and each touched C-node copied once, with its tables merged in
 //! one pass (O(slots touched), not O(n log n) path copies). Nothing is
 //! allocated per pair beyond the trie's own nodes: subscriber ids of up to 23
 //! bytes are stored inline ([`SmolStr`]).
@@ -442,67 +448,237 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
     (INode::new(gen, MainNode::committed(MainKind::Branches(cnode))), added)
 }
 
-/// How many pairs there are, and how many words the parse will push for them
-/// (an upper bound: a run of equal consecutive patterns is parsed once). A
-/// guess instead regrew the words past it: a realistic million-pair load (five
-/// words a pattern, against a guess of four) spent 7% of its time copying a
-/// 100 MB vector and faulting in the copy's pages.
-fn count_words<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> (usize, usize) {
-    let mut previous: Option<&str> = None;
-    let (mut count, mut words) = (0, 0);
-    for (pattern, _) in pairs {
-        count += 1;
-        if previous != Some(pattern) {
-            words += pattern.bytes().filter(|&byte| byte == SEPARATOR as u8).count() + 1;
+/// Loads of fewer pairs are parsed in input order: their scratch fits in the
+/// caches, so visiting it in hash order costs no misses that a copy into
+/// group order would save.
+const GROUP_ORDER_MIN: usize = 1 << 14;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests set it to take the group-order path with small loads.
+    static FORCED_GROUP_ORDER_MIN: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+/// Run `body` with [`GROUP_ORDER_MIN`] replaced by `min` on this thread.
+pub(crate) fn with_group_order_min<R>(min: usize, body: impl FnOnce() -> R) -> R {
+    let previous = FORCED_GROUP_ORDER_MIN.with(|forced| forced.replace(Some(min)));
+    let result = body();
+    FORCED_GROUP_ORDER_MIN.with(|forced| forced.set(previous));
+    result
+}
+
+fn group_order_min() -> usize {
+    #[cfg(test)]
+    if let Some(min) = FORCED_GROUP_ORDER_MIN.with(std::cell::Cell::get) {
+        return min;
+    }
+    GROUP_ORDER_MIN
+}
+
+/// Consecutive pairs of one pattern (equal texts), in input order: the parse
+/// splits and hashes the pattern once for all of them.
+#[derive(Clone, Copy)]
+struct Run {
+    /// [`word_hash`] of the pattern's first word.
+    hash: u64,
+    /// The run is pairs `start..start + len` of the input.
+    start: u32,
+    len: u32,
+}
+
+/// What one read of the pairs finds, before anything is parsed.
+struct Scan {
+    pairs: usize,
+    /// How many words the parse will push (each run's pattern once), so that
+    /// it fills a buffer of its final size. A guess instead regrew the words
+    /// past it: a realistic million-pair load (five words a pattern, against
+    /// a guess of four) spent 7% of its time copying a 100 MB vector and
+    /// faulting in the copy's pages.
+    words: usize,
+    /// Bytes of the runs' patterns (each once) and of every subscriber: what
+    /// [`GroupOrder`] copies.
+    bytes: usize,
+    /// Every run, in input order.
+    runs: Vec<Run>,
+    /// Whether the runs are already in hash order (every pair of one pattern,
+    /// a load sorted by its caller): then input order is group order.
+    grouped: bool,
+}
+
+impl Scan {
+    fn of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> Scan {
+        let mut scan = Scan {
+            pairs: 0,
+            words: 0,
+            bytes: 0,
+            // Never more runs than pairs; pages past the ones written are never touched.
+            runs: scratch_vec(pairs.size_hint().0),
+            grouped: true,
+        };
+        let mut previous: Option<&str> = None;
+        for (pattern, subscriber) in pairs {
+            scan.bytes += subscriber.len();
+            match scan.runs.last_mut() {
+                Some(run) if previous == Some(pattern) => run.len += 1,
+                last => {
+                    let bytes = pattern.as_bytes();
+                    let first = bytes
+                        .iter()
+                        .position(|&byte| byte == SEPARATOR as u8)
+                        .unwrap_or(bytes.len());
+                    scan.words += bytes[first..].iter().filter(|&&byte| byte == SEPARATOR as u8).count() + 1;
+                    scan.bytes += pattern.len();
+                    // `.` is ASCII, so `first` is on a char boundary.
+                    let hash = word_hash(PatternWord::parse(&pattern[..first]));
+                    scan.grouped &= last.is_none_or(|run| run.hash <= hash);
+                    scan.runs.push(Run {
+                        hash,
+                        start: scan.pairs as u32,
+                        len: 1,
+                    });
+                }
+            }
+            scan.pairs += 1;
             previous = Some(pattern);
         }
+        scan
     }
-    (count, words)
+
+    /// `pairs` (the ones scanned) with whether each has the pattern of the
+    /// pair before it: the first of each run does not.
+    fn in_input_order<'a, 's>(
+        &'s self,
+        pairs: impl Iterator<Item = (&'a str, &'a str)> + 's,
+    ) -> impl Iterator<Item = (&'a str, &'a str, bool)> + 's {
+        let mut starts = self.runs.iter().map(|run| run.start as usize).peekable();
+        pairs.enumerate().map(move |(at, (pattern, subscriber))| {
+            let first_of_run = starts.next_if_eq(&at).is_some();
+            (pattern, subscriber, !first_of_run)
+        })
+    }
 }
 
-/// What one attempt at a work item did.
-enum Outcome {
-    /// Committed: pairs added here, the children to visit next, and the
-    /// pairs of shared sets met here (they take the one-pair path).
-    Committed(usize, Vec<(Arc<INode>, usize, Vec<u32>)>, Vec<u32>),
-    /// Lost a race: read again and retry.
-    Retry,
-    /// Not for the fast path (tombed, or the generation moved): one pair at a time.
-    OnePairAtATime,
+/// The pairs of a load in group order: sorted by the hash of their first
+/// word, and copied, patterns and subscribers, into one buffer in that order.
+///
+/// # Why
+///
+/// The walk visits a C-node's pairs in the hash order of their word there,
+/// and then the pairs of each child, and so on down. In input order every
+/// one of those visits, at every depth, reads a pair, its words and its text
+/// from anywhere in a buffer of a hundred megabytes or more: a cache miss
+/// each. A realistic million-pair load (five random words a pattern) ran a
+/// third faster from input its caller had sorted. Here the load sorts itself
+/// once: after the root, the pairs below each of its branches sit together,
+/// a few hundred kilobytes that the caches hold while the walk goes down.
+/// The copy reads each pair once at random (prefetched ahead), instead of
+/// once per depth.
+struct GroupOrder {
+    text: String,
+    /// Per pair in group order: its pattern's and its subscriber's byte
+    /// ranges in `text`. The pairs of a run share one copy of the pattern,
+    /// and stay together (the sort moves whole runs, and keeps input order
+    /// among equal hashes).
+    spans: Vec<[u32; 4]>,
 }
 
-impl CsTrie {
-    /// Subscribe every pair; returns how many were new. Much faster than one
-    /// `subscribe` per pair when many pairs share nodes (see the module docs
-    /// of `bulk_load.rs`, including what is and is not atomic).
-    ///
-    /// The pairs are read twice (hence `Clone`): once to count their words,
-    /// so that the parse fills buffers of their final size.
-    pub fn subscribe_many<'a, I>(&self, pairs: I) -> usize
-    where
-        I: IntoIterator<Item = (&'a str, &'a str)>,
-        I::IntoIter: Clone,
-    {
-        let pairs = pairs.into_iter();
-        let (expected, word_count) = count_words(pairs.clone());
+/// How many runs ahead the copy into group order prefetches.
+const COPY_AHEAD: usize = 16;
+
+impl GroupOrder {
+    /// `None` when input order will do: a small load, one already in group
+    /// order, or one whose text does not fit 32-bit offsets.
+    fn of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>, scan: &Scan) -> Option<GroupOrder> {
+        if scan.pairs < group_order_min() || scan.grouped || scan.bytes > u32::MAX as usize {
+            return None;
+        }
+        let mut rows: Vec<(&str, &str)> = scratch_vec(scan.pairs);
+        rows.extend(pairs);
+        let mut runs = scan.runs.clone();
+        if runs.len() < 4096 {
+            runs.sort_by_key(|run| run.hash);
+        } else {
+            // Stable, like `sort_by_key`: runs of equal hashes keep their input order.
+            sort_by_hash_key(&mut runs, |run| run.hash);
+        }
+        let mut text = String::from_utf8(scratch_vec(scan.bytes)).expect("an empty buffer is UTF-8");
+        let mut spans: Vec<[u32; 4]> = scratch_vec(rows.len());
+        // `piece` appended to `text`; its byte range there.
+        let copy = |text: &mut String, piece: &str| {
+            let start = text.len() as u32;
+            text.push_str(piece);
+            [start, text.len() as u32]
+        };
+        for at in 0..runs.len() {
+            if let Some(ahead) = runs.get(at + COPY_AHEAD) {
+                prefetch(rows.as_ptr().wrapping_add(ahead.start as usize));
+            }
+            if let Some(ahead) = runs.get(at + COPY_AHEAD / 2) {
+                let (pattern, subscriber) = rows[ahead.start as usize];
+                prefetch(pattern.as_ptr());
+                prefetch(subscriber.as_ptr());
+            }
+            let run = runs[at];
+            let first = run.start as usize;
+            let [start, end] = copy(&mut text, rows[first].0);
+            for &(_, subscriber) in &rows[first..first + run.len as usize] {
+                let [subscriber_start, subscriber_end] = copy(&mut text, subscriber);
+                spans.push([start, end, subscriber_start, subscriber_end]);
+            }
+        }
+        debug_assert!(
+            text.len() <= scan.bytes,
+            "Scan::bytes undercounted: the text was regrown"
+        );
+        Some(GroupOrder { text, spans })
+    }
+
+    /// Every pair in group order, with whether it has the pattern of the pair
+    /// before it (the same copy of it).
+    fn pairs(&self) -> impl Iterator<Item = (&str, &str, bool)> + '_ {
+        let slice = |start: u32, end: u32| &self.text[start as usize..end as usize];
+        let mut previous = [u32::MAX; 2];
+        self.spans
+            .iter()
+            .map(move |&[pattern, pattern_end, subscriber, subscriber_end]| {
+                let same = previous == [pattern, pattern_end];
+                previous = [pattern, pattern_end];
+                (slice(pattern, pattern_end), slice(subscriber, subscriber_end), same)
+            })
+    }
+}
+
+/// A load's pairs parsed: the batch, and which of its pairs take the fast
+/// path (`fast`) and which the one-pair path from the start (`slow`: patterns
+/// too long for the offline builder).
+struct Parsed<'t> {
+    batch: Batch<'t>,
+    fast: Vec<u32>,
+    slow: Vec<u32>,
+}
+
+impl<'t> Parsed<'t> {
+    /// `pairs`: each with whether it has the pattern of the pair before it.
+    fn of(pairs: impl Iterator<Item = (&'t str, &'t str, bool)>, scan: &Scan) -> Parsed<'t> {
         let mut batch = Batch {
-            patterns: scratch_vec(expected),
-            words: scratch_vec(word_count),
-            items: scratch_vec(expected),
+            patterns: scratch_vec(scan.pairs),
+            words: scratch_vec(scan.words),
+            items: scratch_vec(scan.pairs),
             has_empty_pattern: false,
         };
         let mut slow: Vec<u32> = Vec::new();
-        let mut fast: Vec<u32> = scratch_vec(expected);
-        let mut previous: Option<(&str, u32, u32)> = None;
-        for (pattern, subscriber) in pairs {
+        let mut fast: Vec<u32> = scratch_vec(scan.pairs);
+        let mut previous: Option<(u32, u32)> = None;
+        for (pattern, subscriber, same_pattern) in pairs {
             let index = batch.items.len() as u32;
             let (start, end) = match previous {
                 // Many subscribers of one pattern often come together: parse it once.
-                Some((text, start, end)) if text == pattern => (start, end),
+                Some((start, end)) if same_pattern => (start, end),
                 _ => {
                     let start = batch.words.len();
                     if !pattern.is_empty() {
-                        let mut push = |text: &'a str| {
+                        let mut push = |text: &'t str| {
                             batch.words.push(Word {
                                 hash: word_hash(PatternWord::parse(text)),
                                 text,
@@ -526,7 +702,7 @@ impl CsTrie {
                     (start as u32, batch.words.len() as u32)
                 }
             };
-            previous = Some((pattern, start, end));
+            previous = Some((start, end));
             batch.has_empty_pattern |= pattern.is_empty();
             if end == start && !pattern.is_empty() {
                 slow.push(index);
@@ -541,11 +717,51 @@ impl CsTrie {
             });
             batch.patterns.push(pattern);
         }
-        let mut added = 0;
         debug_assert!(
-            batch.words.len() <= word_count,
-            "count_words undercounted: the words were regrown"
+            batch.words.len() <= scan.words,
+            "Scan::words undercounted: the words were regrown"
         );
+        Parsed { batch, fast, slow }
+    }
+}
+
+/// What one attempt at a work item did.
+enum Outcome {
+    /// Committed: pairs added here, the children to visit next, and the
+    /// pairs of shared sets met here (they take the one-pair path).
+    Committed(usize, Vec<(Arc<INode>, usize, Vec<u32>)>, Vec<u32>),
+    /// Lost a race: read again and retry.
+    Retry,
+    /// Not for the fast path (tombed, or the generation moved): one pair at a time.
+    OnePairAtATime,
+}
+
+impl CsTrie {
+    /// Subscribe every pair; returns how many were new. Much faster than one
+    /// `subscribe` per pair when many pairs share nodes (see the module docs
+    /// of `bulk_load.rs`, including what is and is not atomic).
+    ///
+    /// The pairs are read more than once (hence `Clone`): once to count their
+    /// words and bytes, so that the parse fills buffers of their final size,
+    /// and, for a large load, once more to copy them into group order.
+    pub fn subscribe_many<'a, I>(&self, pairs: I) -> usize
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+        I::IntoIter: Clone,
+    {
+        let pairs = pairs.into_iter();
+        let scan = Scan::of(pairs.clone());
+        match GroupOrder::of(pairs.clone(), &scan) {
+            Some(order) => self.load(Parsed::of(order.pairs(), &scan)),
+            None => self.load(Parsed::of(scan.in_input_order(pairs), &scan)),
+        }
+    }
+
+    /// Subscribe the parsed pairs: the fast path, then one pair at a time for
+    /// what it leaves.
+    fn load(&self, parsed: Parsed<'_>) -> usize {
+        let Parsed { batch, fast, slow } = parsed;
+        let mut added = 0;
         let mut one_by_one = slow;
         if !fast.is_empty() {
             let guard = epoch::pin();
@@ -705,5 +921,104 @@ impl CsTrie {
         } else {
             Outcome::Retry
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs_of<'a>(rows: &'a [(&'a str, &'a str)]) -> impl Iterator<Item = (&'a str, &'a str)> + Clone + 'a {
+        rows.iter().copied()
+    }
+
+    #[test]
+    fn a_scan_finds_runs_words_and_bytes() {
+        let rows = [
+            ("a.b", "s1"),
+            ("a.b", "s2"),
+            ("c", "s3"),
+            ("a.b", "s4"),
+            ("", "s5"),
+            ("", "s6"),
+        ];
+        let scan = Scan::of(pairs_of(&rows));
+        assert_eq!(scan.pairs, 6);
+        let runs: Vec<(u32, u32)> = scan.runs.iter().map(|run| (run.start, run.len)).collect();
+        assert_eq!(runs, [(0, 2), (2, 1), (3, 1), (4, 2)]);
+        // Each run's pattern once: a.b (2 words), c, a.b, the empty pattern (one empty word).
+        assert_eq!(scan.words, 2 + 1 + 2 + 1);
+        assert_eq!(scan.bytes, 3 + 1 + 3 + 5 * 2 + 2 * 3 - 4);
+        assert_eq!(scan.runs[0].hash, word_hash(PatternWord::parse("a")));
+        assert_eq!(scan.runs[3].hash, word_hash(PatternWord::parse("")));
+        let flagged: Vec<bool> = scan.in_input_order(pairs_of(&rows)).map(|(_, _, same)| same).collect();
+        assert_eq!(flagged, [false, true, false, false, false, true]);
+    }
+
+    #[test]
+    fn group_order_is_only_for_large_unsorted_loads() {
+        let rows: Vec<(String, String)> = (0..100).map(|i| (format!("w{}.x", 99 - i), format!("s{i}"))).collect();
+        let rows: Vec<(&str, &str)> = rows.iter().map(|(p, s)| (p.as_str(), s.as_str())).collect();
+        let scan = Scan::of(pairs_of(&rows));
+        assert!(
+            GroupOrder::of(pairs_of(&rows), &scan).is_none(),
+            "under GROUP_ORDER_MIN"
+        );
+        with_group_order_min(0, || {
+            assert!(GroupOrder::of(pairs_of(&rows), &scan).is_some());
+            let one_pattern = [("a.#", "s1"), ("a.#", "s2")];
+            let scan = Scan::of(pairs_of(&one_pattern));
+            assert!(scan.grouped);
+            assert!(
+                GroupOrder::of(pairs_of(&one_pattern), &scan).is_none(),
+                "already grouped"
+            );
+        });
+    }
+
+    /// Every pair comes out once, whole, with the pairs of each first word
+    /// together, runs kept together and flagged, and equal hashes in input order.
+    #[test]
+    fn group_order_groups_by_first_word_and_keeps_every_pair() {
+        let mut rng = crate::rng::Rng(7);
+        let words = ["a", "b", "c", "d", "*", "#", "long-word-past-the-inline-size"];
+        let mut rows: Vec<(String, String)> = Vec::new();
+        for i in 0..500 {
+            let pattern = match rows.last() {
+                Some((previous, _)) if rng.below(3) == 0 => previous.clone(),
+                _ => (0..1 + rng.below(3))
+                    .map(|_| words[rng.below(words.len())])
+                    .collect::<Vec<_>>()
+                    .join("."),
+            };
+            rows.push((pattern, format!("subscriber-{i}")));
+        }
+        let borrowed: Vec<(&str, &str)> = rows.iter().map(|(p, s)| (p.as_str(), s.as_str())).collect();
+        with_group_order_min(0, || {
+            let scan = Scan::of(pairs_of(&borrowed));
+            let order = GroupOrder::of(pairs_of(&borrowed), &scan).expect("unsorted");
+            let out: Vec<(&str, &str, bool)> = order.pairs().collect();
+            let mut got: Vec<(&str, &str)> = out.iter().map(|&(p, s, _)| (p, s)).collect();
+            let mut want = borrowed.clone();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "every pair once");
+            let first = |pattern: &str| word_hash(PatternWord::parse(pattern.split('.').next().unwrap()));
+            assert!(
+                out.windows(2).all(|pair| first(pair[0].0) <= first(pair[1].0)),
+                "by first word"
+            );
+            let index = |subscriber: &str| subscriber["subscriber-".len()..].parse::<usize>().unwrap();
+            for pair in out.windows(2) {
+                let (previous, next) = (pair[0], pair[1]);
+                if first(previous.0) == first(next.0) {
+                    assert!(index(previous.1) < index(next.1), "input order among equal hashes");
+                }
+                // Flagged exactly when the pair before is of the same run (adjacent in the input, equal text).
+                let same_run = previous.0 == next.0 && index(next.1) == index(previous.1) + 1;
+                assert_eq!(next.2, same_run, "{previous:?} {next:?}");
+            }
+            assert!(!out[0].2);
+        });
     }
 }

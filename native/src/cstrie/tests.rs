@@ -597,6 +597,15 @@ fn subscribe_many_agrees_with_a_sequential_model() {
     bulk_loads_agree_with_a_sequential_model(&["a", "b", "", "*", "#", "c"], 0..60);
 }
 
+/// The same loads copied into group order first (what a load of at least
+/// `GROUP_ORDER_MIN` pairs does): the walk must not depend on the order.
+#[test]
+fn subscribe_many_in_group_order_agrees_with_a_sequential_model() {
+    super::bulk_load::with_group_order_min(0, || {
+        bulk_loads_agree_with_a_sequential_model(&["a", "b", "", "*", "#", "c"], 0..60);
+    });
+}
+
 /// The bulk walk groups a level's pairs by word hash and compares texts only
 /// within a run of one hash; a real 64-bit hash never collides in a test, so
 /// this one makes words collide with each other and with the wildcards'
@@ -608,6 +617,9 @@ fn subscribe_many_agrees_with_a_sequential_model_when_words_share_hashes() {
     }
     hamt::with_forced_hash(colliding, || {
         bulk_loads_agree_with_a_sequential_model(&["a", "b", "ab", "ba", "c", "", "*", "#"], 0..40);
+        super::bulk_load::with_group_order_min(0, || {
+            bulk_loads_agree_with_a_sequential_model(&["a", "b", "ab", "ba", "c", "", "*", "#"], 40..80);
+        });
     });
 }
 
@@ -625,9 +637,15 @@ fn bulk_loads_agree_with_a_sequential_model(alphabet: &[&str], seeds: std::ops::
         }
         // A snapshot first, so the bulk call meets old-generation children.
         let before = (rng.below(2) == 0).then(|| trie.snapshot());
-        let mut batch: Vec<(String, String)> = (0..120)
-            .map(|_| (rng.text(alphabet, 5), subscribers[rng.below(3)].to_owned()))
-            .collect();
+        let mut batch: Vec<(String, String)> = Vec::new();
+        for _ in 0..120 {
+            // A quarter repeat the pattern before them: runs of one pattern, which the parse splits once.
+            let pattern = match batch.last() {
+                Some((previous, _)) if rng.below(4) == 0 => previous.clone(),
+                _ => rng.text(alphabet, 5),
+            };
+            batch.push((pattern, subscribers[rng.below(3)].to_owned()));
+        }
         if seed % 10 == 0 {
             // Longer than the bulk path takes: these go one pair at a time.
             batch.push((vec!["w"; 70].join("."), "s0".to_owned()));
