@@ -83,14 +83,17 @@ const ATTEMPTS: usize = 3;
 const AHEAD: usize = 8;
 
 /// One pair: its pattern's words are `words[start..end]` of the batch.
-struct Item {
+/// 32 bytes: two to a cache line, none across one.
+struct Item<'a> {
     start: u32,
     end: u32,
     /// `hash_word` of the subscriber.
     subscriber_hash: u64,
-    /// Made once, in input order: the walk visits pairs in hash order, and
-    /// reading each text from the caller's buffer then cost a cache miss.
-    subscriber: SmolStr,
+    /// Borrowed, and made a [`SmolStr`] only when a set takes it: in a large
+    /// load it is a slice of [`GroupOrder`]'s buffer, near the pairs the walk
+    /// visits with it (a `SmolStr` here, made in input order, cost the parse a
+    /// 24-byte copy per pair and every set a copy of the copy).
+    subscriber: &'a str,
 }
 
 /// One word of a pattern, parsed once.
@@ -107,7 +110,7 @@ struct Word<'a> {
 struct Batch<'a> {
     patterns: Vec<&'a str>,
     words: Vec<Word<'a>>,
-    items: Vec<Item>,
+    items: Vec<Item<'a>>,
     /// Whether any pattern is the empty one (only the root holds it).
     has_empty_pattern: bool,
 }
@@ -316,11 +319,11 @@ fn enter_group<'i>(
     (group, enders)
 }
 
-/// Prefetch every cache line of `value`: a 40-byte [`Item`] in an array
-/// crosses a line boundary at half the indices, and a prefetch of its first
-/// byte alone then left the fields past the boundary to miss (perf put a
-/// fifth of a wide load's walk on reading an item's `start`, at offset 32,
-/// right after its prefetch). Words (24 bytes) measured no better so.
+/// Prefetch every cache line of `value`: an [`Item`] in an array whose
+/// buffer is not 32-byte aligned crosses a line boundary at half the indices
+/// (when items were 40 bytes, perf put a fifth of a wide load's walk on
+/// reading an item's `start`, at offset 32, right after a prefetch of its
+/// first byte alone). Words (24 bytes) measured no better so.
 #[inline]
 fn prefetch_whole<T>(value: &T) {
     let first = value as *const T as *const u8;
@@ -358,7 +361,7 @@ fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32], gen: Generati
     match (items, held) {
         ([], _) => return (set.clone(), 0),
         // The common case, one subscriber of a new pattern: nothing to sort.
-        ([item], None) => return (SubscriberSet::One(batch.items[*item as usize].subscriber.clone()), 1),
+        ([item], None) => return (SubscriberSet::One(smol(batch.items[*item as usize].subscriber)), 1),
         _ => {}
     }
     // The held id, if any, is the last.
@@ -369,7 +372,7 @@ fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32], gen: Generati
     let leaf = |at: usize| Leaf {
         hash: hash(at),
         key: match items.get(at) {
-            Some(&item) => batch.items[item as usize].subscriber.clone(),
+            Some(&item) => smol(batch.items[item as usize].subscriber),
             None => held.expect("one past the items is the held id").1.clone(),
         },
         value: (),
@@ -713,7 +716,7 @@ impl<'t> Parsed<'t> {
                 start,
                 end,
                 subscriber_hash: hash_word(subscriber),
-                subscriber: smol(subscriber),
+                subscriber,
             });
             batch.patterns.push(pattern);
         }
@@ -788,7 +791,7 @@ impl CsTrie {
         }
         self.pairs.fetch_add(added as isize, super::sync::Ordering::Relaxed);
         for item in one_by_one {
-            let subscriber = &batch.items[item as usize].subscriber;
+            let subscriber = batch.items[item as usize].subscriber;
             if self.subscribe(batch.patterns[item as usize], subscriber) {
                 added += 1;
             }
