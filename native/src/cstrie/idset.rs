@@ -80,7 +80,8 @@ use smallvec::SmallVec;
 
 use super::gcas::{gcas, gcas_read, read_root, Ctx};
 use super::hamt::{
-    chunk_of, count_copied, insertion_sort_by_hash, slot_index, sorted_unique, unique_in_sorted, Leaf, SmolStr,
+    chunk_of, count_copied, insertion_sort_by_hash, prefetch, slot_index, sorted_unique, unique_in_sorted, Leaf,
+    SmolStr,
 };
 use super::is_tombed;
 use super::node::{Generation, INode, MainKind, MainNode};
@@ -267,6 +268,9 @@ pub(crate) const BUCKETED_MIN: usize = 1 << 14;
 const BUCKET_BITS: u32 = 2 * BITS_PER_LEVEL;
 /// The bits after those that a bucket's counting pass orders by.
 const IN_BUCKET_BITS: u32 = 8;
+/// How many leaves ahead the scatter of [`build_many`] prefetches the slot a
+/// leaf goes to.
+const SCATTER_AHEAD: usize = 16;
 /// Buckets up to this size are insertion-sorted without a counting pass.
 const INSERTION_MAX: usize = 32;
 
@@ -313,6 +317,11 @@ pub(crate) fn build_many(
     scattered.resize_with(count, std::mem::MaybeUninit::uninit);
     let mut next = starts.clone();
     for at in 0..count {
+        if at + SCATTER_AHEAD < count {
+            // The slot a later leaf goes to (its bucket's place now: the same line, or the next).
+            let place = next[bucket_of(hash(at + SCATTER_AHEAD))] as usize;
+            prefetch(scattered.as_ptr().wrapping_add(place));
+        }
         // By `hash(at)`, as counted: a leaf with another hash would land in a wrong bucket (a wrong
         // tree), never outside the counted places.
         let slot = &mut next[bucket_of(hash(at))];
