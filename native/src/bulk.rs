@@ -327,8 +327,15 @@ pub fn subscribe_many(
     limits: Option<&RowLimits>,
 ) -> Result<usize, NativeError> {
     let pairs = validate(patterns, subscribers, limits)?;
-    // Grouped by word, one GCAS per C-node touched (`CsTrie::subscribe_many`).
-    Ok(trie.subscribe_many(pairs.iter()))
+    // Grouped by word, one GCAS per C-node touched (`CsTrie::subscribe_many`), which reads the pairs two or
+    // three times: for the common layout (two `pa.string()` columns) through an iterator of its own, not one
+    // that picks the layout of both columns at every row.
+    Ok(match (pairs.patterns, pairs.subscribers) {
+        (Strings::Utf8(patterns), Strings::Utf8(subscribers)) => {
+            trie.subscribe_many((0..pairs.len()).map(|row| (patterns.value(row), subscribers.value(row))))
+        }
+        _ => trie.subscribe_many(pairs.iter()),
+    })
 }
 
 /// Unsubscribe every pair (see the module docs for what is atomic); returns
