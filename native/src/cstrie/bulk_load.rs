@@ -65,7 +65,7 @@
 use std::sync::Arc;
 
 use super::gcas::{gcas, gcas_read, read_root};
-use super::hamt::{hash_word, prefetch, smol, sort_by_hash_key, Leaf, SmolStr};
+use super::hamt::{hash_word, prefetch, smol, sort_by_hash_key, Leaf, SmolStr, RADIX_SORT_MIN};
 use super::idset;
 use super::node::{Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
 use super::scratch::scratch_vec;
@@ -493,8 +493,9 @@ struct Run {
 /// What one read of the pairs finds, before anything is parsed.
 struct Scan {
     pairs: usize,
-    /// How many words the parse will push (each run's pattern once), so that
-    /// it fills a buffer of its final size. A guess instead regrew the words
+    /// How many words the parse will push, at most (each run's pattern once;
+    /// the empty pattern counts one and pushes none), so that it fills a
+    /// buffer of its final size. A guess instead regrew the words
     /// past it: a realistic million-pair load (five words a pattern, against
     /// a guess of four) spent 7% of its time copying a 100 MB vector and
     /// faulting in the copy's pages.
@@ -502,7 +503,7 @@ struct Scan {
     /// Bytes of the runs' patterns (each once) and of every subscriber: what
     /// [`GroupOrder`] copies.
     bytes: usize,
-    /// Every run, in input order.
+    /// Every run, in input order (until [`GroupOrder::of`] sorts them).
     runs: Vec<Run>,
     /// Whether the runs are already in hash order (every pair of one pattern,
     /// a load sorted by its caller): then input order is group order.
@@ -591,19 +592,22 @@ const COPY_AHEAD: usize = 16;
 
 impl GroupOrder {
     /// `None` when input order will do: a small load, one already in group
-    /// order, or one whose text does not fit 32-bit offsets.
-    fn of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>, scan: &Scan) -> Option<GroupOrder> {
+    /// order, or one whose text does not fit 32-bit offsets. Otherwise it
+    /// sorts `scan.runs` into group order in place: the parse of the copy
+    /// needs them no more.
+    fn of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>, scan: &mut Scan) -> Option<GroupOrder> {
         if scan.pairs < group_order_min() || scan.grouped || scan.bytes > u32::MAX as usize {
             return None;
         }
         let mut rows: Vec<(&str, &str)> = scratch_vec(scan.pairs);
         rows.extend(pairs);
-        let mut runs = scan.runs.clone();
-        if runs.len() < 4096 {
+        let runs = &mut scan.runs;
+        // Runs of equal hashes keep their input order: `sort_by_hash_key` is stable from RADIX_SORT_MIN
+        // on (radix passes), and below it compares without keeping order.
+        if runs.len() < RADIX_SORT_MIN {
             runs.sort_by_key(|run| run.hash);
         } else {
-            // Stable, like `sort_by_key`: runs of equal hashes keep their input order.
-            sort_by_hash_key(&mut runs, |run| run.hash);
+            sort_by_hash_key(runs, |run| run.hash);
         }
         let mut text = String::from_utf8(scratch_vec(scan.bytes)).expect("an empty buffer is UTF-8");
         let mut spans: Vec<[u32; 4]> = scratch_vec(rows.len());
@@ -753,8 +757,8 @@ impl CsTrie {
         I::IntoIter: Clone,
     {
         let pairs = pairs.into_iter();
-        let scan = Scan::of(pairs.clone());
-        match GroupOrder::of(pairs.clone(), &scan) {
+        let mut scan = Scan::of(pairs.clone());
+        match GroupOrder::of(pairs.clone(), &mut scan) {
             Some(order) => self.load(Parsed::of(order.pairs(), &scan)),
             None => self.load(Parsed::of(scan.in_input_order(pairs), &scan)),
         }
@@ -949,7 +953,7 @@ mod tests {
         assert_eq!(scan.pairs, 6);
         let runs: Vec<(u32, u32)> = scan.runs.iter().map(|run| (run.start, run.len)).collect();
         assert_eq!(runs, [(0, 2), (2, 1), (3, 1), (4, 2)]);
-        // Each run's pattern once: a.b (2 words), c, a.b, the empty pattern (one empty word).
+        // Each run's pattern once: a.b (2 words), c, a.b, the empty pattern (counted as one word).
         assert_eq!(scan.words, 2 + 1 + 2 + 1);
         assert_eq!(scan.bytes, 3 + 1 + 3 + 5 * 2 + 2 * 3 - 4);
         assert_eq!(scan.runs[0].hash, word_hash(PatternWord::parse("a")));
@@ -962,18 +966,18 @@ mod tests {
     fn group_order_is_only_for_large_unsorted_loads() {
         let rows: Vec<(String, String)> = (0..100).map(|i| (format!("w{}.x", 99 - i), format!("s{i}"))).collect();
         let rows: Vec<(&str, &str)> = rows.iter().map(|(p, s)| (p.as_str(), s.as_str())).collect();
-        let scan = Scan::of(pairs_of(&rows));
+        let mut scan = Scan::of(pairs_of(&rows));
         assert!(
-            GroupOrder::of(pairs_of(&rows), &scan).is_none(),
+            GroupOrder::of(pairs_of(&rows), &mut scan).is_none(),
             "under GROUP_ORDER_MIN"
         );
         with_group_order_min(0, || {
-            assert!(GroupOrder::of(pairs_of(&rows), &scan).is_some());
+            assert!(GroupOrder::of(pairs_of(&rows), &mut scan).is_some());
             let one_pattern = [("a.#", "s1"), ("a.#", "s2")];
-            let scan = Scan::of(pairs_of(&one_pattern));
+            let mut scan = Scan::of(pairs_of(&one_pattern));
             assert!(scan.grouped);
             assert!(
-                GroupOrder::of(pairs_of(&one_pattern), &scan).is_none(),
+                GroupOrder::of(pairs_of(&one_pattern), &mut scan).is_none(),
                 "already grouped"
             );
         });
@@ -998,8 +1002,8 @@ mod tests {
         }
         let borrowed: Vec<(&str, &str)> = rows.iter().map(|(p, s)| (p.as_str(), s.as_str())).collect();
         with_group_order_min(0, || {
-            let scan = Scan::of(pairs_of(&borrowed));
-            let order = GroupOrder::of(pairs_of(&borrowed), &scan).expect("unsorted");
+            let mut scan = Scan::of(pairs_of(&borrowed));
+            let order = GroupOrder::of(pairs_of(&borrowed), &mut scan).expect("unsorted");
             let out: Vec<(&str, &str, bool)> = order.pairs().collect();
             let mut got: Vec<(&str, &str)> = out.iter().map(|&(p, s, _)| (p, s)).collect();
             let mut want = borrowed.clone();

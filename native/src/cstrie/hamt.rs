@@ -681,7 +681,7 @@ pub(crate) fn unique_in_sorted<V>(leaves: &mut Vec<Leaf<V>>) {
 /// Below this many leaves a comparison sort beats the radix passes. (At 4,096
 /// the realistic bulk load's ~300 groups of ~3,300 pairs under each branch of
 /// the root were comparison-sorted: 1.5% of the load more than radix passes.)
-const RADIX_SORT_MIN: usize = 1024;
+pub(crate) const RADIX_SORT_MIN: usize = 1024;
 /// Bits of the hash each radix pass orders by (two passes: the top 22 bits).
 const RADIX_BITS: u32 = 11;
 
