@@ -709,11 +709,28 @@ fn subscribe_many_copies_each_shared_table_once() {
 
 #[test]
 fn subscribe_many_races_writers_and_snapshots_without_losing_pairs() {
+    bulk_load_races_writers_and_snapshots(|i| format!("t.{}.{i}", i % 7));
+}
+
+/// The same race with the bulk call copied into group order first (its
+/// pairs alternate between two first words, so input order is not group
+/// order).
+#[test]
+fn subscribe_many_in_group_order_races_writers_and_snapshots_without_losing_pairs() {
+    super::bulk_load::with_group_order_min(0, || {
+        bulk_load_races_writers_and_snapshots(|i| format!("{}.{}.{i}", ["t", "u"][i % 2], i % 7));
+    });
+}
+
+/// A bulk call of 2,000 pairs (`pattern(i)` for subscriber `b`) against a
+/// one-pair writer on the `t.*` nodes and a snapshotter: every bulk pair is
+/// counted once and held at the end.
+fn bulk_load_races_writers_and_snapshots(pattern: impl Fn(usize) -> String) {
     use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
     for round in 0..20 {
         let trie = CsTrie::new();
         let done = AtomicBool::new(false);
-        let bulk: Vec<String> = (0..2_000).map(|i| format!("t.{}.{i}", i % 7)).collect();
+        let bulk: Vec<String> = (0..2_000).map(&pattern).collect();
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 // One-pair writers on the same nodes, with pairs of their own.
