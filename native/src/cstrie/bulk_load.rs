@@ -510,7 +510,21 @@ struct Scan {
     grouped: bool,
 }
 
+/// What the parse needs of a [`Scan`]: the sizes of its buffers.
+#[derive(Clone, Copy)]
+struct Counts {
+    pairs: usize,
+    words: usize,
+}
+
 impl Scan {
+    fn counts(&self) -> Counts {
+        Counts {
+            pairs: self.pairs,
+            words: self.words,
+        }
+    }
+
     fn of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> Scan {
         let mut scan = Scan {
             pairs: 0,
@@ -720,14 +734,16 @@ impl GroupOrder {
         Some(GroupOrder { text, spans })
     }
 
-    /// Every pair in group order, with whether it has the pattern of the pair
-    /// before it (the same copy of it).
-    fn pairs(&self) -> impl Iterator<Item = (&str, &str, bool)> + '_ {
-        let slice = |start: u32, end: u32| &self.text[start as usize..end as usize];
+    /// Every pair of `spans` (in group order) in `text`, with whether it has
+    /// the pattern of the pair before it (the same copy of it). The iterator
+    /// owns the spans, so they are freed once the parse has read them, before
+    /// the walk allocates its own buffers.
+    fn pairs(text: &str, spans: Vec<[u32; 4]>) -> impl Iterator<Item = (&str, &str, bool)> + '_ {
+        let slice = move |start: u32, end: u32| &text[start as usize..end as usize];
         let mut previous = [u32::MAX; 2];
-        self.spans
-            .iter()
-            .map(move |&[pattern, pattern_end, subscriber, subscriber_end]| {
+        spans
+            .into_iter()
+            .map(move |[pattern, pattern_end, subscriber, subscriber_end]| {
                 let same = previous == [pattern, pattern_end];
                 previous = [pattern, pattern_end];
                 (slice(pattern, pattern_end), slice(subscriber, subscriber_end), same)
@@ -746,15 +762,15 @@ struct Parsed<'t> {
 
 impl<'t> Parsed<'t> {
     /// `pairs`: each with whether it has the pattern of the pair before it.
-    fn of(pairs: impl Iterator<Item = (&'t str, &'t str, bool)>, scan: &Scan) -> Parsed<'t> {
+    fn of(pairs: impl Iterator<Item = (&'t str, &'t str, bool)>, counts: Counts) -> Parsed<'t> {
         let mut batch = Batch {
-            patterns: scratch_vec(scan.pairs),
-            words: scratch_vec(scan.words),
-            items: scratch_vec(scan.pairs),
+            patterns: scratch_vec(counts.pairs),
+            words: scratch_vec(counts.words),
+            items: scratch_vec(counts.pairs),
             has_empty_pattern: false,
         };
         let mut slow: Vec<u32> = Vec::new();
-        let mut fast: Vec<u32> = scratch_vec(scan.pairs);
+        let mut fast: Vec<u32> = scratch_vec(counts.pairs);
         let mut previous: Option<(u32, u32)> = None;
         for (pattern, subscriber, same_pattern) in pairs {
             let index = batch.items.len() as u32;
@@ -804,7 +820,7 @@ impl<'t> Parsed<'t> {
             batch.patterns.push(pattern);
         }
         debug_assert!(
-            batch.words.len() <= scan.words,
+            batch.words.len() <= counts.words,
             "Scan::words undercounted: the words were regrown"
         );
         Parsed { batch, fast, slow }
@@ -837,9 +853,19 @@ impl CsTrie {
     {
         let pairs = pairs.into_iter();
         let mut scan = Scan::of(pairs.clone());
+        // Each scratch buffer is freed as soon as it has been read for the last time, so that the walk's
+        // buffers reuse its memory: a fresh page costs more than the work on it in a first load.
         match GroupOrder::of(pairs.clone(), &mut scan) {
-            Some(order) => self.load(Parsed::of(order.pairs(), &scan)),
-            None => self.load(Parsed::of(scan.in_input_order(pairs), &scan)),
+            Some(GroupOrder { text, spans }) => {
+                let counts = scan.counts();
+                drop(scan);
+                self.load(Parsed::of(GroupOrder::pairs(&text, spans), counts))
+            }
+            None => {
+                let parsed = Parsed::of(scan.in_input_order(pairs), scan.counts());
+                drop(scan);
+                self.load(parsed)
+            }
         }
     }
 
@@ -1144,8 +1170,8 @@ mod tests {
         let borrowed: Vec<(&str, &str)> = rows.iter().map(|(p, s)| (p.as_str(), s.as_str())).collect();
         with_group_order_min(0, || {
             let mut scan = Scan::of(pairs_of(&borrowed));
-            let order = GroupOrder::of(pairs_of(&borrowed), &mut scan).expect("unsorted");
-            let out: Vec<(&str, &str, bool)> = order.pairs().collect();
+            let GroupOrder { text, spans } = GroupOrder::of(pairs_of(&borrowed), &mut scan).expect("unsorted");
+            let out: Vec<(&str, &str, bool)> = GroupOrder::pairs(&text, spans).collect();
             let mut got: Vec<(&str, &str)> = out.iter().map(|&(p, s, _)| (p, s)).collect();
             let mut want = borrowed.clone();
             got.sort_unstable();
