@@ -43,9 +43,13 @@
 
 use hashbrown::{HashMap, HashTable};
 
-use crate::cstrie::hash_word;
+use crate::cstrie::{hash_word, prefetch};
+use crate::short_text::append;
 
 use crate::topic::{split_words, PatternWord};
+
+/// How many texts ahead a pass over texts in sorted order prefetches each one.
+pub(crate) const PREFETCH_AHEAD: usize = 16;
 
 /// "No child" in [`Node::star`] and [`Node::hash`].
 pub const NONE: u32 = u32::MAX;
@@ -128,19 +132,21 @@ impl Interned {
     /// (so unique), each with its [`hash_word`], fitting the `u32` offsets and
     /// below [`UNRESOLVED`] ids (a freeze, whose texts come sorted from a
     /// trie: no comparison per text as [`Interned::push`] makes).
-    pub(crate) fn from_sorted<'t>(
-        texts: impl ExactSizeIterator<Item = (&'t str, u64)> + Clone,
-        index: Index,
-    ) -> Result<Self, BuildError> {
-        let bytes: usize = texts.clone().map(|(text, _)| text.len()).sum();
+    pub(crate) fn from_sorted(texts: &[(&str, u64)], index: Index) -> Result<Self, BuildError> {
+        let bytes: usize = texts.iter().map(|(text, _)| text.len()).sum();
         if bytes > u32::MAX as usize || texts.len() >= UNRESOLVED as usize {
             return Err(BuildError::TooLarge);
         }
         let mut interned = Interned::with_capacity(texts.len(), bytes, index);
-        for (id, (text, hash)) in texts.enumerate() {
+        for (id, &(text, hash)) in texts.iter().enumerate() {
+            // Texts in sorted order lie anywhere in their source (a snapshot's nodes): each read missed.
+            if let Some((ahead, _)) = texts.get(id + PREFETCH_AHEAD) {
+                prefetch(ahead.as_ptr());
+            }
             debug_assert!(interned.ends.is_empty() || interned.get(id as u32 - 1) < text);
             debug_assert_eq!(hash, hash_word(text));
-            interned.text.push_str(text);
+            // Inline for short texts (sized up front): a call to memcpy each was 9% of a 1M freeze.
+            append(&mut interned.text, text);
             interned.ends.push(interned.text.len() as u32);
             if let Some(index) = &mut interned.index {
                 // Sized for every text up front, so nothing is re-hashed.

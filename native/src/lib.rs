@@ -12,6 +12,7 @@ pub mod errors;
 pub mod frozen;
 #[doc(hidden)]
 pub mod rng;
+mod short_text;
 // Only in test builds and cargo-fuzz builds (which pass `--cfg fuzzing`).
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]

@@ -29,10 +29,11 @@
 use hashbrown::HashTable;
 
 use super::gcas::{gcas_read, Ctx};
-use super::hash_word;
 use super::node::{Branch, CNode, Child, INode, SubscriberSet, Tail};
 use super::sync::epoch::Guard;
-use crate::frozen::{sort_by_text, BuildError, Edge, FrozenMatcher, Index, Interned, Node, NONE};
+use super::{hash_word, prefetch};
+use crate::frozen::{sort_by_text, BuildError, Edge, FrozenMatcher, Index, Interned, Node, NONE, PREFETCH_AHEAD};
+use crate::short_text::same_text;
 
 /// Temporary kid keys of the wildcards: after every word rank (ranks stay
 /// below `u32::MAX - 1`, as [`Interned::from_sorted`] requires), star first.
@@ -94,14 +95,20 @@ impl<'g> Texts<'g> {
         let mut rank = vec![NONE; self.texts.len()];
         let mut distinct: Vec<(&str, u64)> = Vec::with_capacity(order.len());
         for (at, &(prefix, id)) in order.iter().enumerate() {
+            // In text order the ids (and so their texts and ranks) are anywhere in their arrays.
+            if let Some(&(_, ahead)) = order.get(at + PREFETCH_AHEAD) {
+                prefetch(self.texts.as_ptr().wrapping_add(ahead as usize));
+                prefetch(rank.as_ptr().wrapping_add(ahead as usize));
+            }
             let text = self.texts[id as usize];
-            let repeat = at > 0 && order[at - 1].0 == prefix && distinct.last().is_some_and(|last| last.0 == text.0);
+            let repeat =
+                at > 0 && order[at - 1].0 == prefix && distinct.last().is_some_and(|last| same_text(last.0, text.0));
             if !repeat {
                 distinct.push(text);
             }
             rank[id as usize] = distinct.len() as u32 - 1;
         }
-        let interned = Interned::from_sorted(distinct.into_iter(), index)?;
+        let interned = Interned::from_sorted(&distinct, index)?;
         Ok((rank, interned))
     }
 }

@@ -166,7 +166,7 @@ pub use smol_str::SmolStr;
 
 use self::gcas::{gcas, gcas_read, rdcss_root, read_root, Ctx, RootState};
 /// The process-wide text hash of the CS-trie's tables (also the frozen matcher's word index).
-pub(crate) use self::hamt::hash_word;
+pub(crate) use self::hamt::{hash_word, prefetch};
 use self::idset::SetWrite;
 use self::node::{joined, Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
 use self::sync::epoch::{self, Guard};
