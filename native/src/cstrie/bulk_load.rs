@@ -83,13 +83,13 @@ const ATTEMPTS: usize = 3;
 /// pairs are visited in hash order, so without it each one is a cache miss.
 const AHEAD: usize = 8;
 
-/// One pair: its pattern's words are `words[start..end]` of the batch.
-/// 32 bytes: two to a cache line, none across one.
+/// One pair: its pattern's words are `words[start..end]` of the batch. 24
+/// bytes: the subscriber's hash is taken only by a set of two ids or more
+/// ([`with_all`]); a pattern's only subscriber (nearly every pair of a
+/// distinct-pattern load) never needs it.
 struct Item<'a> {
     start: u32,
     end: u32,
-    /// `hash_word` of the subscriber.
-    subscriber_hash: u64,
     /// Borrowed, and made a [`SmolStr`] only when a set takes it: in a large
     /// load it is a slice of [`GroupOrder`]'s buffer, near the pairs the walk
     /// visits with it (a `SmolStr` here, made in input order, cost the parse a
@@ -376,11 +376,15 @@ fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32], gen: Generati
         ([item], None) => return (SubscriberSet::One(smol(batch.items[*item as usize].subscriber)), 1),
         _ => {}
     }
-    // The held id, if any, is the last.
-    let hash = |at: usize| match items.get(at) {
-        Some(&item) => batch.items[item as usize].subscriber_hash,
-        None => held.expect("one past the items is the held id").0,
-    };
+    // Each id's hash, read several times by the build; the held id, if any, is the last.
+    let mut hashes: Vec<u64> = scratch_vec(items.len() + 1);
+    hashes.extend(
+        items
+            .iter()
+            .map(|&item| hash_word(batch.items[item as usize].subscriber)),
+    );
+    hashes.extend(held.map(|(hash, _)| hash));
+    let hash = |at: usize| hashes[at];
     let leaf = |at: usize| Leaf {
         hash: hash(at),
         key: match items.get(at) {
@@ -739,12 +743,7 @@ impl<'t> Parsed<'t> {
             } else {
                 fast.push(index);
             }
-            batch.items.push(Item {
-                start,
-                end,
-                subscriber_hash: hash_word(subscriber),
-                subscriber,
-            });
+            batch.items.push(Item { start, end, subscriber });
             batch.patterns.push(pattern);
         }
         debug_assert!(
