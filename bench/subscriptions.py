@@ -27,7 +27,8 @@ Sections
    on two pyarrow string arrays into an empty trie (building the arrays is not
    timed: the driver reads them as Arrow), in one call as the driver's full
    load makes it. "n/a" where the method is missing. Every load, single or
-   bulk, runs ``--load-repeats`` times into fresh matchers, the fastest kept;
+   bulk, runs ``--load-repeats`` times into fresh matchers, the fastest kept,
+   after ``--warmup-rounds`` untimed rounds;
    the kinds take turns (round by round), so a slow spell of the host lands
    on one sample of each kind instead of on all samples of one.
 3. **Freeze and serialize**: ``freeze()``, ``to_bytes()`` and
@@ -115,6 +116,12 @@ BULK_CALLS = 1
 #: runs of 2026-11-27, 15 minutes apart and with three rounds run kind after kind, put the same build's hot
 #: single-subscribe ratio at 0.56x and 0.35x and its wide bulk ratio at 6.5x and 13x.
 DEFAULT_LOAD_REPEATS = 5
+#: Untimed rounds of every load first, the same interleaved way. The first two rounds of a process fault in
+#: fresh memory: two matchers of each kind are alive at once from the second round on (the fastest so far and
+#: the one loading). On this host a fresh 2 MiB page costs up to ~5 ms of kernel time, so a 1M wide bulk load
+#: spent 0.4-1.4 s in the kernel in those rounds and none after them (0.29-0.30 s of its own time in every
+#: round), and a best of five was a best of three.
+DEFAULT_WARMUP_ROUNDS = 2
 #: Lookups per (shape, n) checked against TrieMatcher (distinct keys only: the hot shape has one).
 CHECKED_KEYS = 20
 
@@ -339,25 +346,35 @@ def measure_row(shape: str, n: int, rng: random.Random, args: argparse.Namespace
     pattern_array = pa.array(patterns, pa.string()) if bulk_wanted else None
     subscriber_array = pa.array(subscribers, pa.string()) if bulk_wanted else None
     rounds = max(1, args.load_repeats)
-    for round_number in range(1, rounds + 1):
-        if single_wanted and (row.trie_single is None or row.trie_single.complete):
-            progress(f"{label}: TrieMatcher subscribe loop (round {round_number} of {rounds})")
+    warmups = max(0, args.warmup_rounds)
+    for round_number in range(1 - warmups, rounds + 1):
+        # Warm-up rounds (numbered up to 0) run every kind the same way, and keep each kind's latest matcher alive
+        # as a timed round keeps its fastest, so that the timed rounds start from the heap they will run in.
+        # Their times are not kept.
+        warm = round_number <= 0
+        name = f"warm-up round {round_number + warmups} of {warmups}" if warm else f"round {round_number} of {rounds}"
+        if single_wanted and (warm or row.trie_single is None or row.trie_single.complete):
+            progress(f"{label}: TrieMatcher subscribe loop ({name})")
             matcher = TrieMatcher()
             run = subscribe_loop(f"{label} TrieMatcher", matcher.subscribe, patterns, subscribers, args.budget)
-            if faster(row.trie_single, run):
+            if warm:
+                trie = matcher if run.complete else None
+            elif faster(row.trie_single, run):
                 row.trie_single, trie = run, (matcher if run.complete else None)
             del matcher
-        if single_wanted and (row.cs_single is None or row.cs_single.complete):
-            progress(f"{label}: CSTrieMatcher subscribe loop (round {round_number} of {rounds})")
+        if single_wanted and (warm or row.cs_single is None or row.cs_single.complete):
+            progress(f"{label}: CSTrieMatcher subscribe loop ({name})")
             native = CSTrieMatcher()
             run = subscribe_loop(f"{label} CSTrieMatcher", native.subscribe, patterns, subscribers, args.budget)
             check_count(f"{label} CSTrieMatcher single", len(native), run.done)
-            if faster(row.cs_single, run):
+            if warm:
+                single = native if run.complete else None
+            elif faster(row.cs_single, run):
                 row.cs_single, single = run, (native if run.complete else None)
             del native
-        if bulk_wanted and not row.bulk_note and (row.bulk is None or row.bulk.complete):
+        if bulk_wanted and not row.bulk_note and (warm or row.bulk is None or row.bulk.complete):
             assert pattern_array is not None and subscriber_array is not None
-            progress(f"{label}: CSTrieMatcher.subscribe_many (round {round_number} of {rounds})")
+            progress(f"{label}: CSTrieMatcher.subscribe_many ({name})")
             target = CSTrieMatcher()
             subscribe_many = bulk_subscribe(target)
             if subscribe_many is None:
@@ -373,7 +390,9 @@ def measure_row(shape: str, n: int, rng: random.Random, args: argparse.Namespace
             if added is not None:
                 check_count(f"{label} subscribe_many's return", added, run.done)
             check_count(f"{label} CSTrieMatcher bulk", len(target), run.done)
-            if faster(row.bulk, run):
+            if warm:
+                bulk_loaded = target if run.complete else None
+            elif faster(row.bulk, run):
                 row.bulk, bulk_loaded = run, (target if run.complete else None)
             del target
     del pattern_array, subscriber_array
@@ -456,7 +475,8 @@ def loading_sections(report: Report, args: argparse.Namespace) -> None:
             "One `subscribe(pattern, subscriber)` call per pair in a Python loop, on an empty matcher, GC off. "
             f"Rates are pairs per CPU second (wall clock in brackets). A loop stops after {args.budget:g} s "
             f"(`--budget`); its rate then covers the pairs done so far. Each loop runs {args.load_repeats} times "
-            "on fresh matchers (`--load-repeats`) and the fastest is kept. The runs are interleaved: each round "
+            f"on fresh matchers (`--load-repeats`), after {args.warmup_rounds} untimed rounds (`--warmup-rounds`), "
+            "and the fastest is kept. The runs are interleaved: each round "
             "makes one TrieMatcher loop, one CSTrieMatcher loop and one bulk load, so that a slow spell of the "
             "shared host hits one sample of each kind rather than every sample of one.",
         )
@@ -482,7 +502,7 @@ def loading_sections(report: Report, args: argparse.Namespace) -> None:
             "`CSTrieMatcher.subscribe_many(patterns, subscribers)` on two `pa.string()` arrays of n rows into an "
             f"empty trie, in {BULK_CALLS} call(s) (as the driver's full load makes it), the fastest of "
             f"{args.load_repeats} loads into fresh tries (`--load-repeats`, in the same rounds as the loops it is "
-            "compared with); "
+            f"compared with, after the same {args.warmup_rounds} untimed rounds); "
             "building the arrays is not timed. CPU is the whole process's, so native worker threads, if any, are "
             "counted.",
         )
@@ -886,6 +906,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=DEFAULT_LOAD_REPEATS,
         help="runs of every load (both matchers' single-subscribe loops, the bulk load), each into a fresh "
         "matcher, fastest kept (default %(default)s)",
+    )
+    parser.add_argument(
+        "--warmup-rounds",
+        type=int,
+        default=DEFAULT_WARMUP_ROUNDS,
+        help="untimed rounds of every load before the timed ones (default %(default)s)",
     )
     parser.add_argument(
         "--skip",

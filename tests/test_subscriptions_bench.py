@@ -55,7 +55,17 @@ def test_help_lists_the_flags() -> None:
         [sys.executable, str(BENCH), "--help"], capture_output=True, text=True, check=False, timeout=60
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    for flag in ("--sizes", "--shapes", "--budget", "--repeats", "--skip", "--driver-refresh", "--rust-samples"):
+    for flag in (
+        "--sizes",
+        "--shapes",
+        "--budget",
+        "--repeats",
+        "--load-repeats",
+        "--warmup-rounds",
+        "--skip",
+        "--driver-refresh",
+        "--rust-samples",
+    ):
         assert flag in done.stdout, f"{flag} missing from --help"
 
 
@@ -95,15 +105,11 @@ def test_tiny_run_writes_every_loading_section(tmp_path: Path) -> None:
     assert "TrieMatcher subscribe loop" in stderr  # progress lines go to stderr
     # The loads of one (shape, n) take turns, round by round, rather than running kind after kind.
     label = f"wide n={SIZES[0]:,}: "
-    loads = [line.split(label, 1)[1] for line in stderr.splitlines() if label in line and "(round " in line]
-    assert loads == [
-        f"{kind} (round {round_number} of 2)"
-        for round_number in (1, 2)
-        for kind in (
-            "TrieMatcher subscribe loop",
-            "CSTrieMatcher subscribe loop",
-            "CSTrieMatcher.subscribe_many",
-        )
+    # Untimed warm-up rounds (two by default) come first, the same way.
+    kinds = ("TrieMatcher subscribe loop", "CSTrieMatcher subscribe loop", "CSTrieMatcher.subscribe_many")
+    loads = [line.split(label, 1)[1] for line in stderr.splitlines() if label in line and "round " in line]
+    assert loads == [f"{kind} (warm-up round {round_number} of 2)" for round_number in (1, 2) for kind in kinds] + [
+        f"{kind} (round {round_number} of 2)" for round_number in (1, 2) for kind in kinds
     ]
 
 
