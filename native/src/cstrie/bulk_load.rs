@@ -15,8 +15,9 @@
 //! that hash order already is then copied into it, patterns and subscribers
 //! into one buffer ([`GroupOrder`]), so that the pairs under each branch of
 //! the root sit together in memory for the rest of the call. It then splits
-//! every run's pattern once and hashes every literal word once (the hash the
-//! HAMTs index by). A work item is then an I-node of the
+//! every run's pattern once; a word is hashed (the hash the HAMTs index by)
+//! when a level groups pairs by it, so the words a tail keeps never are. A
+//! work item is then an I-node of the
 //! current generation plus the pairs whose pattern leads through it. For
 //! each item:
 //!
@@ -46,7 +47,7 @@
 //!
 //! # Cost
 //!
-//! For n pairs of k words: O(n k) to split and hash (and, for a large load,
+//! For n pairs of k words: O(n k) to split and to hash (and, for a large load,
 //! O(n) to copy the pairs into group order: one radix sort of the runs), O(n
 //! log n) integer sorts per level, and each touched C-node copied once, with its tables merged in
 //! one pass (O(slots touched), not O(n log n) path copies). Nothing is
@@ -331,11 +332,11 @@ fn enter_group<'i>(
     (group, enders)
 }
 
-/// Prefetch every cache line of `value`: an [`Item`] in an array whose
-/// buffer is not 32-byte aligned crosses a line boundary at half the indices
-/// (when items were 40 bytes, perf put a fifth of a wide load's walk on
-/// reading an item's `start`, at offset 32, right after a prefetch of its
-/// first byte alone). Words (24 bytes) measured no better so.
+/// Prefetch every cache line of `value`: a 24-byte [`Item`] crosses a line
+/// boundary at a quarter of the indices (when items were 40 bytes, at half,
+/// perf put a fifth of a wide load's walk on reading an item's `start`, at
+/// offset 32, right after a prefetch of its first byte alone). Words measured
+/// no better so.
 #[inline]
 fn prefetch_whole<T>(value: &T) {
     let first = value as *const T as *const u8;
