@@ -25,10 +25,12 @@ representative workload in a child process whose JVM dumps its classes at exit.
 and classes of Spark's class loader are matched by their class-file checksum. The file name carries a
 key (:func:`archive_key`) over everything that decides that: the Java binary Spark will run (its real
 path and the size and mtime of the binary, ``libjvm.so`` and the ``lib/modules`` image, which any JDK
-update rewrites), the pyspark version (its jars are the class path) and the names of the ``spark.jars``
-and ``spark.driver.extraClassPath`` entries. A new JDK, pyspark or jar set thus looks for a new file,
-misses it and runs without an archive (as fast as before) until ``python -m jobs.class_archive`` builds
-the new one; old archives are never reused, and only the newest :data:`KEEP` are kept.
+update rewrites), the pyspark version (its jars are the class path), the names of the ``spark.jars``
+and the ``spark.driver.extraClassPath`` entries with their size and modification time (a class path
+entry that changed stops the JVM instead of only disabling the archive). A new JDK, pyspark or jar set
+thus looks for a new file, misses it and runs without an archive (as fast as before) until ``python -m
+jobs.class_archive`` builds the new one; old archives are never reused, and only the newest :data:`KEEP`
+are kept.
 
 **What happens on a mismatch.** Should an archive still not match (a JVM option that changes the
 layout, such as another GC or heap over 32 GB without compressed pointers, or a jar replaced in place
@@ -126,13 +128,32 @@ def _names(value: str, separator: str) -> list[str]:
     return sorted(Path(entry).name for entry in value.split(separator) if entry.strip())
 
 
+def class_path_identity(class_path: str) -> list[list[object]]:
+    """Each entry of a JVM class path by name, size and modification time (a missing one by name alone).
+
+    Unlike a ``spark.jars`` jar, a class path entry that differs from the archive's stops the JVM at start
+    ("A jar file is not the one used while building the shared archive file"), not merely the archive: a jar
+    rebuilt in place under its old name (``make jars`` after a change to ``conf/jvm/src``) must look for an
+    archive of its own.
+    """
+    identity: list[list[object]] = []
+    for entry in sorted(part for part in class_path.split(os.pathsep) if part.strip()):
+        try:
+            stat = Path(entry).stat()
+        except OSError:
+            identity.append([Path(entry).name])
+        else:
+            identity.append([Path(entry).name, stat.st_size, stat.st_mtime_ns])
+    return identity
+
+
 def archive_key(conf: Mapping[str, str], java: Path, version: str | None = None) -> str:
     """The key in an archive's name: a SHA-256 prefix over the JDK, pyspark and the jars (module docstring)."""
     parts = {
         "jdk": jdk_identity(java),
         "pyspark": version or pyspark_version(),
         "jars": _names(conf.get("spark.jars", ""), ","),
-        "class_path": _names(conf.get("spark.driver.extraClassPath", ""), os.pathsep),
+        "class_path": class_path_identity(conf.get("spark.driver.extraClassPath", "")),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -189,6 +189,27 @@ def test_the_key_follows_the_jdk_pyspark_and_the_jars(fake_java: Path, tmp_path:
     assert class_archive.archive_key(jars, fake_java, "4.2.0") != key, "JDK update"
 
 
+def test_a_class_path_jar_rebuilt_under_its_name_looks_for_an_archive_of_its_own(
+    fake_java: Path, tmp_path: Path
+) -> None:
+    """A changed class path entry stops the JVM at start (not only the archive), so its identity is in the key."""
+    jar = tmp_path / "spark-topic-router-localfs.jar"
+    jar.write_bytes(b"first build")
+    conf = {"spark.driver.extraClassPath": str(jar)}
+    key = class_archive.archive_key(conf, fake_java, "4.2.0")
+    assert class_archive.archive_key(conf, fake_java, "4.2.0") == key
+    jar.write_bytes(b"second build, same name")
+    assert class_archive.archive_key(conf, fake_java, "4.2.0") != key, "size"
+    jar.write_bytes(b"second build, same size")
+    os.utime(jar, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert class_archive.archive_key(conf, fake_java, "4.2.0") != key, "modification time"
+    # An entry that does not exist counts by its name (the JVM skips it).
+    missing = {"spark.driver.extraClassPath": str(tmp_path / "gone.jar")}
+    assert class_archive.archive_key(missing, fake_java, "4.2.0") == class_archive.archive_key(
+        {"spark.driver.extraClassPath": "/elsewhere/gone.jar"}, fake_java, "4.2.0"
+    )
+
+
 def test_the_key_follows_the_java_spark_runs(fake_java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``$JAVA_HOME/bin/java`` if set (as Spark's launcher), else ``java`` on PATH, by its real path."""
     assert class_archive.java_binary() == fake_java
