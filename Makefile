@@ -32,7 +32,7 @@ help:
 	@echo "make fuzz   each cargo-fuzz target for FUZZ_MINUTES (default 10) minutes: bench/results/fuzz.md, corpus in native/fuzz/corpus/"
 	@echo "make loom   the CS-trie's loom models (~3 min on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
-	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven"
+	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven, and build the local file system jar"
 	@echo "make jvm-archive  the class-data archive that starts each Spark JVM faster (~10 s per fresh job process; var/jvm/)"
 	@echo "make bench-jvm-start  fresh Spark JVMs: that archive and quick JIT (bench/results/jvm_start.md; ~11 min)"
 	@echo "make package  the wheel, the packed environment and the jars spark-submit ships, in dist/"
@@ -60,7 +60,20 @@ $(JARS_STAMP): conf/jvm/pom.xml
 	$(MVN) -B -q -Dstyle.color=never -f conf/jvm/pom.xml -P kafka -Djars.dir=$(CURDIR)/$(JARS_DIR) package
 	touch $@
 
-jars: $(JARS_STAMP)
+# Hadoop's local file system without child processes (conf/jvm/src; routing.spark.local_fs_conf), compiled against
+# pyspark's own Hadoop jars: no Maven plugin to resolve. Its own directory, not in spark.jars: it goes on the class path.
+LOCAL_FS_JAR := $(JARS_DIR)/localfs/spark-topic-router-localfs.jar
+LOCAL_FS_SOURCES := $(wildcard conf/jvm/src/main/java/sparktopicrouter/hadoop/*.java)
+
+$(LOCAL_FS_JAR): $(LOCAL_FS_SOURCES) | $(INSTALLED)
+	@command -v javac >/dev/null || { echo "error: javac not found; a JDK 17+ is required" >&2; exit 1; }
+	rm -rf build/localfs && mkdir -p build/localfs/classes $(dir $@)
+	javac --release 17 -Xlint:all,-path -Werror -d build/localfs/classes \
+		-cp "$$($(PY) -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')/*" \
+		$(LOCAL_FS_SOURCES)
+	jar --create --file $@.tmp -C build/localfs/classes . && mv $@.tmp $@
+
+jars: $(JARS_STAMP) $(LOCAL_FS_JAR)
 
 # The driver JVMs' class-data archive (routing/class_archive.py): every Spark session this checkout starts maps
 # it and starts faster. Written once per JDK, pyspark version and jar set (a minute or two; var/jvm/),
@@ -68,7 +81,7 @@ jars: $(JARS_STAMP)
 jvm-archive: install
 	$(PY) -m jobs.class_archive
 
-install: $(INSTALLED) $(JARS_STAMP)
+install: $(INSTALLED) $(JARS_STAMP) $(LOCAL_FS_JAR)
 
 # What a cluster runs (see conf/spark-submit/): the wheel with the native extension, a venv-pack'ed
 # environment (cached under build/ by the wheel's content) and the Spark jars. Idempotent.

@@ -349,9 +349,16 @@ class SparkSettings:
     """The one SparkSession (:func:`routing.spark.get_spark`)."""
 
     SECTION: ClassVar[str] = "spark"
-    PATHS: ClassVar[tuple[str, ...]] = ("jars_dir", "ivy_dir", "warehouse_dir", "local_dir", "class_archive")
+    PATHS: ClassVar[tuple[str, ...]] = (
+        "jars_dir",
+        "ivy_dir",
+        "warehouse_dir",
+        "local_dir",
+        "class_archive",
+        "local_fs_jar",
+    )
     URI_PATHS: ClassVar[tuple[str, ...]] = ("warehouse_dir",)
-    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("class_archive",)
+    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("class_archive", "local_fs_jar")
 
     #: ``local[N]`` runs in this process's JVM; N = cores.
     master: str = "local[2]"
@@ -372,6 +379,12 @@ class SparkSettings:
     #: The runtime already has Delta and the Kafka source on its classpath (a managed Spark, an image
     #: with them in ``$SPARK_HOME/jars``): no jar check, and nothing added to ``spark.jars``.
     jars_provided: bool = False
+    #: The jar of Hadoop's local file system without child processes (``conf/jvm/src``, built by ``make jars``;
+    #: :func:`routing.spark.local_fs_conf`): a session with a local master that this process starts puts it on
+    #: the driver's class path and reads and writes ``file:`` paths through it. Hadoop's own forks ``chmod``
+    #: for every file it creates and ``readlink`` twice for every rename, about 40 processes a streaming batch.
+    #: Empty: Hadoop's own.
+    local_fs_jar: str = "var/jars/localfs/spark-topic-router-localfs.jar"
     #: Ivy home, kept empty: nothing is resolved at run time.
     ivy_dir: str = "var/ivy"
     warehouse_dir: str = "var/spark-warehouse"

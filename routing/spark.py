@@ -38,6 +38,8 @@ A driver JVM this process starts (not under spark-submit) maps the class-data ar
 the options go first in ``spark.driver.extraJavaOptions``, before any of the settings' own. So does
 ``spark.jit`` (``"quick"``: C1 only, for runs of a minute or two; ``"lazy"``: C2 for the hottest code only;
 :data:`routing.settings.JIT_MODES`) and ``spark.gc`` (``"parallel"``; :data:`routing.settings.GC_MODES`).
+Such a JVM with a local master also reads and writes ``file:`` paths through the spawn-free local file system
+of ``spark.local_fs_jar`` (:func:`local_fs_conf`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,38 @@ def user_collector(conf: Mapping[str, str], environ: Mapping[str, str] | None = 
     sources = [(key, conf.get(key)) for key in (DRIVER_JAVA_OPTIONS, DRIVER_DEFAULT_JAVA_OPTIONS)]
     sources += [(f"${name}", environ.get(name)) for name in JVM_OPTION_VARIABLES]
     return next((where for where, options in sources if options and COLLECTOR_OPTION.search(options)), None)
+
+
+#: The Hadoop settings that name the ``file:`` file systems (``FileSystem``; ``FileContext``, which Spark's offset
+#: and commit logs and Delta's log store use), and the spawn-free classes of ``spark.local_fs_jar`` for each.
+LOCAL_FS_CLASSES = {
+    "spark.hadoop.fs.file.impl": "sparktopicrouter.hadoop.SpawnFreeLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "sparktopicrouter.hadoop.SpawnFreeLocalFs",
+}
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+
+
+def local_fs_conf(jar: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """What makes a driver JVM to be started with ``conf`` use the spawn-free local file system of ``jar``.
+
+    Hadoop's local file system, without its native library (pyspark ships none), runs ``chmod`` in a child
+    process for every file it creates and ``readlink`` for both paths of every ``FileContext`` rename: about 40
+    processes a streaming batch (offset and commit logs, the Delta commit, its checksum file, the data files),
+    37 of the 37.5 ms of each small atomic write. The classes in ``jar`` (``conf/jvm/src``) make the same calls
+    through ``java.nio`` instead. Only for a local master, whose executors are this JVM (executors elsewhere
+    would need the jar on their own class path), and only on the JVM's class path: Hadoop looks the class up
+    when spark-submit first resolves a path, before ``spark.jars`` are loaded. Nothing when ``jar`` is "" or
+    ``conf`` names a ``file:`` file system of its own; a missing jar is logged (``make jars`` builds it).
+    """
+    if not jar or not conf.get("spark.master", "").startswith("local"):
+        return {}
+    if any(key in conf for key in LOCAL_FS_CLASSES):
+        return {}
+    if not Path(jar).is_file():
+        log.warning("spark.local_fs_jar %s is missing (run `make jars`): Hadoop's local file system forks", jar)
+        return {}
+    class_path = conf.get(DRIVER_CLASS_PATH, "")
+    return {**LOCAL_FS_CLASSES, DRIVER_CLASS_PATH: os.pathsep.join(part for part in (class_path, jar) if part)}
 
 
 #: The fair-scheduler pool of the driver's background Spark jobs (the snapshot refresh), below the stream's.
@@ -255,6 +289,9 @@ def spark_conf(
     conf.update(spark.conf)
     conf.update(extra_conf or {})
     conf.update(submitted)
+    if not submitted:
+        # Before the class archive's options: the archive is keyed by the class path.
+        conf.update(local_fs_conf(spark.local_fs_jar, conf))
     if not submitted:
         # This process starts the driver JVM (spark-submit started it already otherwise): map the class archive,
         # pick the compiler tiers and the collector; the user's options last, so theirs win (a collector of
