@@ -18,20 +18,23 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * child process for every file it creates (the permission of the new file) and {@code readlink} for every
  * {@link #getFileLinkStatus}, which {@code FileContext.rename} calls for both paths of every rename. Spark's
  * offset and commit logs and Delta's commits each write a file and rename it, so a streaming batch forked
- * about 40 processes: 37 ms of a small atomic write's 37.5, and a tenth of the machine's CPU in a router run
- * on two cores (README "Child processes of the local file system").
+ * about 44 processes, a tenth of the machine's CPU in a router run on two cores, and one atomic write of the
+ * offset log took 37-39 ms (1.7 ms without them; README "Child processes of the local file system").
  *
  * <p>The same two calls here go through {@code java.nio} instead, with the same results: a permission without
- * the sticky, setuid or setgid bits is set with {@link Files#setPosixFilePermissions}, and a path that is not a
- * symbolic link has no link target, so its link status is its status. Anything else (a special permission bit,
- * a file system without POSIX permissions, a symbolic link) still takes Hadoop's own code.
+ * the sticky bit (the only bit of {@link FsPermission} beyond the nine) is set with
+ * {@link Files#setPosixFilePermissions}, which like {@code chmod} follows a symbolic link, and a path that is not
+ * a symbolic link has no link target, so its link status is its status. Anything else (the sticky bit, a file
+ * system without POSIX permissions, a symbolic link) still takes Hadoop's own code.
+ *
+ * <p>Concurrency: no state beyond {@link RawLocalFileSystem}'s own, so as thread-safe as it is; each call is one
+ * system call or Hadoop's own code path.
  */
 public class SpawnFreeRawLocalFileSystem extends RawLocalFileSystem {
 
     /** The permission bits {@link Files#setPosixFilePermissions} can set: read, write and execute, nine of them. */
     static final int POSIX_BITS = 0777;
 
-    /** Concurrency: stateless beyond {@link RawLocalFileSystem}'s own; as thread-safe as it is. */
     @Override
     public void setPermission(Path path, FsPermission permission) throws IOException {
         int bits = permission.toShort();
