@@ -382,7 +382,7 @@ class SparkSettings:
     #: The jar of Hadoop's local file system without child processes (``conf/jvm/src``, built by ``make jars``;
     #: :func:`routing.spark.local_fs_conf`): a session with a local master that this process starts puts it on
     #: the driver's class path and reads and writes ``file:`` paths through it. Hadoop's own forks ``chmod``
-    #: for every file it creates and ``readlink`` twice for every rename, about 40 processes a streaming batch.
+    #: for every file it creates and ``readlink`` twice for every rename, about 44 processes a streaming batch.
     #: Empty: Hadoop's own.
     local_fs_jar: str = "var/jars/localfs/spark-topic-router-localfs.jar"
     #: Ivy home, kept empty: nothing is resolved at run time.

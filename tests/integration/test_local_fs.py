@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 OURS = "sparktopicrouter.hadoop.SpawnFreeLocalFileSystem"
 OURS_FILE_CONTEXT = "sparktopicrouter.hadoop.SpawnFreeLocalFs"
+#: Hadoop's own local file systems (``FileSystem``, ``FileContext``), by the settings that name them: the oracle.
+HADOOP_OWN_CLASSES = {
+    "fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem",
+    "fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.LocalFs",
+}
 #: What Hadoop's ``Shell`` runs on a local file system (permissions, owners, links, disk usage, groups).
 TRACED_COMMANDS = ("readlink", "chmod", "chown", "chgrp", "ls", "stat", "df", "du", "id", "groups", "whoami")
 
@@ -43,8 +48,8 @@ def hadoop_conf(spark: SparkSession, *, hadoop_own: bool) -> Any:
         return conf
     jvm = the_jvm(spark)
     own = jvm.org.apache.hadoop.conf.Configuration(conf)
-    own.set("fs.file.impl", "org.apache.hadoop.fs.LocalFileSystem")
-    own.set("fs.AbstractFileSystem.file.impl", "org.apache.hadoop.fs.local.LocalFs")
+    for key, name in HADOOP_OWN_CLASSES.items():
+        own.set(key, name)
     return own
 
 
@@ -184,6 +189,7 @@ CHILD = textwrap.dedent(
     from routing.spark import get_spark
 
     settings, root, log = load_settings(overrides=json.loads(sys.argv[1])), sys.argv[2], sys.argv[3]
+    hadoop_own_classes = json.loads(sys.argv[4])
     spark = get_spark(settings, app_name="local-fs-spawns")
     jvm = spark.sparkContext._jvm
     Path = jvm.org.apache.hadoop.fs.Path
@@ -208,8 +214,8 @@ CHILD = textwrap.dedent(
 
     conf = spark._jsparkSession.sessionState().newHadoopConf()
     own = jvm.org.apache.hadoop.conf.Configuration(conf)
-    own.set("fs.file.impl", "org.apache.hadoop.fs.LocalFileSystem")
-    own.set("fs.AbstractFileSystem.file.impl", "org.apache.hadoop.fs.local.LocalFs")
+    for key, name in hadoop_own_classes.items():
+        own.set(key, name)
     counts = {}
     start = traced()
     work(conf, "session")
@@ -253,7 +259,7 @@ def test_the_session_runs_no_child_process_where_hadoop_s_own_runs_dozens(settin
     work.mkdir()
     environment = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(overrides), str(work), str(log)],
+        [sys.executable, "-c", CHILD, json.dumps(overrides), str(work), str(log), json.dumps(HADOOP_OWN_CLASSES)],
         cwd=REPO_ROOT,
         env=environment,
         capture_output=True,
