@@ -78,12 +78,11 @@ from routing.router.ledger import Ledger, ledger_directory, prune_through
 from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import (
-    DEAD_LETTERS_DDL,
-    DELIVERIES_DDL,
     DELIVERIES_STATS_COLUMNS,
     HEADERS_DDL,
+    OUTPUT_TABLES,
     PARTITION_COLUMN,
-    UNROUTED_DDL,
+    PLAIN_ENCODED_COLUMNS,
 )
 from routing.spark import is_connect
 from routing.streaming import (
@@ -640,14 +639,15 @@ def output_table_properties(router: RouterSettings) -> dict[str, str]:
     return {"delta.checkpointInterval": str(router.delta_checkpoint_interval)}
 
 
-def deliveries_properties() -> dict[str, str]:
-    """The deliveries table's own Delta properties: file statistics only where they skip files, and no Parquet
-    dictionary for the ids, which are all distinct (see :mod:`routing.router.tables`)."""
-    return {
-        "delta.dataSkippingStatsColumns": ",".join(DELIVERIES_STATS_COLUMNS),
-        # Delta hands a table's properties to its Parquet writer's Hadoop configuration.
-        "parquet.enable.dictionary#delivery_id": "false",
-    }
+def table_properties(table: str) -> dict[str, str]:
+    """The Delta properties of one output table (``deliveries``, ``dead_letters``, ``unrouted``) beyond
+    :func:`output_table_properties`: file statistics only where they skip files, and no Parquet dictionary for
+    the columns distinct per message (see :mod:`routing.router.tables`)."""
+    # Delta hands a table's properties to its Parquet writer's Hadoop configuration.
+    properties = {f"parquet.enable.dictionary#{column}": "false" for column in PLAIN_ENCODED_COLUMNS[table]}
+    if table == "deliveries":
+        properties["delta.dataSkippingStatsColumns"] = ",".join(DELIVERIES_STATS_COLUMNS)
+    return properties
 
 
 class StageTimer:
@@ -789,14 +789,17 @@ class Router:
             retain_batches=router.retain_batches,
         )
         # The outputs exist from the start, so a batch can skip an append it has no rows for.
-        outputs = [(router.deliveries_path, DELIVERIES_DDL), (router.dead_letters_path, DEAD_LETTERS_DDL)]
+        outputs = {"deliveries": router.deliveries_path, "dead_letters": router.dead_letters_path}
         if router.write_unrouted:
-            outputs.append((router.unrouted_path, UNROUTED_DDL))
+            outputs["unrouted"] = router.unrouted_path
         properties = output_table_properties(router)
-        for path, ddl in outputs:
-            own = deliveries_properties() if path == router.deliveries_path else {}
+        for table, path in outputs.items():
             create_delta_table_if_absent(
-                spark, path, ddl, partition_by=(PARTITION_COLUMN,), properties={**properties, **own}
+                spark,
+                path,
+                OUTPUT_TABLES[table],
+                partition_by=(PARTITION_COLUMN,),
+                properties={**properties, **table_properties(table)},
             )
         self.snapshots = SnapshotBroadcasts(
             spark,

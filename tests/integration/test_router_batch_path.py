@@ -27,7 +27,7 @@ from router_support import apply_subscriptions, assert_ids_exact, ledger_version
 
 from routing import delta_tables
 from routing.router.pipeline import SOURCE_DDL, Router
-from routing.router.tables import DELIVERIES_STATS_COLUMNS, PARTITION_COLUMN
+from routing.router.tables import DELIVERIES_STATS_COLUMNS, PARTITION_COLUMN, PLAIN_ENCODED_COLUMNS
 from routing.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -309,47 +309,68 @@ def test_delivery_and_dead_letter_ids_follow_the_setting(
         }
 
 
-def test_the_deliveries_table_hands_parquet_no_dictionary_for_delivery_id(
-    spark: Any, settings: Settings, tmp_path: Path
-) -> None:
-    """The table property reaches the Parquet writer through the router's append (routing.router.tables).
+#: A repeated value of each column type in the output tables: every column of such rows would get a dictionary.
+REPEATED_VALUES = {
+    "StringType()": "'same'",
+    "BinaryType()": "CAST('p' AS BINARY)",
+    "IntegerType()": "3",
+    "LongType()": "7L",
+    "TimestampType()": "TIMESTAMP'2026-01-05 12:00:00'",
+    "DateType()": "DATE'2026-01-05'",
+}
 
-    Distinct ids end up plain-encoded either way (Parquet drops a dictionary that does not pay), so the
-    property's effect is seen on rows whose ids repeat, which would otherwise get a dictionary.
+
+@pytest.mark.parametrize("table", sorted(PLAIN_ENCODED_COLUMNS))
+def test_output_tables_hand_parquet_their_plain_columns_and_int64_timestamps(
+    spark: Any, settings: Settings, tmp_path: Path, table: str
+) -> None:
+    """The table properties reach the Parquet writer through the router's append (routing.router.tables).
+
+    Distinct values end up plain-encoded either way (Parquet drops a dictionary that does not pay), so the
+    properties' effect is seen on rows whose values all repeat, which would otherwise all get a dictionary.
     """
     import pyarrow.parquet as pq
 
-    from routing.router.tables import DELIVERIES_DDL
+    from routing.router.tables import OUTPUT_TABLES
     from routing.streaming import first_append
 
-    local = router_settings(settings, tmp_path, ["dictionary"])
+    local = router_settings(settings, tmp_path, ["dictionary"], write_unrouted=True)
     Router(spark, local).close(progress_wait_s=0)  # creates the output tables, as a router's start does
-    path = local.router.deliveries_path
+    path = {
+        "deliveries": local.router.deliveries_path,
+        "dead_letters": local.router.dead_letters_path,
+        "unrouted": local.router.unrouted_path,
+    }[table]
+    schema = spark.createDataFrame([], OUTPUT_TABLES[table]).schema
+    values = [
+        f"CAST(NULL AS {field.dataType.simpleString()})"
+        if field.name == "headers"
+        else REPEATED_VALUES[str(field.dataType)]
+        for field in schema
+    ]
     rows = spark.range(200).selectExpr(
-        "'same' AS delivery_id",
-        "'subscriber' AS subscriber_id",
-        "'a.b' AS routing_key",
-        "'t' AS source_topic",
-        "0 AS source_partition",
-        "id AS source_offset",
-        "TIMESTAMP'2026-01-05 12:00:00' AS kafka_timestamp",
-        "CAST('p' AS BINARY) AS payload",
-        "CAST(NULL AS ARRAY<STRUCT<key: STRING, value: BINARY>>) AS headers",
-        "1L AS snapshot_version",
-        "0L AS batch_id",
-        "TIMESTAMP'2026-01-05 12:00:01' AS routed_at",
-        "DATE'2026-01-05' AS kafka_date",
+        *(f"{value} AS {field.name}" for value, field in zip(values, schema, strict=True))
     )
-    table_schema = spark.createDataFrame([], DELIVERIES_DDL).schema
-    assert [(f.name, f.dataType) for f in rows.schema] == [(f.name, f.dataType) for f in table_schema]
+    assert [(f.name, f.dataType) for f in rows.schema] == [(f.name, f.dataType) for f in schema]
     assert first_append(rows.coalesce(1), path, "dictionary-test", 0)
     files = list(Path(path).rglob("*.parquet"))
     assert files
+    plain = set(PLAIN_ENCODED_COLUMNS[table])
+    assert plain <= {field.name for field in schema}
     for file in files:
-        row_group = pq.ParquetFile(file).metadata.row_group(0)
+        metadata = pq.ParquetFile(file).metadata
+        row_group = metadata.row_group(0)
         columns = {row_group.column(i).path_in_schema: row_group.column(i) for i in range(row_group.num_columns)}
-        assert not any("DICTIONARY" in encoding for encoding in columns["delivery_id"].encodings)
-        assert any("DICTIONARY" in encoding for encoding in columns["subscriber_id"].encodings)
+        dictionary = {name for name, column in columns.items() if any("DICTIONARY" in e for e in column.encodings)}
+        # Every other column (ids of subscribers, topics, versions, times...) keeps its dictionary.
+        assert dictionary == set(columns) - plain - {"headers.list.element.key", "headers.list.element.value"}
+        for name in ("kafka_timestamp", "routed_at"):
+            column = metadata.schema.column(list(columns).index(name))
+            assert (column.physical_type, str(column.logical_type)) == (
+                "INT64",
+                "Timestamp(isAdjustedToUTC=true, timeUnit=microseconds, is_from_converted_type=false, "
+                "force_set_converted_type=false)",
+            ), name
 
 
 def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
