@@ -913,7 +913,7 @@ def ratio_lines(results: Results, plan: Plan) -> tuple[list[list[str]], list[str
                 minimum = minimums[baseline]
                 verdicts.append(
                     f"(b) >= {minimum:g} x {baseline.split()[0]} at {size:,} subscriptions: "
-                    f"{'met' if ratio >= minimum else 'MISSED'} ({ratio:,.2f}x, {ratio / minimum:.2f} of the target)"
+                    f"{'met' if ratio >= minimum else 'MISSED'} ({ratio:,.3f}x, {ratio / minimum:.3f} of the target)"
                 )
         rows.append(row)
     for size in sorted(set(TARGETS) - set(plan.sizes)):
