@@ -41,7 +41,10 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
     copy is not replay-safe; with that check (``txnAppId``, a state reconstruction
     of three Spark jobs per batch in Delta 4.4) it would be slower, so this is the
     harder baseline. Its table is created with the router's table properties
-    (``router.delta_checkpoint_interval``), and it shares the router's
+    (``router.delta_checkpoint_interval``), not the deliveries' own (file statistics
+    columns, the per-message columns without a Parquet dictionary:
+    ``routing.router.pipeline.table_properties``): those name the deliveries' columns,
+    and a plain copy writes Parquet's defaults. It shares the router's
     SparkSession and so every session setting: the two pay the same Delta costs;
 (b) **native router**: the real :class:`routing.router.pipeline.Router`;
 (c) **python trie**: the same ``Router`` with only the matcher swapped for
