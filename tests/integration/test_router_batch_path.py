@@ -33,6 +33,8 @@ from routing.settings import Settings
 pytestmark = pytest.mark.slow
 
 MOMENT = dt.datetime(2026, 1, 5, 12, tzinfo=dt.UTC)
+#: Rows per batch of Spark's vectorized Parquet reader.
+READER_BATCH_ROWS = "spark.sql.parquet.columnarReaderBatchSize"
 
 
 def batch_frame(spark: Any, keys: Sequence[bytes | None], payload: bytes = b"p", topic: str = "t") -> Any:
@@ -415,9 +417,19 @@ def test_twenty_one_megabyte_messages_to_a_hundred_subscribers_route_completely(
         router.close(progress_wait_s=0)
     metrics = router.reports[0].metrics
     assert (metrics["input_rows"], metrics["deliveries"], metrics["dead_letters"]) == (20, 2_000, 0)
-    deliveries = spark.read.format("delta").load(local.router.deliveries_path)
-    sizes = deliveries.agg(F.count("*"), F.min(F.octet_length("payload")), F.max(F.octet_length("payload")))
-    assert tuple(sizes.collect()[0]) == (2_000, 1_000_000, 1_000_000)
+    # Reading them back, Spark's vectorized Parquet reader fills 4,096 rows a batch by default: up to 4 GB of
+    # 1 MB payloads in one column vector (README, Memory per batch: reading large payloads).
+    previous = spark.conf.get(READER_BATCH_ROWS, None)
+    spark.conf.set(READER_BATCH_ROWS, "16")
+    try:
+        deliveries = spark.read.format("delta").load(local.router.deliveries_path)
+        sizes = deliveries.agg(F.count("*"), F.min(F.octet_length("payload")), F.max(F.octet_length("payload")))
+        assert tuple(sizes.collect()[0]) == (2_000, 1_000_000, 1_000_000)
+    finally:
+        if previous is None:
+            spark.conf.unset(READER_BATCH_ROWS)
+        else:
+            spark.conf.set(READER_BATCH_ROWS, previous)
 
 
 def test_prebuilt_selects_and_jvm_batch_columns_match_the_plain_ones(spark: Any) -> None:
