@@ -55,9 +55,7 @@ BEFORE, AFTER, READ_ONLY = "before", "after", "read only"
 def variants() -> dict[str, tuple[dict[str, str], str] | None]:
     """Name -> (Parquet writer options, timestamp type), or None for the read-only write."""
     from routing.router.tables import PLAIN_ENCODED_COLUMNS
-
-    def off(columns: Sequence[str]) -> dict[str, str]:
-        return {f"parquet.enable.dictionary#{column}": "false" for column in columns}
+    from routing.router.tables import dictionary_off as off
 
     plain = PLAIN_ENCODED_COLUMNS["deliveries"]
     table: dict[str, tuple[dict[str, str], str] | None] = {BEFORE: (off(["delivery_id"]), "INT96")}

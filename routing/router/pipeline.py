@@ -83,6 +83,7 @@ from routing.router.tables import (
     OUTPUT_TABLES,
     PARTITION_COLUMN,
     PLAIN_ENCODED_COLUMNS,
+    dictionary_off,
 )
 from routing.spark import is_connect
 from routing.streaming import (
@@ -639,12 +640,19 @@ def output_table_properties(router: RouterSettings) -> dict[str, str]:
     return {"delta.checkpointInterval": str(router.delta_checkpoint_interval)}
 
 
+def output_paths(router: RouterSettings) -> dict[str, str]:
+    """The path (or table name) of each output table the router writes, by name (as :data:`OUTPUT_TABLES`)."""
+    paths = {"deliveries": router.deliveries_path, "dead_letters": router.dead_letters_path}
+    if router.write_unrouted:
+        paths["unrouted"] = router.unrouted_path
+    return paths
+
+
 def table_properties(table: str) -> dict[str, str]:
     """The Delta properties of one output table (``deliveries``, ``dead_letters``, ``unrouted``) beyond
     :func:`output_table_properties`: file statistics only where they skip files, and no Parquet dictionary for
     the columns distinct per message (see :mod:`routing.router.tables`)."""
-    # Delta hands a table's properties to its Parquet writer's Hadoop configuration.
-    properties = {f"parquet.enable.dictionary#{column}": "false" for column in PLAIN_ENCODED_COLUMNS[table]}
+    properties = dictionary_off(PLAIN_ENCODED_COLUMNS[table])
     if table == "deliveries":
         properties["delta.dataSkippingStatsColumns"] = ",".join(DELIVERIES_STATS_COLUMNS)
     return properties
@@ -789,11 +797,8 @@ class Router:
             retain_batches=router.retain_batches,
         )
         # The outputs exist from the start, so a batch can skip an append it has no rows for.
-        outputs = {"deliveries": router.deliveries_path, "dead_letters": router.dead_letters_path}
-        if router.write_unrouted:
-            outputs["unrouted"] = router.unrouted_path
         properties = output_table_properties(router)
-        for table, path in outputs.items():
+        for table, path in output_paths(router).items():
             create_delta_table_if_absent(
                 spark,
                 path,

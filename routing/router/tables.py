@@ -73,6 +73,8 @@ dictionary: ``ALTER TABLE ... UNSET TBLPROPERTIES
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 # The dead letters' ``reason`` values are the error classes' codes (their one home is routing.errors).
 from routing.errors import DEAD_LETTER_REASONS as DEAD_LETTER_REASONS
 
@@ -109,6 +111,13 @@ PLAIN_ENCODED_COLUMNS = {
 }
 #: The output tables' DDLs by name.
 OUTPUT_TABLES = {"deliveries": DELIVERIES_DDL, "dead_letters": DEAD_LETTERS_DDL, "unrouted": UNROUTED_DDL}
+
+
+def dictionary_off(columns: Iterable[str]) -> dict[str, str]:
+    """The Parquet writer settings (or Delta table properties, which Delta hands its Parquet writer) that write
+    ``columns`` without a dictionary."""
+    return {f"parquet.enable.dictionary#{column}": "false" for column in columns}
+
 
 #: The deliveries' columns with Delta file statistics (``delta.dataSkippingStatsColumns``; see Statistics above).
 DELIVERIES_STATS_COLUMNS = (

@@ -26,7 +26,7 @@ import pytest
 from router_support import apply_subscriptions, assert_ids_exact, ledger_versions, read_routed, router_settings
 
 from routing import delta_tables
-from routing.router.pipeline import SOURCE_DDL, Router
+from routing.router.pipeline import SOURCE_DDL, Router, output_paths
 from routing.router.tables import DELIVERIES_STATS_COLUMNS, PARTITION_COLUMN, PLAIN_ENCODED_COLUMNS
 from routing.settings import Settings
 
@@ -338,11 +338,7 @@ def test_output_tables_hand_parquet_their_plain_columns_and_int64_timestamps(
 
     local = router_settings(settings, tmp_path, ["dictionary"], write_unrouted=True)
     Router(spark, local).close(progress_wait_s=0)  # creates the output tables, as a router's start does
-    path = {
-        "deliveries": local.router.deliveries_path,
-        "dead_letters": local.router.dead_letters_path,
-        "unrouted": local.router.unrouted_path,
-    }[table]
+    path = output_paths(local.router)[table]
     schema = spark.createDataFrame([], OUTPUT_TABLES[table]).schema
     values = [
         f"CAST(NULL AS {field.dataType.simpleString()})"
