@@ -57,15 +57,14 @@ dictionary off for its ids and its per-message columns
 (:data:`PLAIN_ENCODED_COLUMNS`: table properties
 ``parquet.enable.dictionary#<column> = false``, which Delta hands its Parquet
 writer; for a table created before, ``ALTER TABLE ... SET TBLPROPERTIES``). In
-an interleaved A/B of Parquet writes of 400,000 deliveries rows from
-``bench/stream.py``, in their order (10 files, 30 rounds in random order, JVM CPU
-means per write):
-1,265 ms with the dictionary only off for ``delivery_id``; 1,098 with the payload
-plain too, 1,177 with the routing key, 1,215 with the offset; 903 with all four
-and the timestamps as ``TIMESTAMP_MICROS`` rather than ``INT96``
+``bench/parquet_encodings.py`` (394,307 deliveries rows of a ``bench/stream.py`` run
+written again in their order, one task per file, 30 interleaved rounds; task CPU
+means per write) a write took 1,123 ms with the dictionary off for ``delivery_id``
+only; 958 with the payload plain too, 1,007 with the routing key, 1,071 with the
+offset, 1,058 with the timestamps as ``TIMESTAMP_MICROS`` rather than ``INT96``
 (``spark.sql.parquet.outputTimestampType``, a session setting:
-:func:`routing.spark.runtime_conf`; 1,235 alone), and the files 4% smaller (the
-offsets 40% smaller, the payloads 8% larger). A workload with few distinct routing
+:func:`routing.spark.runtime_conf`); 743 with all of them, and the files 4% smaller
+(the offsets 40% smaller, the payloads 8% larger). A workload with few distinct routing
 keys (a few thousand stock symbols) writes smaller files with the key's
 dictionary: ``ALTER TABLE ... UNSET TBLPROPERTIES
 ('parquet.enable.dictionary#routing_key')``.
