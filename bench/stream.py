@@ -867,6 +867,32 @@ def _delivered(spark: SparkSession, path: str, below_index: int | None = None) -
     return frame if below_index is None else frame.where(F.col("message") < below_index)
 
 
+@dataclasses.dataclass(frozen=True)
+class DeliveryCheck:
+    """One comparison of a variant's deliveries with (b)'s; ``actual_path`` None: a line saying why there is none."""
+
+    label: str
+    actual_path: str | None
+    below_index: int | None = None
+
+
+def delivery_checks(
+    plan: Plan, size: int, deliveries_paths: dict[str, str], rlike_path: str | None
+) -> list[DeliveryCheck]:
+    """The checks of one size: (c) against (b) if (c) ran, (d) against (b) if (d) ran at this size (else why not)."""
+    checks = []
+    if PYTHON_TRIE in deliveries_paths:
+        label = f"(c) vs (b) at {size:,} subscriptions, all {plan.messages:,} messages"
+        checks.append(DeliveryCheck(label, deliveries_paths[PYTHON_TRIE]))
+    if "d" in plan.variants and rlike_path is None:
+        label = f"(d) vs (b) at {size:,} subscriptions: not checked, (d) skipped (over --rlike-max-subscriptions)"
+        checks.append(DeliveryCheck(label, None))
+    elif rlike_path is not None:
+        label = f"(d) vs (b) at {size:,} subscriptions, first {plan.rlike_messages:,} messages"
+        checks.append(DeliveryCheck(label, rlike_path, below_index=plan.rlike_messages))
+    return checks
+
+
 def compare_deliveries(
     spark: SparkSession, label: str, expected_path: str, actual_path: str, below_index: int | None = None
 ) -> str:
@@ -1423,6 +1449,7 @@ def measure(
             if trie_pairs is not None:
                 trie_pairs.destroy()
 
+        rlike_path: str | None = None
         if "d" in plan.variants and size > plan.rlike_max_subscriptions:
             progress(f"(d) sql rlike skipped at {size:,} subscriptions (over --rlike-max-subscriptions)")
         elif "d" in plan.variants:
@@ -1430,29 +1457,19 @@ def measure(
             progress(f"(d) sql rlike, {size:,} subscriptions, {plan.rlike_messages:,} messages")
             rlike = run_sql_rlike(spark, rlike_settings, size, plan.rlike_messages, pairs)
             results.runs.append(rlike)
+            rlike_path = rlike_settings.router.deliveries_path
             progress(f"(d) {rlike.msg_per_s:,.0f} msg/s")
 
         progress("checking deliveries")
-        if PYTHON_TRIE in deliveries_paths:
-            results.checks.append(
-                compare_deliveries(
-                    spark,
-                    f"(c) vs (b) at {size:,} subscriptions, all {plan.messages:,} messages",
-                    deliveries_paths[NATIVE],
-                    deliveries_paths[PYTHON_TRIE],
+        for check in delivery_checks(plan, size, deliveries_paths, rlike_path):
+            if check.actual_path is None:
+                results.checks.append(check.label)
+            else:
+                results.checks.append(
+                    compare_deliveries(
+                        spark, check.label, deliveries_paths[NATIVE], check.actual_path, below_index=check.below_index
+                    )
                 )
-            )
-            progress(results.checks[-1])
-        if "d" in plan.variants:
-            results.checks.append(
-                compare_deliveries(
-                    spark,
-                    f"(d) vs (b) at {size:,} subscriptions, first {plan.rlike_messages:,} messages",
-                    deliveries_paths[NATIVE],
-                    rlike_settings.router.deliveries_path,
-                    below_index=plan.rlike_messages,
-                )
-            )
             progress(results.checks[-1])
     results.notes += [
         f"producer: {results.produced.get('msg_per_s', 0):,.0f} msg/s into {settings.kafka.num_partitions} "

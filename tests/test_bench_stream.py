@@ -8,6 +8,7 @@ router's) live in the benchmark's own output. No timing is asserted.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 import sys
@@ -136,3 +137,59 @@ def test_process_cpu_sums_the_jvm_and_the_python_workers_from_proc(
     assert cpu.rest_s == 60.0 - 6.0 - 8.0 - 13.0
     earlier = stream.ProcessCpu(jvm_s=10.0, python_s=2.0, jit_s=1.0, gc_s=3.0, tasks_s=4.0)
     assert cpu - earlier == stream.ProcessCpu(jvm_s=50.0, python_s=40.0, jit_s=5.0, gc_s=5.0, tasks_s=9.0)
+
+
+def _plan(stream: Any, sizes: tuple[int, ...]) -> Any:
+    return stream.Plan(
+        seed=7,
+        quick=False,
+        messages=400_000,
+        rlike_messages=4_000,
+        repeats=2,
+        sizes=sizes,
+        max_offsets_per_trigger=100_000,
+        vocabulary=300,
+    )
+
+
+def test_a_size_over_the_rlike_limit_gets_a_line_instead_of_a_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run of issue 55 (``--sizes 1000000``) measured everything, then read the skipped (d)'s settings."""
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import stream
+
+    plan = _plan(stream, (1_000_000,))
+    paths = {stream.NATIVE: "/b", stream.PYTHON_TRIE: "/c"}
+    checks = stream.delivery_checks(plan, 1_000_000, paths, rlike_path=None)
+    assert [check.actual_path for check in checks] == ["/c", None]
+    assert "(d) skipped" in checks[1].label
+    ran = stream.delivery_checks(plan, 10_000, paths, rlike_path="/d")
+    assert [(check.actual_path, check.below_index) for check in ran] == [("/c", None), ("/d", 4_000)]
+    without_d = dataclasses.replace(plan, variants="abce")
+    assert [check.actual_path for check in stream.delivery_checks(without_d, 1_000_000, paths, None)] == ["/c"]
+
+
+def test_the_report_and_charts_of_a_size_where_rlike_was_skipped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A synthetic result of that run: every variant but (d) at 1,000,000 subscriptions."""
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import stream
+
+    plan = _plan(stream, (1_000_000,))
+    results = stream.Results(load_before=(0.5, 0.25, 0.125))
+    size = 1_000_000
+    for variant, wall in [(stream.PASSTHROUGH, 4.0), (stream.NATIVE, 5.0), (stream.PYTHON_TRIE, 50.0)]:
+        results.runs.append(
+            stream.Run(
+                variant, size, 400_000, wall, [wall / 4] * 4, deliveries=0 if variant == stream.PASSTHROUGH else 120_000
+            )
+        )
+    results.runs.append(stream.Run(stream.KAFKA_SINK, size, 400_000, 6.0, [1.5] * 4, deliveries=120_000))
+    results.checks.append(stream.delivery_checks(plan, size, {}, None)[0].label)
+    text = stream.report(plan, results, ["--sizes", "1000000"])
+    ratios = text.split("## Ratios of (b) to each baseline (msg/s)", 1)[1].split("\n\n")[1]
+    # (b)/(a) = 80,000 / 100,000; (b)/(c) = 80,000 / 8,000; (d) did not run: n/a.
+    assert "| 1,000,000 | 0.80x | 10.00x | n/a |" in ratios.splitlines()
+    assert "(d) skipped" in text and "load average before the run 0.5/0.2/0.1" in text
+    stream.charts(plan, results, tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["stream_latency.png", "stream_throughput.png"]
