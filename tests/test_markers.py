@@ -19,7 +19,7 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.mark.timeout(120)
 def test_fast_selection_leaves_out_integration_tests_and_benchmark_runs() -> None:
-    files = ["integration", "test_matchers_bench.py", "test_subscriptions_bench.py"]
+    files = ["tests/integration", "bench/tests/test_bench_matchers.py", "bench/tests/test_bench_subscriptions.py"]
     done = subprocess.run(
         [
             sys.executable,
@@ -33,7 +33,7 @@ def test_fast_selection_leaves_out_integration_tests_and_benchmark_runs() -> Non
             "not slow and not integration",
             *files,
         ],
-        cwd=TESTS,
+        cwd=TESTS.parent,
         capture_output=True,
         text=True,
         check=False,
@@ -42,8 +42,8 @@ def test_fast_selection_leaves_out_integration_tests_and_benchmark_runs() -> Non
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     selected = [line for line in done.stdout.splitlines() if "::" in line]
     # Nothing from integration/ (every file there is marked by its folder), and of the benchmark smoke
-    # tests only --help: test_matchers_bench.py holds nothing but its run.
-    assert selected == ["tests/test_subscriptions_bench.py::test_help_lists_the_flags"]
+    # tests only --help: test_bench_matchers.py holds nothing but its run.
+    assert selected == ["bench/tests/test_bench_subscriptions.py::test_help_lists_the_flags"]
 
 
 def test_every_file_that_uses_the_connect_server_is_scheduled_with_the_others() -> None:

@@ -21,7 +21,7 @@ import pytest
 from routing.settings import load_settings
 from routing.subscriptions.events import read_import_file
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "refresh_batch.py"
+BENCH = Path(__file__).resolve().parents[1] / "refresh_batch.py"
 
 
 def load_bench() -> ModuleType:

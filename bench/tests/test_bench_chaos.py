@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[1]
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:

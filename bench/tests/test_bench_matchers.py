@@ -17,7 +17,7 @@ import pytest
 
 from routing.matchers import CLASSIC_MATCHERS
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "matchers.py"
+BENCH = Path(__file__).resolve().parents[1] / "matchers.py"
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ import pytest
 
 from routing.settings import Settings
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "latency.py"
+BENCH = Path(__file__).resolve().parents[1] / "latency.py"
 RATES = (20, 40)
 STEP_SECONDS = 3
 WARMUP_SECONDS = 2

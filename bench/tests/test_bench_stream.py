@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "stream.py"
+BENCH = Path(__file__).resolve().parents[1] / "stream.py"
 
 
 @pytest.mark.timeout(60)

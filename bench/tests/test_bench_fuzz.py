@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[1]
 SCRIPT = BENCH / "fuzz.py"
 sys.path.append(str(BENCH))  # bench/ scripts import their neighbours as top-level modules
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "subscriptions.py"
+BENCH = Path(__file__).resolve().parents[1] / "subscriptions.py"
 SIZES = (200, 400)
 SHAPES = ("wide node", "hot pattern", "realistic")
 
