@@ -121,12 +121,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import json
 import math
 import multiprocessing
-import os
-import platform
 import random
 import shutil
 import sys
@@ -139,18 +136,18 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # a script: `routing`, `jobs` importable (harness, stream: this directory)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table
-from stream import (
-    NATIVE,
-    PASSTHROUGH,
+from harness import (
+    RESULTS_DIR,
+    RunRecord,
+    bench_kafka,
     delete_earlier_topics,
+    markdown_table,
     progress,
-    start_passthrough,
+    pyplot,
+    python_workers_run_this_checkout,
     stop_broker_once_topics_gone,
-    subscription_pairs,
-    variant_settings,
-    write_subscriptions,
 )
+from stream import NATIVE, PASSTHROUGH, start_passthrough, subscription_pairs, variant_settings, write_subscriptions
 
 from jobs.demo import create_topics, delete_topics
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
@@ -162,7 +159,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORK_DIR = REPO_ROOT / "var" / "bench" / "latency"
 
 #: The header carrying ``step:index:intended_us`` (the schedule, not the send).
@@ -184,11 +180,7 @@ FLUSH_S = 60.0
 
 #: This bench's own broker (ports and data directory), unless --set says otherwise: another benchmark
 #: stopping the broker it started must not end this run.
-BENCH_KAFKA = {
-    "client_port": "19292",
-    "controller_port": "19293",
-    "data_dir": str(REPO_ROOT / "var/bench/latency-kafka"),
-}
+BENCH_KAFKA = bench_kafka("latency-kafka", 19292)
 
 VARIANT_LETTERS = {"a": PASSTHROUGH, "b": NATIVE}
 
@@ -1059,17 +1051,12 @@ def workload_text(plan: Plan, runs: Sequence[VariantRun]) -> str:
     )
 
 
-def report(plan: Plan, runs: Sequence[VariantRun], argv: Sequence[str], load: tuple[tuple[float, ...], ...]) -> str:
-    before, after = load
+def report(plan: Plan, runs: Sequence[VariantRun], record: RunRecord) -> str:
     lines = [
         "# Sustained-rate latency (open-loop Kafka producer -> Delta commit)",
         "",
-        f"`python bench/latency.py {' '.join(argv)}`".replace(" `", "`"),
-        "",
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; Python {platform.python_version()} on "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, Spark local mode, producer, broker and Spark on the same "
-        f"host. Load average {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} at the start, "
-        f"{after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (other jobs on the machine disturb every figure). "
+        f"{record.line()} Spark local mode, producer, broker and Spark on the same host (other jobs on the "
+        "machine disturb every figure). "
         f"Processing-time trigger {plan.trigger_seconds:g} s; steps of {plan.step_seconds:g} s after a "
         f"{plan.warmup_seconds:g} s warm-up at {plan.rates[0]:,} msg/s; the router over {plan.subscriptions:,} "
         f"subscriptions{workload_text(plan, runs)}; maxOffsetsPerTrigger {plan.max_offsets:,}; seed {plan.seed}.",
@@ -1175,10 +1162,7 @@ def report(plan: Plan, runs: Sequence[VariantRun], argv: Sequence[str], load: tu
 
 
 def chart(plan: Plan, runs: Sequence[VariantRun], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter, NullLocator
 
     fig, ax = plt.subplots(figsize=(9, 5))
@@ -1368,16 +1352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jobs import local_kafka
     from routing.spark import get_spark
 
-    load_before = os.getloadavg()
+    record = RunRecord.start(__file__, argv)
     settings = bench_settings(args, plan)
     run_id = time.strftime("%Y%m%d%H%M%S")
     topics = {variant: f"bench.latency.{run_id}.{variant[1]}" for variant in plan.variants}
     work: Path = args.work_dir.resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    # Python workers (the router's UDF) must run this interpreter and import this checkout.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    python_workers_run_this_checkout()
     bound_s = plan.max_seconds()
     progress(f"plan: {len(plan.steps())} steps per variant, at most ~{bound_s / 60:,.0f} min after start-up")
     progress(f"broker at {settings.kafka.bootstrap_servers}")
@@ -1420,7 +1402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stop_broker_once_topics_gone(settings, list(topics.values()))
         if watchdog is not None:
             watchdog.close()
-    text = report(plan, runs, argv, (load_before, os.getloadavg()))
+    text = report(plan, runs, record)
     print(text)
     if not args.no_write:
         args.results_dir.mkdir(parents=True, exist_ok=True)

@@ -42,8 +42,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table, write_report
-from stream import jvm_pid, process_cpu
+from harness import jvm_pid, markdown_table, process_cpu, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]

@@ -121,8 +121,6 @@ import contextlib
 import dataclasses
 import datetime
 import gc
-import os
-import platform
 import random
 import shutil
 import sys
@@ -133,9 +131,25 @@ from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing`, `jobs`, `udfs` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+elif str(Path(__file__).resolve().parent) not in sys.path:  # imported as bench.stream (Python workers): `harness`
+    sys.path.append(str(Path(__file__).resolve().parent))
 
-from jobs.demo import create_topics, delete_topics, topics_with_prefix
-from jobs.processes import stat_fields
+from harness import (
+    RESULTS_DIR,
+    ProcessCpu,
+    RunRecord,
+    bench_kafka,
+    delete_earlier_topics,
+    jvm_pid,
+    markdown_table,
+    process_cpu,
+    progress,
+    pyplot,
+    python_workers_run_this_checkout,
+    stop_broker_once_topics_gone,
+)
+
+from jobs.demo import create_topics, delete_topics
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 from routing.topic import HASH, STAR, split_words
 
@@ -149,9 +163,7 @@ if TYPE_CHECKING:
 
     from udfs.route import RouteBody, RouterFactory, UdfStats
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORK_DIR = REPO_ROOT / "var" / "bench" / "stream"
-_START = time.perf_counter()
 
 PASSTHROUGH = "(a) passthrough"
 NATIVE = "(b) native router"
@@ -176,30 +188,7 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 HISTOGRAM_MAX_US = 3_600_000_000
 
 #: The bench's own broker (ports and data directory), unless --set says otherwise.
-BENCH_KAFKA = {"client_port": "19192", "controller_port": "19193", "data_dir": str(REPO_ROOT / "var/bench/kafka")}
-
-
-def progress(message: str) -> None:
-    print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def delete_earlier_topics(settings: Settings, prefix: str) -> None:
-    """Delete the topics under ``prefix`` that runs killed before their cleanup left behind (gigabytes each)."""
-    stale = topics_with_prefix(settings, prefix)
-    if stale:
-        progress(f"deleting {len(stale)} topic(s) left by earlier runs: {', '.join(stale)}")
-        delete_topics(settings, stale)
-
-
-def stop_broker_once_topics_gone(settings: Settings, topics: Sequence[str]) -> None:
-    """Stop the broker this run started once the files of its deleted ``topics`` are gone (a stopped broker
-    would keep them on disk until its next start)."""
-    from jobs import local_kafka
-
-    if left := local_kafka.wait_for_topic_files_gone(settings, topics):
-        progress(f"{len(left)} deleted partition directories still on disk (gone at the next broker start)")
-    local_kafka.stop(settings)
-    progress("broker stopped")
+BENCH_KAFKA = bench_kafka("kafka", 19192)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,8 +253,8 @@ class Results:
     checks: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     produced: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: 1/5/15-minute load average before the run started anything: what else the machine was doing.
-    load_before: tuple[float, float, float] = dataclasses.field(default_factory=os.getloadavg)
+    #: The command, the date and the load average before the run started anything.
+    record: RunRecord = dataclasses.field(default_factory=lambda: RunRecord.start(__file__, sys.argv[1:]))
 
     def runs_of(self, variant: str, size: int) -> list[Run]:
         """Every repeat of ``variant`` at ``size`` (for (a): those run beside that size's router runs)."""
@@ -428,107 +417,6 @@ def write_subscriptions(spark: SparkSession, path: Path, pairs: Sequence[tuple[s
     schema = StructType.fromDDL(TABLE_DDL)
     assert isinstance(schema, StructType)
     spark.createDataFrame(rows, schema=schema).write.format("delta").mode("overwrite").save(str(path))
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcessCpu:
-    """CPU seconds (user + system) used so far by the Spark JVM and by PySpark's Python workers, and the parts of
-    the JVM's that its JIT compiler threads, its garbage collector threads and its executor task threads used
-    (:data:`JVM_THREAD_KINDS`). Each part counts only threads alive when read (a JVM may stop an idle compiler
-    thread, whose time then leaves its sum): a lower bound."""
-
-    jvm_s: float
-    python_s: float
-    #: Of ``jvm_s``: the C1 and C2 compiler threads'.
-    jit_s: float = 0.0
-    #: Of ``jvm_s``: the garbage collector's threads' (its workers, G1's concurrent threads, the VM thread that
-    #: runs each collection's safepoint).
-    gc_s: float = 0.0
-    #: Of ``jvm_s``: the executor's task threads' (in local mode: the tasks' JVM work, the Python UDF's
-    #: Arrow round trip included, the Python worker's own time not).
-    tasks_s: float = 0.0
-
-    def __sub__(self, earlier: ProcessCpu) -> ProcessCpu:
-        return ProcessCpu(
-            *(now - then for now, then in zip(dataclasses.astuple(self), dataclasses.astuple(earlier), strict=True))
-        )
-
-    @property
-    def rest_s(self) -> float:
-        """Of ``jvm_s``: what none of the parts counted (mostly the driver; an upper bound, as they are lower ones)."""
-        return self.jvm_s - self.jit_s - self.gc_s - self.tasks_s
-
-
-#: What PySpark's Python worker processes run (the daemon, and the workers it forks, which keep its command line).
-PYSPARK_DAEMON = b"pyspark.daemon"
-#: The JVM threads :class:`ProcessCpu` sums apart, by kind, as /proc names them (their first 15 characters):
-#: HotSpot's JIT compiler threads ("C2 CompilerThread0"); the collector's (G1's or the parallel collector's
-#: "GC Thread#0", G1's "G1 Conc#0", "G1 Refine#0" and others, and the "VM Thread" that runs their pauses);
-#: Spark's executor task threads ("Executor task launch worker for task 12" while a task runs; /proc shows
-#: "Executor task i" for the same threads between tasks, when the bench reads them).
-JVM_THREAD_KINDS: dict[str, tuple[str, ...]] = {
-    "jit": ("C1 CompilerThre", "C2 CompilerThre"),
-    "gc": ("GC Thread", "G1 ", "VM Thread"),
-    "tasks": ("Executor task ",),
-}
-
-
-def _stat_times(stat: str) -> tuple[int, int]:
-    """(own, reaped children's) CPU ticks from a ``/proc/.../stat`` line: utime + stime (fields 14, 15), cutime +
-    cstime (16, 17)."""
-    fields = stat_fields(stat)
-    return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-
-
-def process_cpu(jvm_pid: int, proc: Path = Path("/proc")) -> ProcessCpu:
-    """The CPU the JVM ``jvm_pid`` (in local mode the driver and the executors' task threads) and the Python
-    workers have used, from ``/proc/<pid>/stat`` (Linux), and the JVM's threads of each
-    :data:`JVM_THREAD_KINDS`, from its ``task/<tid>/stat``.
-
-    The JVM's own time only: the Python daemon is its child, counted apart. For the Python side, each live
-    process of the daemon's command line counts its own time, and the daemon also its reaped workers'
-    (``cutime``/``cstime``), so a worker that exits between two readings is neither lost nor counted twice.
-    """
-    tick = os.sysconf("SC_CLK_TCK")
-    jvm = python = 0
-    kinds = dict.fromkeys(JVM_THREAD_KINDS, 0)
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = b"" if pid == jvm_pid else (entry / "cmdline").read_bytes()
-        except OSError:  # the process exited meanwhile
-            continue
-        own, reaped = _stat_times(stat)
-        if pid == jvm_pid:
-            jvm += own
-            kinds = _thread_ticks(entry / "task")
-        elif PYSPARK_DAEMON in cmdline:
-            python += own + reaped
-    return ProcessCpu(jvm / tick, python / tick, **{f"{kind}_s": ticks / tick for kind, ticks in kinds.items()})
-
-
-def _thread_ticks(tasks: Path) -> dict[str, int]:
-    """CPU ticks of the threads of each :data:`JVM_THREAD_KINDS` among ``tasks`` (a JVM's ``/proc/<pid>/task``)."""
-    ticks = dict.fromkeys(JVM_THREAD_KINDS, 0)
-    for task in tasks.iterdir() if tasks.is_dir() else ():
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:  # the thread exited meanwhile
-            continue
-        name = stat[stat.find("(") + 1 : stat.rfind(")")]
-        for kind, prefixes in JVM_THREAD_KINDS.items():
-            if name.startswith(prefixes):
-                ticks[kind] += _stat_times(stat)[0]
-                break
-    return ticks
-
-
-def jvm_pid(spark: SparkSession) -> int:
-    """The pid of the session's JVM (classic Spark; the driver and, in local mode, the executors)."""
-    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
 
 def _drain(start: Callable[[], Any], durations: list[dict[str, int]] | None = None) -> float:
@@ -977,8 +865,6 @@ PROGRESS_PHASES = ("latestOffset", "queryPlanning", "walCommit", "commitOffsets"
 
 def profile_lines(results: Results) -> list[str]:
     """Where each second of a batch goes: mean ms per batch, per stage, for each variant's best run."""
-    from harness import markdown_table  # here, not at the top: workers import this module as ``bench.stream``
-
     runs = [run for group in results.groups() if (run := results.get(*group)) and run.variant != SQL_RLIKE]
     if not runs:
         return []
@@ -1063,20 +949,12 @@ def profile_lines(results: Results) -> list[str]:
     ]
 
 
-def report(plan: Plan, results: Results, argv: Sequence[str]) -> str:
-    from harness import markdown_table  # see profile_lines
-
-    load, before = os.getloadavg(), results.load_before
+def report(plan: Plan, results: Results) -> str:
     lines = [
         "# Streaming router vs baselines (Kafka -> Delta)",
         "",
-        f"`python bench/stream.py {' '.join(argv)}`".replace("  ", " ").replace(" `", "`"),
-        "",
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; Python {platform.python_version()} "
-        f"on {platform.machine()}, {os.cpu_count()} CPUs, Spark local mode; load average before the run "
-        f"{before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} (what else the machine was doing), at the end "
-        f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (the run's own JVM, Python workers and broker keep both cores "
-        "busy, so 2 to 3 is its own load). "
+        f"{results.record.line()} Spark local mode; the load before says what else the machine was doing, the "
+        "load after is mostly the run's own (its JVM, Python workers and broker keep both cores busy: 2 to 3). "
         f"Seed {plan.seed}; {plan.messages:,} messages ({plan.rlike_messages:,} for (d)); "
         f"maxOffsetsPerTrigger {plan.max_offsets_per_trigger:,}; vocabulary {plan.vocabulary}; "
         + (
@@ -1180,11 +1058,7 @@ def report(plan: Plan, results: Results, argv: Sequence[str]) -> str:
 
 
 def charts(plan: Plan, results: Results, directory: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 5))
     width = 0.8 / len(VARIANTS)
     for offset, variant in enumerate(VARIANTS):
@@ -1316,10 +1190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = base_settings(args, plan, topic)
     shutil.rmtree(WORK_DIR, ignore_errors=True)
     WORK_DIR.mkdir(parents=True)
-    # Python workers (the mapInArrow UDFs) must run this interpreter and import this checkout.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    results = Results()
+    python_workers_run_this_checkout()
+    results = Results(record=RunRecord.start(__file__, argv))
 
     progress(f"broker at {settings.kafka.bootstrap_servers}")
     broker = local_kafka.ensure_running(settings)
@@ -1365,7 +1237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             delete_topics(settings, run_topics)
         if broker.started and not args.keep_broker:
             stop_broker_once_topics_gone(settings, run_topics)
-    text = report(plan, results, argv)
+    text = report(plan, results)
     print(text)
     if not args.no_write:
         args.results_dir.mkdir(parents=True, exist_ok=True)

@@ -158,7 +158,7 @@ def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: o
     report = (results / "latency.md").read_text()
     assert stdout.strip() == report.strip()  # the same markdown on stdout
     assert (results / "latency.png").stat().st_size > 0
-    assert "Load average" in report
+    assert "load average (1/5/15 min)" in report
 
     by_rate = section(report, "Latency by rate (ms)")
     assert [(row[0], row[1]) for row in by_rate] == [(v, f"{rate:,}") for v in VARIANTS for rate in RATES]

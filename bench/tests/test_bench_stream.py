@@ -9,6 +9,7 @@ router's) live in the benchmark's own output. No timing is asserted.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import itertools
 import subprocess
 import sys
@@ -85,60 +86,6 @@ def test_the_python_trie_factory_routes_like_the_native_one(monkeypatch: pytest.
     assert lists[0] == lists[1] == [["s1", "s2", "s3"], None, ["s3"], None, ["s3"]]
 
 
-def test_process_cpu_sums_the_jvm_and_the_python_workers_from_proc(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The JVM counts its own time; the daemon and its live workers theirs, the daemon also its reaped workers'."""
-    monkeypatch.syspath_prepend(str(BENCH.parent))
-    import os
-
-    import stream
-
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def process(pid: str, comm: str, cmdline: bytes, utime: int, stime: int, cutime: int, cstime: int) -> None:
-        entry = tmp_path / pid
-        entry.mkdir()
-        # Fields 3-13 (state .. cmajflt), then utime stime cutime cstime, then the rest.
-        fields = ["S", *["0"] * 10, str(utime), str(stime), str(cutime), str(cstime), "20", "0", "1"]
-        (entry / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
-        (entry / "cmdline").write_bytes(cmdline)
-
-    python = b"/venv/bin/python\0-m\0pyspark.daemon\0pyspark.worker\0"
-    process("100", "java", b"/usr/bin/java\0-cp\0x\0", 50 * tick, 10 * tick, 7 * tick, 7 * tick)
-    process("200", "python", python, 1 * tick, 1 * tick, 30 * tick, 2 * tick)  # the daemon, workers reaped
-    process("201", "python", python, 5 * tick, 3 * tick, 0, 0)  # a live worker
-    process("300", "weird) name (x", b"/usr/bin/kafka\0", 99 * tick, 0, 0, 0)  # neither: a broker
-    (tmp_path / "self").mkdir()  # not a pid
-    (tmp_path / "400").mkdir()  # exited between the listing and the read: skipped
-
-    # The JVM's threads: its JIT compiler threads, its collector's threads and its executor task threads count
-    # as such; the others (and a name that only looks like one) do not.
-    threads = tmp_path / "100" / "task"
-    for tid, comm, ticks in [
-        ("100", "java", 3),
-        ("101", "C2 CompilerThre", 4),
-        ("102", "C1 CompilerThre", 2),
-        ("103", "Executor task l", 9),
-        ("104", "x) C2 CompilerThre", 8),
-        ("105", "GC Thread#0", 5),
-        ("106", "G1 Conc#0", 1),
-        ("107", "VM Thread", 2),
-        ("108", "Executor task i", 4),
-        ("109", "stream executio", 7),
-        ("110", "x) GC Thread#1", 11),
-    ]:
-        (threads / tid).mkdir(parents=True)
-        fields = ["S", *["0"] * 10, str(ticks * tick), "0", "0", "0", "20", "0", "1"]
-        (threads / tid / "stat").write_text(f"{tid} ({comm}) {' '.join(fields)}\n")
-
-    cpu = stream.process_cpu(100, proc=tmp_path)
-    assert cpu == stream.ProcessCpu(jvm_s=60.0, python_s=42.0, jit_s=6.0, gc_s=8.0, tasks_s=13.0)
-    assert cpu.rest_s == 60.0 - 6.0 - 8.0 - 13.0
-    earlier = stream.ProcessCpu(jvm_s=10.0, python_s=2.0, jit_s=1.0, gc_s=3.0, tasks_s=4.0)
-    assert cpu - earlier == stream.ProcessCpu(jvm_s=50.0, python_s=40.0, jit_s=5.0, gc_s=5.0, tasks_s=9.0)
-
-
 def _plan(stream: Any, sizes: tuple[int, ...]) -> Any:
     return stream.Plan(
         seed=7,
@@ -174,22 +121,27 @@ def test_the_report_and_charts_of_a_size_where_rlike_was_skipped(
     """A synthetic result of that run: every variant but (d) at 1,000,000 subscriptions."""
     monkeypatch.syspath_prepend(str(BENCH.parent))
     import stream
+    from harness import RunRecord
 
     plan = _plan(stream, (1_000_000,))
-    results = stream.Results(load_before=(0.5, 0.25, 0.125))
+    record = RunRecord(
+        "python bench/stream.py --sizes 1000000", datetime.datetime.now(datetime.UTC), (0.5, 0.25, 0.125)
+    )
+    results = stream.Results(record=record)
     size = 1_000_000
     for variant, wall in [(stream.PASSTHROUGH, 4.0), (stream.NATIVE, 5.0), (stream.PYTHON_TRIE, 50.0)]:
-        results.runs.append(
-            stream.Run(
-                variant, size, 400_000, wall, [wall / 4] * 4, deliveries=0 if variant == stream.PASSTHROUGH else 120_000
-            )
-        )
+        deliveries = 0 if variant == stream.PASSTHROUGH else 120_000
+        results.runs.append(stream.Run(variant, size, 400_000, wall, [wall / 4] * 4, deliveries=deliveries))
     results.runs.append(stream.Run(stream.KAFKA_SINK, size, 400_000, 6.0, [1.5] * 4, deliveries=120_000))
     results.checks.append(stream.delivery_checks(plan, size, {}, None)[0].label)
-    text = stream.report(plan, results, ["--sizes", "1000000"])
+    text = stream.report(plan, results)
     ratios = text.split("## Ratios of (b) to each baseline (msg/s)", 1)[1].split("\n\n")[1]
     # (b)/(a) = 80,000 / 100,000; (b)/(c) = 80,000 / 8,000; (d) did not run: n/a.
     assert "| 1,000,000 | 0.80x | 10.00x | n/a |" in ratios.splitlines()
-    assert "(d) skipped" in text and "load average before the run 0.5/0.2/0.1" in text
+    assert (
+        "(d) skipped" in text
+        and "`python bench/stream.py --sizes 1000000` on " in text
+        and "0.50/0.25/0.12 before" in text
+    )
     stream.charts(plan, results, tmp_path)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["stream_latency.png", "stream_throughput.png"]
