@@ -49,7 +49,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the neighbouring `harness` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import markdown_table
+from harness import markdown_table, progress
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FUZZ_DIR = REPO / "native" / "fuzz"
@@ -74,12 +74,6 @@ GRACE_SECONDS = 300.0
 
 INSTALL_NIGHTLY = "rustup toolchain install nightly"
 INSTALL_CARGO_FUZZ = "cargo install cargo-fuzz"
-
-_START = time.perf_counter()
-
-
-def progress(message: str) -> None:
-    print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 class SetupError(Exception):

@@ -26,7 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table, ns_per_op
+from harness import RESULTS_DIR, markdown_table, ns_per_op, progress, pyplot
 from workloads import hostile_patterns, realistic_pattern, vocabulary
 
 from routing.limits import DEFAULT_LIMITS
@@ -34,12 +34,6 @@ from routing.matchers.native import FrozenMatcher
 from routing.subscriptions.events import kafka_received
 from routing.subscriptions.model import SubscriptionModel
 from routing.validation import Validator
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-
-
-def progress(message: str) -> None:
-    print(f"[match_cost {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def accepted_patterns(validator: Validator, subscriber: str, patterns: list[str]) -> list[str]:
@@ -87,10 +81,7 @@ def measure(
 
 
 def chart(rows: dict[str, dict[str, float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     names = list(rows)

@@ -59,6 +59,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import (
+    RESULTS_DIR,
     Contender,
     Reader,
     Writer,
@@ -68,10 +69,10 @@ from harness import (
     fmt_rate,
     markdown_table,
     ns_per_op,
+    progress,
+    pyplot,
 )
 from workloads import realistic_hit, realistic_pattern, vocabulary
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 # The seed article's published figures (Go, 2.6 GHz Core i7), ns/op and msg/s.
 SEED_LATENCY: dict[str, dict[str, tuple[float, float, float]]] = {
@@ -126,13 +127,6 @@ class Results:
     memory: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     load_before: float = field(default_factory=lambda: os.getloadavg()[0])
-
-
-_START = time.perf_counter()
-
-
-def progress(message: str) -> None:
-    print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 # --- workloads ------------------------------------------------------------------------------------------------
@@ -467,10 +461,7 @@ def report(rows: Sequence[Contender], settings: Settings, results: Results, argv
 
 
 def chart(rows: Sequence[Contender], settings: Settings, results: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [c.name for c in rows]
     short = [n.replace(" (frozen from CSTrieMatcher)", "").replace(" (CSTrieMatcher)", "") for n in names]

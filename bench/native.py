@@ -51,22 +51,15 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa
-from harness import Timed, best_of, timed
+from harness import RESULTS_DIR, Timed, best_of, progress, pyplot, timed
 from workloads import realistic_hit, realistic_pattern, vocabulary
 
 from routing.matchers import CSTrieMatcher, FrozenMatcher, TrieMatcher
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-_START = time.perf_counter()
 
 #: Targets from the issue: (name, unit, limit, higher_is_better).
 LOOKUP_TARGET_NS = 150.0
 BATCH_TARGET_KEYS_PER_S = 5_000_000.0
 BYTES_TARGET_PER_SUBSCRIPTION = 100.0
-
-
-def progress(message: str) -> None:
-    print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 # --- workloads ------------------------------------------------------------------------------------------------
@@ -441,10 +434,7 @@ def targets(results: Results, largest: int) -> None:
 
 
 def chart(results: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     if results.scale:

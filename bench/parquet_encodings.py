@@ -42,7 +42,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import jvm_pid, markdown_table, process_cpu, write_report
+from harness import jvm_pid, markdown_table, process_cpu, pyplot, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
@@ -226,10 +226,7 @@ def report(
 
 
 def plot(tasks: dict[str, list[float]], jvm: dict[str, list[float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(tasks)
     figure, axis = plt.subplots(figsize=(8, 4))

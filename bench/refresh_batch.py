@@ -41,7 +41,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table, write_report
+from harness import markdown_table, pyplot, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Stages, in batch order; each top-level SQL execution falls in one (see :func:`stage_of`).
@@ -282,10 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(parts: list[dict[str, float]], columns: list[str], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axis = plt.subplots(figsize=(8, 4))
     bottoms = [0.0] * len(parts)

@@ -35,7 +35,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table, write_report
+from harness import markdown_table, pyplot, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TRANSPORTS = ("broadcast", "file")
@@ -187,10 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def plot(medians: dict[tuple[int, str], dict[str, float]], sizes: list[int], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axis = plt.subplots(figsize=(7, 4))
     width = 0.35

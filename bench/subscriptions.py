@@ -81,14 +81,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import driver_refresh
 import pyarrow as pa
-from harness import Timed, fmt_bytes, fmt_rate, markdown_table
+from harness import RESULTS_DIR, Timed, fmt_bytes, fmt_rate, markdown_table, progress, pyplot
 from harness import best_of as harness_best_of
 from harness import timed as harness_timed
 from workloads import realistic_pattern, vocabulary
 
 from routing.matchers import CSTrieMatcher, FrozenMatcher, TrieMatcher
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NATIVE_DIR = Path(__file__).resolve().parents[1] / "native"
 RUST_BIN = "cstrie_workloads"
 _START = time.perf_counter()
@@ -124,10 +123,6 @@ DEFAULT_LOAD_REPEATS = 5
 DEFAULT_WARMUP_ROUNDS = 2
 #: Lookups per (shape, n) checked against TrieMatcher (distinct keys only: the hot shape has one).
 CHECKED_KEYS = 20
-
-
-def progress(message: str) -> None:
-    print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 def load_average() -> float:
@@ -775,10 +770,7 @@ def targets(report: Report, args: argparse.Namespace) -> list[list[str]]:
 
 
 def chart(report: Report, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(2, 2, figsize=(14, 10))
     shapes = list(dict.fromkeys(r.shape for r in report.rows))
