@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import RESULTS_DIR, markdown_table, ns_per_op, progress, pyplot
+from harness import RESULTS_DIR, RunRecord, markdown_table, ns_per_op, progress, pyplot
 from workloads import hostile_patterns, realistic_pattern, vocabulary
 
 from routing.limits import DEFAULT_LIMITS
@@ -109,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print the tables only")
     args = parser.parse_args(argv)
 
-    load_before = os.getloadavg()[0]
+    record = RunRecord.start(__file__, sys.argv[1:] if argv is None else argv)
     validator = Validator()
     limits = DEFAULT_LIMITS
     words = limits.max_key_words
@@ -126,13 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         f"probe within the budget ({len(kept):,} accepted)": FrozenMatcher((p, "hog") for p in kept),
         f"realistic ({args.realistic:,} pairs)": FrozenMatcher(realistic),
     }
-    progress(f"load average {load_before:.2f}; timing {len(keys)} distinct {words}-word keys per table")
+    progress(f"load average {record.load_before[0]:.2f}; timing {len(keys)} distinct {words}-word keys per table")
     rows = {
         name: measure(name, matcher, keys, min_seconds=args.min_seconds, repeats=args.repeats)
         for name, matcher in tables.items()
     }
     unbounded, bounded, _ = rows.values()
-    load_after = os.getloadavg()[0]
 
     table = markdown_table(
         ["table", "pairs", "max states per key", "mean states", "µs per key", "ns per state"],
@@ -153,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             "# Matching work per key (`limits.max_match_cost_per_subscriber`)",
             "",
-            f"`python bench/match_cost.py {' '.join(argv if argv is not None else sys.argv[1:])}`".replace(" `", "`"),
-            f"on {time.strftime('%Y-%m-%d')}; 1-minute load average {load_before:.2f} at the start, "
-            f"{load_after:.2f} at the end (2 cores). Default limits: budget {budget:,} states per subscriber, "
-            f"keys of up to {words} words.",
+            f"{record.line()} Default limits: budget {budget:,} states per subscriber, keys of up to {words} words.",
             "",
             table,
             "",

@@ -39,11 +39,9 @@ lookups and say so.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -62,6 +60,7 @@ from harness import (
     RESULTS_DIR,
     Contender,
     Reader,
+    RunRecord,
     Writer,
     contenders,
     fmt_bytes,
@@ -126,7 +125,8 @@ class Results:
     realistic_expected: dict[int, list[frozenset[str]]] = field(default_factory=dict)
     memory: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    load_before: float = field(default_factory=lambda: os.getloadavg()[0])
+    #: The command, the date and the load average before the run started anything.
+    record: RunRecord = field(default_factory=lambda: RunRecord.start(__file__, sys.argv[1:]))
 
 
 # --- workloads ------------------------------------------------------------------------------------------------
@@ -346,12 +346,9 @@ def report(rows: Sequence[Contender], settings: Settings, results: Results, argv
     out: list[str] = []
     out.append("# Matcher benchmarks\n")
     out.append(
-        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC} on {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
-        f"`python bench/matchers.py {' '.join(argv)}` (seed {settings.seed}"
-        f"{', --quick' if settings.quick else ''}). One thread; the machine was shared with other builds "
-        f"(1-minute load average {results.load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), "
-        "so treat differences under 2x as noise. Seed figures: the fast-topic-matching article (Go, "
+        f"{results.record.line()} Seed {settings.seed}{', --quick' if settings.quick else ''}; one thread. On a "
+        "shared machine (load above about 0.5) treat differences under 2x as noise. Seed figures: the "
+        "fast-topic-matching article (Go, "
         "2.6 GHz Core i7).\n"
     )
     out.append("## Seed latency (ns/op)\n")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import random
 import shutil
 import statistics
@@ -42,7 +41,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import jvm_pid, markdown_table, process_cpu, pyplot, write_report
+from harness import RunRecord, jvm_pid, markdown_table, process_cpu, pyplot, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from routing.settings import load_settings
     from routing.spark import get_spark
 
-    load_before = os.getloadavg()
+    record = RunRecord.start(__file__, sys.argv[1:] if argv is None else argv)
     spark = get_spark(load_settings(), app_name="bench-parquet-encodings")
     pid = jvm_pid(spark)
     frame, rows = cached_rows(spark, args.deliveries, args.files)
@@ -155,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(outputs, ignore_errors=True)
         spark.stop()
-    load_after = os.getloadavg()
-    text = report(args, rows, table, wall, tasks, jvm, sizes, (load_before, load_after))
+    text = report(args, rows, table, wall, tasks, jvm, sizes, record)
     plot(tasks, jvm, write_report(text, args.output))
     return 0
 
@@ -169,7 +167,7 @@ def report(
     tasks: dict[str, list[float]],
     jvm: dict[str, list[float]],
     sizes: dict[str, dict[str, int]],
-    loads: tuple[tuple[float, ...], tuple[float, ...]],
+    record: RunRecord,
 ) -> str:
     base_tasks, base_jvm = statistics.mean(tasks[BEFORE]), statistics.mean(jvm[BEFORE])
     lines = []
@@ -192,20 +190,15 @@ def report(
         for column in columns
         if sizes[BEFORE][column] >= 4096 or sizes[AFTER].get(column, 0) >= 4096
     ]
-    (before_load, after_load) = loads
     source = args.deliveries.relative_to(REPO) if args.deliveries.is_relative_to(REPO) else args.deliveries
     return "\n".join(
         [
             "# Parquet encodings of the deliveries",
             "",
-            f"`python bench/parquet_encodings.py --files {args.files} --rounds {args.rounds} --warmup {args.warmup}`; "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} CPUs, Spark local mode. "
-            f"{rows:,} deliveries rows of `{source}` "
+            f"{record.line()} Spark local mode (the run's own JVM keeps the cores busy). {rows:,} deliveries rows "
+            f"of `{source}` "
             f"({args.files} files, written again one task per file, in their order), every variant once per round "
-            f"in a shuffled order, {args.rounds} rounds after {args.warmup} discarded. Load average "
-            f"{before_load[0]:.2f}/{before_load[1]:.2f}/{before_load[2]:.2f} before, "
-            f"{after_load[0]:.2f}/{after_load[1]:.2f}/{after_load[2]:.2f} after (the run's own JVM keeps the cores "
-            "busy).",
+            f"in a shuffled order, {args.rounds} rounds after {args.warmup} discarded.",
             "",
             "*before*: the dictionary off for `delivery_id` only, INT96 timestamps; each *+* row adds one change to "
             "*before*; *after*: `routing.router.tables.PLAIN_ENCODED_COLUMNS['deliveries']` plain and "

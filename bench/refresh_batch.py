@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import random
 import statistics
 import sys
@@ -41,7 +40,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table, pyplot, write_report
+from harness import RunRecord, markdown_table, pyplot, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Stages, in batch order; each top-level SQL execution falls in one (see :func:`stage_of`).
@@ -151,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     from routing.streaming import idempotent_append
 
     rng = random.Random(args.seed)
-    load_before = os.getloadavg()
+    record = RunRecord.start(__file__, sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="refresh-batch-") as work:
         root = Path(work)
         events_dir = root / "events"
@@ -225,7 +224,6 @@ def main(argv: list[str] | None = None) -> int:
                 baseline.append(time.time() - started)
         spark.stop()
         executions = read_event_log(str(events_dir))
-    load_after = os.getloadavg()
 
     parts = [breakdown(executions, batch["start"], batch["end"]) for batch in batches]
     totals = [(batch["end"] - batch["start"]) / 1000 for batch in batches]
@@ -264,9 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         [
             "# A refresh-job batch, stage by stage",
             "",
-            f"`python bench/refresh_batch.py --rows {args.rows} --events {args.events} --batches {args.batches} "
-            f"--warmup {args.warmup}`: medians of {args.batches} batches after {args.warmup} warm-up batches, one "
-            f"session, local[2]. Load average {load_before[0]:.2f} before, {load_after[0]:.2f} after.",
+            f"{record.line()} {args.rows:,} rows, {args.events:,} events per batch: medians of {args.batches} "
+            f"batches after {args.warmup} warm-up batches, one session, local[2].",
             "",
             "Seconds per stage, from Spark's event log (top-level SQL executions in each batch's window; *driver* is "
             "the rest: Python, planning, py4j). Each row is its own median, so the rows need not sum to the batch's.",

@@ -23,7 +23,6 @@ the steady batch, and the ratio file / broadcast, records the machine's load ave
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import markdown_table, pyplot, write_report
+from harness import RunRecord, markdown_table, pyplot, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TRANSPORTS = ("broadcast", "file")
@@ -100,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from routing.settings import load_settings
     from routing.spark import get_spark
 
-    load_before = os.getloadavg()
+    record = RunRecord.start(__file__, sys.argv[1:] if argv is None else argv)
     spark = get_spark(load_settings(), app_name="bench-snapshot-transport")
     keys = (
         spark.createDataFrame(
@@ -151,7 +150,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ]
                 )
     spark.stop()
-    load_after = os.getloadavg()
     header = [
         "pairs",
         "transport",
@@ -168,9 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         [
             "# Snapshot transport in classic mode: broadcast vs snapshot file",
             "",
-            f"`python bench/snapshot_transport.py --sizes {args.sizes} --repeats {args.repeats} --keys {args.keys}`; "
-            f"median of {args.repeats} new versions per transport, interleaved, after one warm-up round; local[2]. "
-            f"Load average {load_before[0]:.2f} before, {load_after[0]:.2f} after.",
+            f"{record.line()} Sizes {args.sizes}, {args.keys:,} keys: median of {args.repeats} new versions per "
+            "transport, interleaved, after one warm-up round; local[2].",
             "",
             "*version change* = first batch - steady batch: what fetching and decoding a new version adds to the "
             "first batch that routes with it (the steady batch finds the matcher in the worker cache either way).",
