@@ -1,4 +1,8 @@
-"""Native benchmarks: the frozen matcher, ``match_batch`` and the CS-trie against the pure-Python trie.
+"""How fast is the native matcher the router's UDF calls: one lookup, a batch of keys, and a snapshot at scale?
+
+The router matches every key of a batch with ``match_batch`` on a ``FrozenMatcher`` that the driver froze
+from its CS-trie, serialized and shipped to the workers; so this measures exactly those calls, against the
+pure-Python ``TrieMatcher`` measured in the same run. Issue targets are judged in the last section.
 
 Run ``python bench/native.py`` (``--quick`` for a smoke run, ``--help`` for
 flags). Markdown goes to stdout and ``bench/results/native.md``, a chart to
@@ -20,10 +24,10 @@ Sections
 3. **Scale**: 1,000 / 100,000 / 1,000,000 realistic subscriptions (85% literal,
    10% one ``*``, 5% ``#``): frozen lookup ns, ``snapshot()``, ``freeze()``,
    ``to_bytes()``/``from_bytes()`` times and serialized bytes per subscription.
-4. **Concurrency**: the seed's mixed workloads, 1:1 and 1:3 insert-to-lookup,
-   on 1 and 2 Python threads, ``CSTrieMatcher`` (GIL released inside every
-   operation) against ``TrieMatcher`` (one lock, GIL held).
-5. **Targets** with the measured value and pass/miss.
+4. **Targets** with the measured value and pass/miss.
+
+How the CS-trie scales with threads is ``bench/subscriptions.py``'s question (the seed's multithreaded
+workloads, in Rust threads); Python threads, serialised by the GIL, are not how the router uses it.
 
 Times are wall clock *and* thread CPU time where both make sense: the machine
 these results come from is shared (see the load average in the header), and
@@ -37,8 +41,6 @@ import argparse
 import gc
 import random
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +107,6 @@ class Results:
     latency: dict[str, Timed] = field(default_factory=dict)
     batch: dict[str, float] = field(default_factory=dict)
     scale: list[dict[str, float]] = field(default_factory=list)
-    concurrency: list[tuple[str, str, int, float]] = field(default_factory=list)
     targets: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def add(self, title: str, header: Sequence[str], rows: Sequence[Sequence[str]], notes: str = "") -> None:
@@ -324,57 +325,7 @@ def bench_scale(rng: random.Random, results: Results, scales: Sequence[int]) -> 
     )
 
 
-# --- 4. concurrency -------------------------------------------------------------------------------------------
-
-
-def bench_concurrency(rng: random.Random, results: Results, quick: bool) -> None:
-    progress("concurrency")
-    hot = [seed_topic(rng) for _ in range(1000)]
-    ops_per_thread = 2000 if quick else 20_000
-    rows = []
-    for ratio_name, inserts_per_cycle, lookups_per_cycle in (("1:1", 1, 1), ("1:3", 1, 3)):
-        for threads in (1, 2):
-            for name, factory in (("CSTrieMatcher", CSTrieMatcher), ("TrieMatcher", TrieMatcher)):
-                matcher: Any = factory()
-                for topic in hot:
-                    matcher.subscribe(topic, topic)
-                plans = []
-                for t in range(threads):
-                    plan: list[tuple[bool, str]] = []
-                    cycle = inserts_per_cycle + lookups_per_cycle
-                    for i in range(ops_per_thread):
-                        insert = i % cycle < inserts_per_cycle
-                        plan.append((insert, f"t{t}.{i}.{rng.randrange(100)}" if insert else rng.choice(hot)))
-                    plans.append(plan)
-
-                def work(plan: list[tuple[bool, str]], matcher: Any = matcher) -> None:
-                    subscribe, lookup = matcher.subscribe, matcher.lookup
-                    for insert, text in plan:
-                        if insert:
-                            subscribe(text, "s")
-                        else:
-                            lookup(text)
-
-                workers = [threading.Thread(target=work, args=(plan,)) for plan in plans]
-                start = time.perf_counter()
-                for worker in workers:
-                    worker.start()
-                for worker in workers:
-                    worker.join()
-                elapsed = time.perf_counter() - start
-                rate = threads * ops_per_thread / elapsed
-                results.concurrency.append((ratio_name, name, threads, rate))
-                rows.append([ratio_name, str(threads), name, f"{rate:,.0f}", seconds(elapsed)])
-    results.add(
-        f"Concurrency (seed mixed workloads, {ops_per_thread:,} operations per thread, 1,000 hot subscriptions)",
-        ["insert:lookup", "threads", "matcher", "ops/s (wall)", "elapsed"],
-        rows,
-        "Python threads: the interpreter's own work per call is serialised by the GIL in both cases; "
-        "CSTrieMatcher releases it inside each native operation, TrieMatcher holds it (and its lock) throughout.",
-    )
-
-
-# --- 5. targets -----------------------------------------------------------------------------------------------
+# --- 4. targets -----------------------------------------------------------------------------------------------
 
 
 def judge(value: float, target: float, higher_is_better: bool) -> str:
@@ -433,7 +384,7 @@ def targets(results: Results, largest: int) -> None:
 def chart(results: Results, path: Path) -> None:
     plt = pyplot()
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
     if results.scale:
         subs = [row["subscriptions"] for row in results.scale]
         axis = axes[0]
@@ -453,12 +404,6 @@ def chart(results: Results, path: Path) -> None:
         axis.set_xscale("log")
         axis.set_xlabel("M keys/s (CPU, one thread)")
         axis.set_title("match_batch vs TrieMatcher.lookup")
-    if results.concurrency:
-        axis = axes[2]
-        labels = [f"{ratio} {name} x{threads}" for ratio, name, threads, _ in results.concurrency]
-        axis.barh(labels, [rate for *_, rate in results.concurrency])
-        axis.set_xlabel("ops/s (wall)")
-        axis.set_title("Mixed insert/lookup, Python threads")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -483,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--scales", type=str, default=None, help="comma-separated subscription counts (default 1000,100000,1000000)"
     )
-    parser.add_argument("--skip", action="append", default=[], choices=["latency", "batch", "scale", "concurrency"])
+    parser.add_argument("--skip", action="append", default=[], choices=["latency", "batch", "scale"])
     args = parser.parse_args(argv)
     scales = (
         [int(s) for s in args.scales.split(",")]
@@ -499,8 +444,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench_batch(rng, results, args.quick)
     if "scale" not in args.skip:
         bench_scale(rng, results, scales)
-    if "concurrency" not in args.skip:
-        bench_concurrency(rng, results, args.quick)
     targets(results, max(scales))
     markdown = header(record) + "\n\n" + "\n\n".join(results.sections) + "\n"
     print(markdown)
