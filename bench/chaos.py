@@ -1,5 +1,8 @@
-"""Chaos run: the router, the refresh job and the broker SIGKILLed at random while messages and subscription
-changes keep arriving; every message checked against an independent oracle.
+"""Does any message get lost or delivered twice when the router, the refresh job and the broker are SIGKILLed
+at random while messages and subscription changes keep arriving?
+
+Every message is checked against an independent oracle. Processes die this way in a deployment (an OOM kill,
+a lost node, a broker restart); the run makes it happen dozens of times in one sitting.
 
 Run ``python bench/chaos.py`` (``make chaos``; ``--help`` for flags). It is not a timing benchmark: it
 prints its verdict and writes ``bench/results/chaos.md`` (the seed, the counts, every fault injected and

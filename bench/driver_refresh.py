@@ -1,5 +1,9 @@
-"""The driver refresh under load (issue 9): a Delta subscription table of ``rows`` pairs receives
-``changes`` changes through the refresh job while router-like batches keep running.
+"""How long after the refresh job commits does a running router route with the new subscriptions, and
+what does the refresh do to the router's batch latency meanwhile?
+
+The workload is a deployment's steady state (issue 9): a Delta subscription table of ``--rows`` pairs
+(default 1,000,000) receives ``--changes`` changes (default 10,000) through the refresh job while
+router-like batches keep running on the same driver.
 
 Measured:
 
@@ -19,9 +23,11 @@ does) and ``release``s. Everything else is real: Spark, Delta (change data feed)
 import path and the driver's refresh thread. After the run, the published matcher is checked to equal
 one built independently from the table at the new version (``FrozenMatcher.from_arrow`` bytes).
 
-Used by ``bench/subscriptions.py --driver-refresh`` (its "Driver refresh" section and target row);
-runnable alone too::
+Prints the facts, the latency table and issue 9's target (per-batch p99 during the refresh within
+1.5x of the p99 without) and writes them to ``bench/results/driver_refresh.md``, with a chart of the
+latencies (``driver_refresh.png``) and the run's load average::
 
+    python bench/driver_refresh.py                                # the issue's 1M rows, 10k changes
     python bench/driver_refresh.py --rows 100000 --changes 2000   # a short run
 """
 
@@ -29,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import os
 import statistics
@@ -46,6 +51,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from harness import RunRecord
     from pyspark.sql import DataFrame, SparkSession
 
     from routing.settings import Settings
@@ -411,58 +417,105 @@ def markdown(result: RefreshResult) -> str:
     )
 
 
+def report(result: RefreshResult, record: RunRecord) -> str:
+    """The results file: the run's record, :func:`markdown`, and issue 9's target."""
+    from harness import markdown_table
+
+    ratio = result.p99_ratio
+    verdict = "n/a" if ratio is None else "pass" if ratio <= MAX_P99_RATIO else "fail"
+    target = [
+        f"router per-batch p99 during a {result.changes:,}-change refresh of a {result.rows:,}-row table",
+        f"≤ {MAX_P99_RATIO}x the p99 without",
+        "n/a" if ratio is None else f"{ratio:.2f}x",
+        verdict,
+    ]
+    return "\n".join(
+        [
+            "# The driver refresh under load",
+            "",
+            record.line(),
+            "",
+            markdown(result),
+            "",
+            "## Target",
+            "",
+            markdown_table(["target (issue 9, Done when)", "goal", "measured", "verdict"], [target]),
+            "",
+            "![driver refresh](driver_refresh.png)",
+            "",
+        ]
+    )
+
+
+def chart(result: RefreshResult, path: Path) -> None:
+    from harness import pyplot
+
+    plt = pyplot()
+    fig, axis = plt.subplots(figsize=(7, 4))
+    groups = [("without a refresh", result.baseline), ("during the refresh", result.during)]
+    for offset, (label, values) in enumerate(groups):
+        heights = [1000 * (RefreshResult.percentile(values, q) or 0) for q in (50, 99)] + [1000 * max(values or [0])]
+        positions = [index + (offset - 0.5) * 0.4 for index in range(3)]
+        axis.bar(positions, heights, 0.4, label=f"{label} ({len(values)} batches)")
+    axis.set_xticks(range(3), ["p50", "p99", "max"])
+    axis.set_ylabel("batch latency, ms")
+    axis.set_title(f"Batches while {result.changes:,} changes reach a {result.rows:,}-row snapshot")
+    axis.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    add_arguments(parser, prefix="")
-    return parser.parse_args(argv)
+    from harness import RESULTS_DIR
 
-
-def add_arguments(parser: argparse.ArgumentParser, *, prefix: str) -> None:
-    """The run's knobs (``prefix`` ``"refresh-"`` inside bench/subscriptions.py)."""
+    parser = argparse.ArgumentParser(
+        prog="python bench/driver_refresh.py", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
     group = parser.add_argument_group("driver refresh")
-    group.add_argument(f"--{prefix}rows", type=int, default=1_000_000, help="table rows (default %(default)s)")
-    group.add_argument(f"--{prefix}changes", type=int, default=10_000, help="changes applied (default %(default)s)")
-    group.add_argument(f"--{prefix}keys", type=int, default=50_000, help="keys per batch (default %(default)s)")
+    group.add_argument("--rows", type=int, default=1_000_000, help="table rows (default %(default)s)")
+    group.add_argument("--changes", type=int, default=10_000, help="changes applied (default %(default)s)")
+    group.add_argument("--keys", type=int, default=50_000, help="keys per batch (default %(default)s)")
+    group.add_argument("--warmup-batches", type=int, default=2, help="first batches left out (default %(default)s)")
     group.add_argument(
-        f"--{prefix}warmup-batches", type=int, default=2, help="first batches left out (default %(default)s)"
+        "--baseline-batches", type=int, default=10, help="batches before the refresh (default %(default)s)"
     )
+    group.add_argument("--after-batches", type=int, default=3, help="batches after the publish (default %(default)s)")
     group.add_argument(
-        f"--{prefix}baseline-batches", type=int, default=10, help="batches before the refresh (default %(default)s)"
-    )
-    group.add_argument(
-        f"--{prefix}after-batches", type=int, default=3, help="batches after the publish (default %(default)s)"
-    )
-    group.add_argument(
-        f"--{prefix}thread-nice",
+        "--thread-nice",
         type=int,
         default=None,
         help="the refresh thread's nice increment (default: router.refresh_thread_nice of conf/router.toml)",
     )
-    group.add_argument(f"--{prefix}dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
-
-
-def run_from_args(args: argparse.Namespace, *, prefix: str) -> RefreshResult:
-    def arg(name: str) -> Any:
-        return getattr(args, (prefix + name).replace("-", "_"))
-
-    with tempfile.TemporaryDirectory(prefix="bench-driver-refresh-") as scratch:
-        root = arg("dir") or Path(scratch)
-        return run(
-            rows=arg("rows"),
-            changes=arg("changes"),
-            keys_per_batch=arg("keys"),
-            warmup_batches=arg("warmup-batches"),
-            baseline_batches=arg("baseline-batches"),
-            after_batches=arg("after-batches"),
-            root=Path(root),
-            thread_nice=arg("thread-nice"),
-        )
+    group.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where driver_refresh.md and .png go")
+    parser.add_argument("--no-write", action="store_true", help="print the report only; write no files")
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    result = run_from_args(args, prefix="")
-    print(f"## Driver refresh ({dt.date.today()})\n\n{markdown(result)}")
+    from harness import RunRecord, progress, write_report
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    record = RunRecord.start(__file__, argv)
+    with tempfile.TemporaryDirectory(prefix="bench-driver-refresh-") as scratch:
+        result = run(
+            rows=args.rows,
+            changes=args.changes,
+            keys_per_batch=args.keys,
+            warmup_batches=args.warmup_batches,
+            baseline_batches=args.baseline_batches,
+            after_batches=args.after_batches,
+            root=Path(args.dir or scratch),
+            thread_nice=args.thread_nice,
+        )
+    text = report(result, record)
+    if args.no_write:
+        print(text)
+        return 0
+    chart(result, write_report(text, args.results_dir / "driver_refresh.md"))
+    progress(f"wrote {args.results_dir / 'driver_refresh.md'} and driver_refresh.png")
     return 0
 
 

@@ -1,4 +1,7 @@
-"""Coverage-guided fuzzing record: every cargo-fuzz target of ``native/fuzz/`` for a set time.
+"""Can coverage-guided fuzzing make the native matcher crash, hang, run out of memory or leak?
+
+Every cargo-fuzz target of ``native/fuzz/`` runs for a set time on inputs a deployment cannot rule out:
+arbitrary keys and patterns from producers and subscribers, and arbitrary bytes where a snapshot is decoded.
 
 ``make fuzz`` runs ``python bench/fuzz.py --minutes $(FUZZ_MINUTES)`` (default 10 minutes per
 target; ``--help`` for every flag). For each target in ``native/fuzz/fuzz_targets/``, in turn:

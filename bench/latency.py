@@ -1,4 +1,8 @@
-"""Sustained-rate latency: an open-loop producer at fixed rates, the router and the passthrough on a 1 s trigger.
+"""What latency does a message see at a sustained rate, through the router and through a plain copy, and up
+to what rate does each keep it within three trigger intervals?
+
+Producers in a deployment send at their own pace, whatever the router is doing: an open-loop producer at fixed
+rates, the router and the passthrough on a 1 s processing-time trigger, as a live deployment runs them.
 
 Run ``python bench/latency.py`` (``--help`` for flags). Markdown goes to stdout
 and ``bench/results/latency.md``, the chart to ``bench/results/latency.png``,

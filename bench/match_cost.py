@@ -1,4 +1,6 @@
-"""Matching work per key: the probe that let one subscriber stall every key, with and without the limit.
+"""How slow can one subscriber make every key, with and without ``limits.max_match_cost_per_subscriber``?
+
+A multi-tenant deployment lets any subscriber send any valid pattern; this is the worst one found.
 
 The probe (issue 13): 10,000 valid patterns held by one subscriber, built from ``a``, ``*`` and
 ``#`` (:func:`bench.workloads.hostile_patterns`), make every 32-word key of ``a`` words walk a

@@ -1,4 +1,4 @@
-"""Parquet encodings of the deliveries: what each column's dictionary and the timestamp type cost a write.
+"""What do each deliveries column's Parquet dictionary and the timestamp type cost the router's writes?
 
 The router's deliveries rows are wider than a Kafka copy's (13 columns against 8), and in ``perf`` profiles of
 ``bench/stream.py`` their Parquet encoding was the largest part of the router's extra executor CPU. This

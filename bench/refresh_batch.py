@@ -1,4 +1,4 @@
-"""One refresh-job batch, second by second: where the time of an import batch goes, and the Delta floor under it.
+"""Where does a refresh-job batch's time go, and how much does deciding add to the Delta floor under it?
 
 A subscription table is seeded with ``--rows`` pairs (one import), then ``--batches`` import files of
 ``--events`` events each are applied the way the refresh job applies them

@@ -1,4 +1,4 @@
-"""How a new snapshot version reaches the UDF in classic mode: a Spark broadcast or its snapshot file.
+"""In classic mode, which gets a new snapshot version to the UDF faster: a Spark broadcast or its snapshot file?
 
 Spark Connect has no broadcasts, so there the router ships each snapshot version as its snapshot file
 (``routing.router.snapshot_files.SnapshotFileRef``); issue 12 asks to measure the file against the

@@ -1,4 +1,10 @@
-"""Subscription writes at scale (issue 9): loading the CS-trie, freezing it, and the seed's threaded workloads.
+"""How fast does the driver's CS-trie take subscription writes at scale (issue 9): one by one, in bulk, frozen
+for the workers, and from concurrent threads?
+
+The router's driver loads the whole subscription table into a CS-trie at start and applies each refresh's
+changes to it, then freezes and serializes the result for the workers; tenants and fan-out topics give the
+table the shapes below, up to 1,000,000 pairs. What the refresh does to a running router is
+``bench/driver_refresh.py``'s question.
 
 Run ``python bench/subscriptions.py`` for a quick run (n = 1,000 and 10,000);
 the full run is::
@@ -34,18 +40,12 @@ Sections
 3. **Freeze and serialize**: ``freeze()``, ``to_bytes()`` and
    ``FrozenMatcher.from_bytes()`` of the loaded trie (best of ``--repeats``),
    serialized bytes per subscription.
-4. **Driver refresh** (``--driver-refresh``, off by default: it starts Spark):
-   10k changes arriving through the refresh job on a 1M-row Delta table
-   (``--refresh-rows``, ``--refresh-changes``), the time from the job's commit
-   to the new broadcast being published, and the per-batch latency (p50/p99)
-   of a running router-like batch loop meanwhile against without a refresh;
-   see ``bench/driver_refresh.py``.
-5. **The seed's multithreaded workloads** (50/50 and 90/10, 1, 2 and 4
+4. **The seed's multithreaded workloads** (50/50 and 90/10, 1, 2 and 4
    threads) run from Rust threads by ``native/src/bin/cstrie_workloads.rs``
    (``cargo run --release --bin cstrie_workloads`` from ``native/``), its JSON
    turned into a table here: the seed's own layout (one role per thread) and a
    mixed one (every thread subscribes and looks up); see that file's docs.
-6. **Targets**: issue 9's "Done when" ratios, computed from this run, with
+5. **Targets**: issue 9's "Done when" ratios, computed from this run, with
    pass/fail.
 
 Every loaded trie is checked (pair counts, and lookups of the frozen matcher
@@ -77,7 +77,6 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
 # busy-waits at times: perf put 2-5% of a bulk load's samples in `blas_thread_server`. Nothing here uses BLAS.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import driver_refresh
 import pyarrow as pa
 from harness import RESULTS_DIR, RunRecord, Timed, fmt_bytes, fmt_rate, markdown_table, progress, pyplot
 from harness import best_of as harness_best_of
@@ -238,8 +237,6 @@ class Report:
     rust: dict[str, Any] | None = None
     rust_note: str = ""
     errors: list[str] = field(default_factory=list)
-    #: bench/driver_refresh.py's RefreshResult, when --driver-refresh ran.
-    driver_refresh: Any = None
 
     def add(self, title: str, table: str, notes: str = "") -> None:
         self.sections.append("\n".join([f"## {title}", "", *([notes, ""] if notes else []), table]))
@@ -541,18 +538,7 @@ def freeze_ratio(row: Row) -> float | None:
     return row.freeze.cpu_s / max(row.to_bytes.cpu_s + row.from_bytes.cpu_s, 1e-9)
 
 
-# --- 4. the driver refresh (bench/driver_refresh.py) ----------------------------------------------------------
-
-
-def bench_driver_refresh(report: Report, args: argparse.Namespace) -> None:
-    """Run bench/driver_refresh.py with the ``--refresh-*`` flags; its section and the p99 target row."""
-    progress(f"driver refresh: {args.refresh_changes:,} changes on a {args.refresh_rows:,}-row Delta table")
-    result = driver_refresh.run_from_args(args, prefix="refresh-")
-    report.driver_refresh = result
-    report.text("Driver refresh", driver_refresh.markdown(result))
-
-
-# --- 5. the seed's multithreaded workloads, from Rust threads -------------------------------------------------
+# --- 4. the seed's multithreaded workloads, from Rust threads -------------------------------------------------
 
 
 def rust_command(args: argparse.Namespace) -> list[str]:
@@ -663,7 +649,7 @@ def rust_rate(report: Report, layout: str, mix: str, threads: int) -> float | No
     return None
 
 
-# --- 6. targets -----------------------------------------------------------------------------------------------
+# --- 5. targets -----------------------------------------------------------------------------------------------
 
 
 def verdict(value: float | None, limit: float, higher_is_better: bool, exact: bool = True) -> str:
@@ -743,17 +729,6 @@ def targets(report: Report, args: argparse.Namespace) -> list[list[str]]:
                 verdict(scaling, MIN_TWO_THREAD_SPEEDUP, True),
             ]
         )
-    refresh = report.driver_refresh
-    p99_ratio = None if refresh is None else refresh.p99_ratio
-    rows.append(
-        [
-            "router per-batch p99 during a 10k-change refresh of a 1M-row table"
-            + ("" if refresh is None else f" (run: {refresh.changes:,} changes, {refresh.rows:,} rows)"),
-            "≤ 1.5x the p99 without",
-            "not measured (--driver-refresh)" if refresh is None else times(p99_ratio) if p99_ratio else "n/a",
-            verdict(p99_ratio, 1.5, False),
-        ]
-    )
     report.add(
         "Targets",
         markdown_table(["target (issue 9, Done when)", "goal", "measured", "verdict"], rows),
@@ -905,12 +880,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         choices=["single", "bulk", "freeze", "rust"],
         help="leave a section out (repeatable)",
     )
-    parser.add_argument(
-        "--driver-refresh",
-        action="store_true",
-        help="also run the driver refresh benchmark (bench/driver_refresh.py; starts Spark)",
-    )
-    driver_refresh.add_arguments(parser, prefix="refresh-")
     rust = parser.add_argument_group("seed multithreaded workloads (Rust binary native/src/bin/cstrie_workloads.rs)")
     rust.add_argument("--cargo", default="cargo", help="cargo executable (default %(default)s)")
     rust.add_argument("--rust-threads", default="1,2,4", help="thread counts (default %(default)s)")
@@ -946,8 +915,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report.rows.append(measure_row(shape, n, rng, args))
                 gc.collect()
         loading_sections(report, args)
-    if args.driver_refresh:
-        bench_driver_refresh(report, args)
     if "rust" not in args.skip:
         bench_rust(report, args)
         rust_section(report, args.rust_profile)

@@ -63,7 +63,6 @@ def test_help_lists_the_flags() -> None:
         "--load-repeats",
         "--warmup-rounds",
         "--skip",
-        "--driver-refresh",
         "--rust-samples",
     ):
         assert flag in done.stdout, f"{flag} missing from --help"
@@ -157,38 +156,3 @@ def test_tiny_run_with_the_rust_workloads(tmp_path: Path) -> None:
     targets = {row[0]: row for row in section(report, "Targets")}
     speedups = [row for name, row in targets.items() if "ops/s at 2 threads vs 1" in name]
     assert len(speedups) == 2 and all(row[3] in {"pass", "fail"} for row in speedups)
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-@pytest.mark.timeout(600)
-def test_tiny_driver_refresh_publishes_and_reports(tmp_path: Path) -> None:
-    """bench/driver_refresh.py through ``--driver-refresh``, on a tiny table (it starts Spark)."""
-    report, _ = run(
-        tmp_path,
-        "--sizes",
-        "200",
-        "--shapes",
-        "wide",
-        "--repeats",
-        "1",
-        "--skip",
-        "rust",
-        "--driver-refresh",
-        "--refresh-rows",
-        "2000",
-        "--refresh-changes",
-        "200",
-        "--refresh-keys",
-        "2000",
-        "--refresh-baseline-batches",
-        "4",
-        "--refresh-warmup-batches",
-        "1",
-        "--refresh-dir",
-        str(tmp_path / "refresh"),
-        timeout=560,
-    )
-    assert "## Driver refresh" in report
-    refresh_target = section(report, "Targets")[-1]
-    assert refresh_target[3] in {"pass", "fail"}, refresh_target  # measured, whatever the verdict
