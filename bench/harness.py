@@ -300,6 +300,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def section_rows(report: str, title: str) -> list[list[str]]:
+    """The cells of the first table under the heading that starts with ``## title`` (header row dropped): a report
+    read back, as its tests and anything comparing two results files do."""
+    if f"## {title}" not in report:
+        raise ValueError(f"no section {title!r}")
+    body = report.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in body.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+
+
 def write_report(text: str, output: Path) -> Path:
     """Print a benchmark's Markdown report and write it to ``output`` (its folder made); the path of its chart."""
     print(text)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import section_rows as section
 
 from routing.settings import Settings
 
@@ -25,14 +26,6 @@ RATES = (20, 40)
 STEP_SECONDS = 3
 WARMUP_SECONDS = 2
 VARIANTS = ("(a) passthrough", "(b) native router")
-
-
-def section(report: str, title: str) -> list[list[str]]:
-    """The rows (cells) of the first table under the heading starting with ``## title``."""
-    assert f"## {title}" in report, f"no section {title!r}"
-    body = report.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in body.splitlines() if line.startswith("| ")]
-    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[1:]]  # header dropped
 
 
 @pytest.mark.timeout(60)

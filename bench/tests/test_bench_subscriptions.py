@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import section_rows as section
 
 BENCH = Path(__file__).resolve().parents[1] / "subscriptions.py"
 SIZES = (200, 400)
@@ -40,14 +41,6 @@ def run(tmp_path: Path, *flags: str, timeout: float) -> tuple[str, str]:
     report = (tmp_path / "subscriptions.md").read_text()
     assert done.stdout.strip() == report.strip()  # the same markdown on stdout
     return report, done.stderr
-
-
-def section(report: str, title: str) -> list[list[str]]:
-    """The rows (cells) of the table under ``## title``."""
-    assert f"## {title}" in report, f"no section {title!r}"
-    body = report.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in body.splitlines() if line.startswith("| ")]
-    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[1:]]  # header dropped
 
 
 def test_help_lists_the_flags() -> None:

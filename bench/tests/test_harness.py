@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import harness
+import pytest
 
 
 def test_the_run_record_names_the_command_the_date_and_the_load_before_and_after() -> None:
@@ -26,6 +27,12 @@ def test_the_run_record_names_the_command_the_date_and_the_load_before_and_after
 def test_a_report_is_printed_and_written_and_names_its_chart(tmp_path: Path, capsys: object) -> None:
     table = harness.markdown_table(["a", "b"], [["1", "2"], ["3", "4"]])
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 2 |", "| 3 | 4 |"]
+    # Read back: the cells under a heading, the header row left out.
+    report = f"# t\n\n## Figures (ms)\n\nnote\n\n{table}\n\n## Next\n\n| x |\n|---|\n| y |\n"
+    assert harness.section_rows(report, "Figures") == [["1", "2"], ["3", "4"]]
+    assert harness.section_rows(report, "Next") == [["y"]]
+    with pytest.raises(ValueError, match="no section 'Other'"):
+        harness.section_rows(report, "Other")
     chart = harness.write_report(f"# t\n\n{table}\n", tmp_path / "results" / "t.md")
     assert chart == tmp_path / "results" / "t.png"
     assert (tmp_path / "results" / "t.md").read_text(encoding="utf-8") == f"# t\n\n{table}\n"
