@@ -1,6 +1,6 @@
 """Smoke tests: ``bench/latency.py`` documents its flags, and runs end to end at tiny rates.
 
-The end-to-end run uses the test session's broker (the benchmark reuses a broker that answers at its
+The end-to-end run uses the broker of ``bench/tests/conftest.py`` (the benchmark reuses a broker that answers at its
 configured ports, leaves it running, and deletes only its own topics), runs both
 variants (passthrough and router) with a warm-up and two small rates, and checks the structure of
 its report and JSON and that every message sent is accounted for in a histogram: sent = rows =
@@ -115,7 +115,7 @@ def test_batches_whose_commit_was_checkpointed_are_counted_apart(monkeypatch: py
 
 
 def run_bench(settings: Settings, tmp_path: Path, *options: str) -> tuple[Path, Path, str]:
-    """Run the benchmark at tiny rates against the test session's broker: (results dir, JSON file, stdout)."""
+    """Run the benchmark at tiny rates against the tests' broker: (results dir, JSON file, stdout)."""
     from jobs.local_kafka import answers
 
     results, figures = tmp_path / "results", tmp_path / "latency.json"
@@ -137,7 +137,7 @@ def run_bench(settings: Settings, tmp_path: Path, *options: str) -> tuple[Path, 
         command += ["--set", f"{name}={value}"]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=880)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert answers(settings), "the benchmark reused the session's broker and must leave it running"
+    assert answers(settings), "the benchmark reused the tests' broker and must leave it running"
     return results, figures, done.stdout
 
 
