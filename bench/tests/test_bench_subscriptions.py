@@ -68,7 +68,7 @@ def test_tiny_run_writes_every_loading_section(tmp_path: Path) -> None:
     report, stderr = run(
         tmp_path, "--sizes", sizes, "--repeats", "1", "--load-repeats", "2", "--skip", "rust", timeout=170
     )
-    assert "Load average" in report
+    assert "load average (1/5/15 min)" in report
     expected = {(shape, f"{n:,}") for shape in SHAPES for n in SIZES}
 
     single = section(report, "Single subscribes from Python")
@@ -84,16 +84,16 @@ def test_tiny_run_writes_every_loading_section(tmp_path: Path) -> None:
         assert float(row[7]) > 0, row  # bytes per subscription
         assert int(row[6].replace(",", "")) > 0, row
 
-    # The driver refresh (it starts Spark) was not asked for, and the Rust section was skipped.
+    # The driver refresh is bench/driver_refresh.py's, and the Rust section was skipped.
     assert "## Driver refresh" not in report
     assert "## Seed multithreaded workloads" not in report
     targets = section(report, "Targets")
     # Per shape: 10k→1M scaling, single vs TrieMatcher, bulk vs TrieMatcher, freeze vs serialize;
-    # then the two 90/10 thread-scaling rows and the refresh p99 row.
-    assert len(targets) == 4 * len(SHAPES) + 3
+    # then the two 90/10 thread-scaling rows.
+    assert len(targets) == 4 * len(SHAPES) + 2
     for row in targets:
         assert row[3] in {"pass", "fail", "n/a"} or row[3].startswith("inconclusive"), row
-    assert all(row[3] == "n/a" for row in targets[-3:])  # no Rust run, no refresh
+    assert all(row[3] == "n/a" for row in targets[-2:])  # no Rust run
     assert "TrieMatcher subscribe loop" in stderr  # progress lines go to stderr
     # The loads of one (shape, n) take turns, round by round, rather than running kind after kind.
     label = f"wide n={SIZES[0]:,}: "
