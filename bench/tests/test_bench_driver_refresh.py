@@ -18,13 +18,6 @@ from harness import RunRecord
 BENCH = Path(__file__).resolve().parents[1] / "driver_refresh.py"
 
 
-def test_help_lists_the_flags() -> None:
-    done = subprocess.run([sys.executable, str(BENCH), "--help"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for flag in ("--rows", "--changes", "--keys", "--baseline-batches", "--results-dir", "--no-write"):
-        assert flag in done.stdout, f"{flag} missing from --help"
-
-
 def result(baseline: list[float], during: list[float]) -> driver_refresh.RefreshResult:
     refresh = {"mode": "changes", "changed_rows": 200, "subscriptions": 2_000, "serialized_bytes": 40_000}
     return driver_refresh.RefreshResult(

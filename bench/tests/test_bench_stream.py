@@ -1,9 +1,9 @@
-"""Smoke test: ``bench/stream.py --help`` starts and documents its flags.
+"""``bench/stream.py``'s parts that need no broker or Spark: its workload, its Python trie variant, its checks
+and its report of a synthetic result.
 
-The benchmark itself needs a broker and Spark and runs for minutes, so the test
-suite only guards it against import-time rot; its figures and its correctness
-checks (the SQL baseline's and the Python trie's deliveries against the native
-router's) live in the benchmark's own output. No timing is asserted.
+The benchmark itself needs a broker and Spark and runs for minutes; its figures and its correctness checks
+(the SQL baseline's and the Python trie's deliveries against the native router's) live in its own output.
+No timing is asserted.
 """
 
 from __future__ import annotations
@@ -11,25 +11,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import itertools
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "stream.py"
-
-
-@pytest.mark.timeout(60)
-def test_help_lists_the_flags() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--help"], capture_output=True, text=True, check=False, timeout=50
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    flags = ("--quick", "--seed", "--messages", "--rlike-messages", "--sizes", "--max-offsets", "--variants", "--set")
-    for flag in flags:
-        assert flag in done.stdout, f"{flag} missing from --help"
 
 
 def test_idle_tenants_never_match_the_traffic_and_keep_the_active_fanout(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,8 @@ count of every loaded trie and the frozen matcher's lookups against
 ``TrieMatcher``, and exits non-zero on a disagreement, so a passing run also
 means every load really held its n pairs.
 
-Every test that runs the benchmark is marked ``slow`` (``make test-fast`` skips them; only
-``--help`` stays). The Rust half (the seed's multithreaded workloads, ``cargo run --bin
+Every test here runs the benchmark and is marked ``slow`` (``make test-fast`` skips them; its ``--help`` is
+``test_bench_help.py``'s). The Rust half (the seed's multithreaded workloads, ``cargo run --bin
 cstrie_workloads``, in the dev profile that ``cargo test`` has built) may have to compile the crate
 first, so it is its own test.
 """
@@ -41,24 +41,6 @@ def run(tmp_path: Path, *flags: str, timeout: float) -> tuple[str, str]:
     report = (tmp_path / "subscriptions.md").read_text()
     assert done.stdout.strip() == report.strip()  # the same markdown on stdout
     return report, done.stderr
-
-
-def test_help_lists_the_flags() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--help"], capture_output=True, text=True, check=False, timeout=60
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    for flag in (
-        "--sizes",
-        "--shapes",
-        "--budget",
-        "--repeats",
-        "--load-repeats",
-        "--warmup-rounds",
-        "--skip",
-        "--rust-samples",
-    ):
-        assert flag in done.stdout, f"{flag} missing from --help"
 
 
 @pytest.mark.slow
