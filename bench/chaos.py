@@ -60,7 +60,6 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import random
 import shutil
 import signal
@@ -75,6 +74,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
     _ROOT = Path(__file__).resolve().parents[1]
     sys.path[:0] = [str(_ROOT), str(_ROOT / "tests")]
 
+from harness import RunRecord
 from router_support import (
     DELIVERED,
     UNROUTED,
@@ -347,13 +347,12 @@ class ChaosResult:
     def markdown(self, command: str) -> str:
         verdict = "**PASS**: every check held" if self.passed else "**FAIL**"
         (before, after) = self.load
+        started = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=self.seconds)
         lines = [
             "# Chaos run",
             "",
-            f"`{command}` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
-            f"{os.cpu_count()} CPUs, Python {platform.python_version()}; {self.seconds:.0f} s; load average "
-            f"{before[0]:.1f} at the start, {after[0]:.1f} at the end (not a timing benchmark: others may share "
-            "the machine). What runs and what is checked: the docstring of `bench/chaos.py`.",
+            f"{RunRecord(command, started, before).line(after)} {self.seconds:.0f} s (not a timing benchmark: others "
+            "may share the machine). What runs and what is checked: the docstring of `bench/chaos.py`.",
             "",
             f"Seed **{self.plan.seed}** (`--seed {self.plan.seed}` repeats the fault order, the random moments and "
             "the traffic; the machine's timing does not repeat).",

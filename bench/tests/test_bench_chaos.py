@@ -72,3 +72,24 @@ def test_committed_offsets_are_the_last_committed_batchs_end(monkeypatch: pytest
         (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
         (checkpoint / "commits" / f".{batch}.crc").write_bytes(b"\0crc")
     assert chaos.committed_offsets(checkpoint) == {0: 1000, 1: 1000}
+
+
+def test_the_report_of_a_failed_run_names_the_run_the_problem_and_every_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chaos
+
+    result = chaos.ChaosResult(
+        plan=chaos.ChaosPlan(seed=5, router_kills=1, broker_kills=0, refresh_kills=0),
+        events=[chaos.Event(3.25, chaos.ROUTER_KILL, "pid 7 | group")],
+        counts={"messages sent": "30"},
+        problems=["message 3 delivered twice"],
+        seconds=61.0,
+        load=((0.5, 0.25, 0.125), (2.0, 1.0, 0.5)),
+        routed_versions=[1, 2],
+    )
+    text = result.markdown("python bench/chaos.py --seed 5")
+    assert text.startswith("# Chaos run\n\n`python bench/chaos.py --seed 5` on ")
+    assert "load average (1/5/15 min) 0.50/0.25/0.12 before, 2.00/1.00/0.50 after. 61 s" in text
+    assert "Verdict: **FAIL**.\n- message 3 delivered twice" in text
+    assert "| messages sent | 30 |" in text
+    assert f"| 3.2 | {chaos.ROUTER_KILL} | pid 7 / group |" in text  # a '|' in a detail cannot split the row
