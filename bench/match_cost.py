@@ -12,7 +12,9 @@ frozen matcher from the patterns the sequential model accepts and compares, in t
 * time per distinct hostile key (median of ``--repeats`` loops of at least ``--min-seconds``);
 * a realistic table (``bench/workloads.py``) for scale.
 
-Writes ``bench/results/match_cost.md`` and ``match_cost.png`` and records the load average.
+Prints the table and writes ``bench/results/match_cost.md`` and ``match_cost.png`` with the load average::
+
+    python bench/match_cost.py [--patterns 10000] [--repeats 3] [--no-write]
 """
 
 from __future__ import annotations
