@@ -1,10 +1,13 @@
-"""The generated settings reference (docs/reference/settings.md) is committed fresh and names every setting."""
+"""The generated reference pages are committed fresh: settings (docs/reference/settings.md) and commands
+(docs/reference/cli.md), each naming everything it documents."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -16,14 +19,16 @@ from routing.settings import SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = ROOT / "docs" / "gen_settings.py"
+CLI_GENERATOR = ROOT / "docs" / "gen_cli.py"
 PAGE = ROOT / "docs" / "reference" / "settings.md"
+CLI_PAGE = ROOT / "docs" / "reference" / "cli.md"
 CONF = ROOT / "conf" / "router.toml"
 HINT = "docs/reference/settings.md is stale: run `make docs`"  # the one-line fix a failure names
 
 
-def load_generator() -> ModuleType:
+def load_generator(path: Path = GENERATOR) -> ModuleType:
     # docs/ is tooling, not a package: load the script by path.
-    spec = importlib.util.spec_from_file_location("gen_settings", GENERATOR)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # a dataclass's module must be importable while it is defined
@@ -34,6 +39,11 @@ def load_generator() -> ModuleType:
 @pytest.fixture(scope="module")
 def generator() -> ModuleType:
     return load_generator()
+
+
+@pytest.fixture(scope="module")
+def cli_generator() -> ModuleType:
+    return load_generator(CLI_GENERATOR)
 
 
 def page_keys(text: str) -> set[str]:
@@ -129,3 +139,51 @@ def test_a_stale_page_is_caught_with_the_fix_named(generator: ModuleType, tmp_pa
     assert generator.stale(page) == f"{page} is stale: run `make docs`"
     page.unlink()
     assert generator.stale(page) == f"{page} is stale: run `make docs`"
+
+
+# -- the command-line reference ----------------------------------------------------------------------
+
+
+def test_the_committed_command_page_is_the_generators_output(cli_generator: ModuleType) -> None:
+    assert CLI_PAGE.read_text(encoding="utf-8") == cli_generator.render(), (
+        "docs/reference/cli.md is stale: run `make docs`"
+    )
+
+
+def test_the_command_page_names_every_job_and_every_routing_subcommand() -> None:
+    # Oracles apart from the generator: the files of jobs/ that run as scripts, and the subcommands
+    # `python -m routing --help` lists.
+    jobs = {
+        f"python -m jobs.{path.stem}"
+        for path in (ROOT / "jobs").glob("*.py")
+        if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+    }
+    assert {"python -m jobs.route", "python -m jobs.refresh_subscriptions"} <= jobs
+    usage = run_help("routing").splitlines()[0]
+    subcommands = re.search(r"\{([a-z_,]+)\}", usage)
+    assert subcommands is not None, usage
+    routing = {f"python -m routing {name}" for name in subcommands.group(1).split(",")}
+    documented = set(re.findall(r"^## `(python -m [a-z_. ]+)`$", CLI_PAGE.read_text(encoding="utf-8"), re.MULTILINE))
+    assert documented == {"python -m routing"} | routing | jobs
+
+
+def run_help(*command: str) -> str:
+    environment = {**os.environ, "COLUMNS": "100", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", *command, "--help"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=ROOT,
+        check=True,
+    )
+    return result.stdout
+
+
+@pytest.mark.parametrize("command", [("jobs.route",), ("routing", "tail")])
+def test_a_section_is_what_the_command_prints_in_a_process_of_its_own(
+    cli_generator: ModuleType, command: tuple[str, ...]
+) -> None:
+    # The generator captures help in its own process; the command run as a user runs it must print the same.
+    module, *arguments = command
+    assert cli_generator.help_text(module, arguments) == run_help(*command).rstrip() + "\n"
