@@ -157,7 +157,8 @@ lint: install
 # missing from the nav fails. Into build/site/.
 # `make test` runs docs-check: the same build, but a stale reference page fails (run `make docs`) instead of
 # being rewritten under the test that compares it with the code.
-MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+# Not --quiet: it hides the warnings, and --strict then counts none.
+MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 docs: $(INSTALLED)
 	$(PY) docs/gen_settings.py
 	$(PY) docs/gen_cli.py
