@@ -21,7 +21,7 @@ endif
 # finding the jobserver named in MAKEFLAGS (or MFLAGS) but not its pipe, would warn that the build is misconfigured.
 unexport MAKEFLAGS MFLAGS
 
-.PHONY: help install jars jvm-archive package native native-test loom fuzz fuzz-smoke lint docs docs-check test test-fast demo bench bench-latency bench-jvm-start chaos clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars jvm-archive package native native-test loom fuzz fuzz-smoke lint test test-fast demo bench bench-latency bench-jvm-start chaos clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
@@ -159,6 +159,7 @@ lint: install
 # being rewritten under the test that compares it with the code.
 # Not --quiet: it hides the warnings, and --strict then counts none.
 MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+.PHONY: docs docs-check
 docs: $(INSTALLED)
 	$(PY) docs/gen_settings.py
 	$(PY) docs/gen_cli.py
