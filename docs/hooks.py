@@ -1,5 +1,6 @@
-"""MkDocs hook (mkdocs.yml ``hooks``): the benchmarks' results files, bench/results/*.md and their charts,
-become ``results/`` of the site, so the performance page links each file rather than copying its figures.
+"""MkDocs hook (mkdocs.yml ``hooks``): the benchmarks' results files, bench/results/*.md with their charts and
+anything else they link, become ``results/`` of the site, so the performance page links each file rather than
+copying its figures.
 
 Documentation tooling only: nothing in the library imports it.
 """
@@ -16,7 +17,8 @@ RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
 def on_files(files: Files, config: Any) -> Files:
     for path in sorted(RESULTS.iterdir()):
-        if path.suffix in {".md", ".png"}:
+        # Not a run's temporary file (bench/results/*.tmp is git-ignored) nor a dot file.
+        if path.is_file() and path.suffix != ".tmp" and not path.name.startswith("."):
             files.append(
                 File(
                     f"results/{path.name}",
