@@ -25,7 +25,8 @@ unexport MAKEFLAGS MFLAGS
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
-	@echo "make test   install everything, lint, type-check and run the whole test suite"
+	@echo "make test   install everything, lint, type-check, build the docs and run the whole test suite"
+	@echo "make docs   regenerate docs/reference/ (settings, commands) and build the documentation site into build/site/ (--strict)"
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
 	@echo "make bench-latency  sustained-rate latency of the router and the passthrough (~15 min; idle machine)"
 	@echo "make chaos  SIGKILL the router, broker and refresh job at random under live traffic, check every message (bench/results/chaos.md)"
@@ -151,6 +152,24 @@ lint: install
 	cd native && cargo fmt --check
 	cd native && cargo clippy --all-targets --quiet -- -D warnings
 
+# The documentation site (mkdocs.yml, docs/): the reference pages regenerated (settings from the settings
+# dataclasses, commands from their --help), then a --strict build, so a broken link, a missing anchor or a page
+# missing from the nav fails. Into build/site/.
+# `make test` runs docs-check: the same build, but a stale reference page fails (run `make docs`) instead of
+# being rewritten under the test that compares it with the code.
+# Not --quiet: it hides the warnings, and --strict then counts none.
+MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+.PHONY: docs docs-check
+docs: $(INSTALLED)
+	$(PY) docs/gen_settings.py
+	$(PY) docs/gen_cli.py
+	$(MKDOCS_BUILD)
+
+docs-check: $(INSTALLED)
+	$(PY) docs/gen_settings.py --check
+	$(PY) docs/gen_cli.py --check
+	$(MKDOCS_BUILD)
+
 # --durations: every run's log names the slowest tests (the suite must stay under 20 minutes).
 # Two pytest-xdist workers, each with its own broker and SparkSession (tests/conftest.py), taking whole
 # files (xdist's own order: most tests first). The suite keeps both cores busy: a third worker made it slower
@@ -159,7 +178,7 @@ PYTEST_WORKERS ?= 2
 # The checks before pytest run two at a time: cargo's last crate, mypy and the archive's JVM each leave a core idle
 # for much of their minute or two. --output-sync prints each one's output whole, when it ends.
 test: install native
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint native-test fuzz-smoke jvm-archive
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint native-test fuzz-smoke jvm-archive docs-check
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=60
 
 test-fast: install native

@@ -17,7 +17,7 @@ from setuptools_rust import Binding, RustExtension
 os.environ.setdefault("PYO3_PYTHON", os.path.realpath(sys.executable))
 
 REQUIREMENTS = [
-    # [connect]: the Spark Connect client (grpcio, protobuf, zstandard) for spark.remote (README "Spark Connect").
+    # [connect]: the Spark Connect client (grpcio, protobuf, zstandard) for spark.remote (docs/deployment.md).
     "pyspark[connect]==4.2.0",
     "delta-spark==4.4.1",
     "pyarrow>=18",
@@ -49,6 +49,10 @@ EXTRAS = {
     # `make package`: packs a clean virtualenv into the archive spark-submit ships (--archives).
     "package": [
         "venv-pack>=0.2",
+    ],
+    # `make docs`: the documentation site (mkdocs.yml), built with --strict inside `make test`.
+    "docs": [
+        "mkdocs-material==9.8.2",
     ],
 }
 

@@ -5,7 +5,7 @@
 runs ``org.apache.spark.sql.connect.service.SparkConnectServer`` (the ``spark-connect`` jar pyspark
 ships) in the foreground, through pyspark's own ``spark-submit``, until SIGTERM or Ctrl-C. It prints
 ``sc://127.0.0.1:<port>`` once the server accepts connections; a job then runs against it with
-``--set spark.remote=sc://127.0.0.1:<port>`` (README "Spark Connect").
+``--set spark.remote=sc://127.0.0.1:<port>`` (docs/deployment.md, "Spark Connect").
 
 The server is the Spark application: it gets everything :func:`routing.spark.spark_conf` gives a
 classic session (the Delta and Kafka jars of ``make jars``, Delta's extension and catalog, the

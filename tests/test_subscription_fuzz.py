@@ -54,7 +54,7 @@ VALIDATORS = (
     Validator(limits=Limits(max_pattern_bytes=40, max_pattern_words=6, max_hash_words=2, max_subscriber_bytes=16)),
     Validator(policy=Policy.STRICT),
 )
-README = Path(__file__).resolve().parent.parent / "README.md"
+REASONS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "concepts.md"
 
 # -- strategies ------------------------------------------------------------------------------------
 
@@ -172,14 +172,14 @@ def check_outcome(outcome: Outcome, validator: Validator) -> None:
 def test_the_documented_reasons() -> None:
     """PARSE_REASONS: the event-level codes plus the validator's; REJECT_REASONS adds the per-batch limits.
 
-    The README lists every one of them (the rejects table's reason column).
+    The concepts page lists every one of them (its table of reason codes: the rejects table's reason column).
     """
     assert EVENT_REASONS | {error.reason for error in SUBSCRIPTION_REJECT_ERRORS} == PARSE_REASONS
     assert (
         PARSE_REASONS | {"too_many_subscriptions", "match_cost_exceeded", "subscription_table_full"} == REJECT_REASONS
     )
-    readme = README.read_text(encoding="utf-8")
-    assert [reason for reason in sorted(REJECT_REASONS) if f"`{reason}`" not in readme] == []
+    page = REASONS_PAGE.read_text(encoding="utf-8")
+    assert [reason for reason in sorted(REJECT_REASONS) if f"`{reason}`" not in page] == []
 
 
 @settings(max_examples=400, deadline=None)

@@ -14,8 +14,8 @@ retention jobs filter on ("deliveries since yesterday", "drop partitions older
 than 30 days"). A consumer of one subscriber (``python -m routing tail``,
 :mod:`routing.tail`) gets little from data skipping on ``subscriber_id``
 statistics, though: each batch's files hold every subscriber's rows, so their
-min/max ranges exclude no one and one subscriber's read scans every row (the
-README has the measurement). ``OPTIMIZE ... ZORDER BY (subscriber_id)`` clusters
+min/max ranges exclude no one and one subscriber's read scans every row
+(docs/router.md, "Reading one subscriber's deliveries"). ``OPTIMIZE ... ZORDER BY (subscriber_id)`` clusters
 the history for such reads; splitting each batch's write by subscriber range
 would cost the router a second pass over its input (the range sample).
 

@@ -414,7 +414,7 @@ def test_twenty_one_megabyte_messages_to_a_hundred_subscribers_route_completely(
     metrics = router.reports[0].metrics
     assert (metrics["input_rows"], metrics["deliveries"], metrics["dead_letters"]) == (20, 2_000, 0)
     # Reading them back, Spark's vectorized Parquet reader fills 4,096 rows a batch by default: up to 4 GB of
-    # 1 MB payloads in one column vector (README, Memory per batch: reading large payloads).
+    # 1 MB payloads in one column vector (docs/router.md, Memory per batch: reading large payloads).
     previous = spark.conf.get(READER_BATCH_ROWS, None)
     spark.conf.set(READER_BATCH_ROWS, "16")
     try:

@@ -4,7 +4,7 @@ The deliveries table is made and written by the router's own code (:func:`create
 with its DDL and partitioning, :func:`deliveries_frame`, :func:`idempotent_append`), one append per
 "router batch", each holding rows for all 100 subscribers as a real batch does; no broker is needed.
 Oracle: a plain filter over the table read in full (for the second run, over the rows the test added
-since). The rows the stream read are the figure the README quotes for "one subscriber out of 100".
+since). The rows the stream read are what docs/router.md says of "one subscriber's read" among 100.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_tail_prints_one_subscribers_rows_once(spark: SparkSession, settings: Se
         assert printed["kafka_timestamp"] == f"{printed['kafka_date']}T00:00:00Z"  # each batch's day, at midnight UTC
         assert printed["kafka_date"] == row["kafka_date"].isoformat()
     assert summary["rows"] == len(expected)
-    # The README's figure: the router's files mix every subscriber, so the stream reads the whole table.
+    # docs/router.md's claim: the router's files mix every subscriber, so the stream reads the whole table.
     assert summary["rows_read"] == len(everything)
 
     append_batch(spark, settings, 2)
