@@ -6,6 +6,19 @@
 //! and the one error type ([`errors`]). The Python binding (`native/python`,
 //! the module `routing._native`) is a thin layer over this crate's public
 //! API; a JVM binding would be another.
+//!
+//! # Modules, bottom up
+//!
+//! Each uses only modules listed before it (`tests/test_native_workspace.py`
+//! fails on a `use` that runs back up):
+//!
+//! 1. leaves: [`errors`], [`topic`] (the key grammar), `short_text`,
+//!    `word_hash` (the one text hash), `prefetch`, `rng`;
+//! 2. [`frozen`]: the compact read-only matcher;
+//! 3. [`codec`] (its bytes) and [`batch`] (its Arrow batches);
+//! 4. [`cstrie`]: the live trie, whose snapshots freeze into [`frozen`];
+//! 5. [`bulk`]: Arrow columns loaded into a [`cstrie`] or a [`frozen`] matcher;
+//! 6. `fuzzing`: the fuzz bodies (test and cargo-fuzz builds only).
 
 pub mod batch;
 pub mod bulk;

@@ -6,7 +6,6 @@ use pyo3::types::PyFrozenSet;
 use spark_topic_router_core::bulk;
 use spark_topic_router_core::cstrie::{CsTrie, SmolStr, Snapshot};
 use spark_topic_router_core::errors::NativeError;
-use spark_topic_router_core::frozen::FrozenMatcher;
 
 use crate::columns::{BulkColumns, LimitsTuple};
 use crate::errors::raise;
@@ -14,10 +13,6 @@ use crate::frozen::PyFrozenMatcher;
 
 fn to_strings(subscribers: Vec<SmolStr>) -> Vec<String> {
     subscribers.iter().map(|s| s.to_string()).collect()
-}
-
-fn freeze(snapshot: &Snapshot) -> Result<FrozenMatcher, NativeError> {
-    Ok(snapshot.freeze()?)
 }
 
 /// The live lock-free trie (see `routing.matchers.native.CSTrieMatcher`).
@@ -103,7 +98,7 @@ impl PyCsTrie {
 
     /// `snapshot().freeze()`.
     fn freeze(&self, py: Python<'_>) -> PyResult<PyFrozenMatcher> {
-        let matcher = py.detach(|| freeze(&self.inner.snapshot())).map_err(raise)?;
+        let matcher = py.detach(|| self.inner.snapshot().freeze()).map_err(raise)?;
         Ok(PyFrozenMatcher::wrap(matcher))
     }
 
@@ -154,7 +149,7 @@ impl PySnapshot {
     }
 
     fn freeze(&self, py: Python<'_>) -> PyResult<PyFrozenMatcher> {
-        let matcher = py.detach(|| freeze(&self.inner)).map_err(raise)?;
+        let matcher = py.detach(|| self.inner.freeze()).map_err(raise)?;
         Ok(PyFrozenMatcher::wrap(matcher))
     }
 

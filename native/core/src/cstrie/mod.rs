@@ -147,6 +147,22 @@
 //! subscription but not as a whole: a pair present for the whole call is
 //! returned, one absent for the whole call is not; for an atomic view of all
 //! pairs, look up in a snapshot.
+//!
+//! # Modules, bottom up
+//!
+//! Each uses only those above it (`tests/test_native_workspace.py` fails on
+//! a `use` that runs back up):
+//!
+//! | module | what |
+//! |---|---|
+//! | `sync`, `scratch` | the atomics and epochs (std or loom); huge-page scratch vectors |
+//! | `atomic_arc`, `hamt` | the epoch-reclaimed atomic `Arc` slot; the persistent branch tables |
+//! | `node` | every node type: I-node, main node, C-node, tail, subscriber set, shared-set level |
+//! | `gcas` | GCAS on I-nodes, RDCSS on the root |
+//! | `idset` | shared subscriber sets, and the subscriber set's reads that walk one |
+//! | `traverse`, `freeze` | lookups and walks; a snapshot laid out as a [`FrozenMatcher`] |
+//! | this file | [`CsTrie`] and [`Snapshot`] |
+//! | `bulk_load` | `CsTrie::subscribe_many` and friends |
 
 mod atomic_arc;
 mod bulk_load;
