@@ -102,19 +102,20 @@ kafka-status: install
 native: install
 	$(BUILD_NATIVE)
 
-# Rust unit tests and the bounded fuzz smoke runs (plain cargo test: no libpython, no nightly).
+# Rust unit tests and the bounded fuzz smoke runs of the native workspace (plain cargo test: no nightly; the
+# binding crate has no Rust tests, so nothing links libpython).
 # The churn memory bound runs at full size (2M cycles) in the debug build: ~30 s, against a minute to build the
 # tests again with the release profile's LTO (plain `cargo test` runs a fortieth of them).
 native-test:
-	cd native && CHURN_CYCLES=2000000 cargo test --quiet
+	cd native && CHURN_CYCLES=2000000 cargo test --workspace --quiet
 
-# Loom models of the CS-trie (native/tests/cstrie_loom.rs): the real trie code with loom's atomics,
+# Loom models of the CS-trie (native/core/tests/cstrie_loom.rs): the real trie code with loom's atomics,
 # every interleaving up to a preemption bound (2 for the two-writer models, 1 for the others; set
 # LOOM_MAX_PREEMPTIONS to override all). Not part of `make test`: ~3 min on 2 cores, plus ~2 min for
 # the first build. --cfg loom rebuilds every crate, so it gets its own target dir (no LTO: build time).
 loom:
 	cd native && RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_LTO=false \
-		CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo test --release --test cstrie_loom
+		CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo test --release -p spark_topic_router_core --test cstrie_loom
 
 # The fuzzing record (bench/fuzz.py --help): each cargo-fuzz target for FUZZ_MINUTES minutes, one libFuzzer
 # job at a time; the minimized corpus goes to native/fuzz/corpus/<target>/ (commit it) and the figures to
@@ -150,7 +151,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	cd native && cargo fmt --check
-	cd native && cargo clippy --all-targets --quiet -- -D warnings
+	cd native && cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 # The documentation site (mkdocs.yml, docs/): the reference pages regenerated (settings from the settings
 # dataclasses, commands from their --help), then a --strict build, so a broken link, a missing anchor or a page

@@ -70,12 +70,12 @@ setup(
     package_data={"routing": ["py.typed", "*.pyi"]},
     install_requires=REQUIREMENTS,
     extras_require=EXTRAS,
-    # The `extension-module` cargo feature is enabled only here, so plain
-    # `cargo test` binaries link against libpython normally.
+    # The binding crate of the native workspace (native/python); its `extension-module` cargo feature is
+    # enabled only here: it leaves libpython to the interpreter and makes mimalloc the allocator.
     rust_extensions=[
         RustExtension(
             "routing._native",
-            path="native/Cargo.toml",
+            path="native/python/Cargo.toml",
             binding=Binding.PyO3,
             features=["extension-module"],
             debug=False,

@@ -58,7 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FUZZ_DIR = REPO / "native" / "fuzz"
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "fuzz.md"
 #: Where the target bodies live (their doc comments say what each target checks).
-FUZZING_SOURCE = REPO / "native" / "src" / "fuzzing.rs"
+FUZZING_SOURCE = REPO / "native" / "core" / "src" / "fuzzing.rs"
 
 #: libFuzzer flags of particular targets. `lookups` builds CS-tries, which free nodes later (epoch
 #: reclamation): LeakSanitizer would re-scan the heap after every input and report deferred frees.
@@ -249,7 +249,7 @@ def discover_targets(fuzz_dir: Path) -> list[str]:
 
 
 def describe_target(fuzz_dir: Path, target: str) -> str:
-    """What a target checks: the doc comment of the body it calls in ``native/src/fuzzing.rs``."""
+    """What a target checks: the doc comment of the body it calls in ``native/core/src/fuzzing.rs``."""
     try:
         source = (fuzz_dir / "fuzz_targets" / f"{target}.rs").read_text(encoding="utf-8")
         body = re.search(r"fuzzing::(\w+)\(", source)
@@ -502,7 +502,8 @@ def _duration(seconds: float) -> str:
 
 #: What the fuzz build compiles; not the corpus, which the run itself rewrites.
 NATIVE_SOURCES = (
-    "native/src",
+    "native/core/src",
+    "native/core/Cargo.toml",
     "native/Cargo.toml",
     "native/Cargo.lock",
     "native/fuzz/fuzz_targets",

@@ -41,7 +41,7 @@ Sections
    ``FrozenMatcher.from_bytes()`` of the loaded trie (best of ``--repeats``),
    serialized bytes per subscription.
 4. **The seed's multithreaded workloads** (50/50 and 90/10, 1, 2 and 4
-   threads) run from Rust threads by ``native/src/bin/cstrie_workloads.rs``
+   threads) run from Rust threads by ``native/core/src/bin/cstrie_workloads.rs``
    (``cargo run --release --bin cstrie_workloads`` from ``native/``), its JSON
    turned into a table here: the seed's own layout (one role per thread) and a
    mixed one (every thread subscribes and looks up); see that file's docs.
@@ -880,7 +880,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         choices=["single", "bulk", "freeze", "rust"],
         help="leave a section out (repeatable)",
     )
-    rust = parser.add_argument_group("seed multithreaded workloads (Rust binary native/src/bin/cstrie_workloads.rs)")
+    rust = parser.add_argument_group("seed multithreaded workloads (Rust: native/core/src/bin/cstrie_workloads.rs)")
     rust.add_argument("--cargo", default="cargo", help="cargo executable (default %(default)s)")
     rust.add_argument("--rust-threads", default="1,2,4", help="thread counts (default %(default)s)")
     rust.add_argument(

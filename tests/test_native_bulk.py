@@ -205,7 +205,7 @@ def test_sliced_columns_read_from_their_offset() -> None:
 
 
 def test_hot_patterns_with_shared_sets_agree_with_the_oracle() -> None:
-    """Sets of two ids or more are shared sets (``native/src/cstrie/idset.rs``), written in place: sets grow to
+    """Sets of two ids or more are shared sets (``native/core/src/cstrie/idset.rs``), written in place: sets grow to
     hundreds of ids and shrink to nothing, one pair and one batch at a time, with snapshots taken on the way
     that later writes must not change."""
     rng = random.Random(20261129)
@@ -247,7 +247,7 @@ def test_hot_patterns_with_shared_sets_agree_with_the_oracle() -> None:
 
 
 def test_a_load_large_enough_to_be_copied_into_group_order_agrees_with_the_oracle() -> None:
-    """From 16,384 pairs (``GROUP_ORDER_MIN`` in ``native/src/cstrie/bulk_load.rs``) a load is sorted by its
+    """From 16,384 pairs (``GROUP_ORDER_MIN`` in ``native/core/src/cstrie/bulk_load.rs``) a load is sorted by its
     patterns' first words and copied before the walk: the result must be that of one subscribe per pair."""
     rng = random.Random(20261129)
     words = ["a", "b", "c", "dd", "eee", "*", "#", "a-long-word-past-the-inline-size-of-ids"]

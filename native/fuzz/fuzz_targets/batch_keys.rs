@@ -1,8 +1,8 @@
-//! cargo-fuzz target; the body lives in `spark_topic_router_native::fuzzing::arbitrary_keys`.
+//! cargo-fuzz target; the body lives in `spark_topic_router_core::fuzzing::arbitrary_keys`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    spark_topic_router_native::fuzzing::arbitrary_keys(data);
+    spark_topic_router_core::fuzzing::arbitrary_keys(data);
 });

@@ -1,8 +1,8 @@
-//! cargo-fuzz target; the body lives in `spark_topic_router_native::fuzzing::decode_arbitrary`.
+//! cargo-fuzz target; the body lives in `spark_topic_router_core::fuzzing::decode_arbitrary`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    spark_topic_router_native::fuzzing::decode_arbitrary(data);
+    spark_topic_router_core::fuzzing::decode_arbitrary(data);
 });

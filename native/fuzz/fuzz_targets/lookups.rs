@@ -1,8 +1,8 @@
-//! cargo-fuzz target; the body lives in `spark_topic_router_native::fuzzing::lookups_agree`.
+//! cargo-fuzz target; the body lives in `spark_topic_router_core::fuzzing::lookups_agree`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    spark_topic_router_native::fuzzing::lookups_agree(data);
+    spark_topic_router_core::fuzzing::lookups_agree(data);
 });
