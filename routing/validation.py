@@ -49,74 +49,80 @@ _SUBSCRIPTION_COUNT_RULE = next(rule for rule in HOLDING_RULES if rule.reason ==
 _MATCH_COST_RULE = next(rule for rule in HOLDING_RULES if rule.reason == MATCH_COST_EXCEEDED)
 
 
-class _Value:
-    """A key, pattern or subscriber id under judgement, measured only as far as its rules get.
+# Enum members as module names: looking one up on its class costs more than the check it names.
+_PRESENT, _UTF8, _NON_EMPTY, _STRICT_WORDS = Check.PRESENT, Check.UTF8, Check.NON_EMPTY, Check.STRICT_WORDS
+_BYTES, _WORDS, _HASH_WORDS = Check.BYTES, Check.WORDS, Check.HASH_WORDS
 
-    Off the wire it is bytes (``raw``) until the UTF-8 rule decodes it; given as ``str`` it is ``text`` from the
-    start (present, and UTF-8 as the grammar checked). A message shows the bytes until they are decoded.
+
+def _first_broken(
+    rules: tuple[Rule, ...],
+    policy: Policy,
+    limits: Limits,
+    *,
+    raw: bytes | None = None,
+    text: str | None = None,
+    words: list[str] | None = None,
+    exempt: tuple[str, ...] = (),
+    shown: str | None = None,
+) -> tuple[str | None, list[str] | None]:
+    """Apply ``rules`` in order to one value; raise the error of the first broken, else return (text, words).
+
+    A value off the wire is bytes (``raw``) until the UTF-8 rule decodes it, and an error shows the bytes until
+    then; a value given as ``str`` is ``text`` from the start (present, and UTF-8 as the grammar checked it).
+    ``exempt``: words the strict policy does not judge (a pattern's wildcards). ``shown``: what an error shows
+    instead of the value. One function and no call per rule: the refresh job validates every event with it.
     """
-
-    __slots__ = ("_words", "exempt", "raw", "shown_as", "text")
-
-    def __init__(
-        self,
-        *,
-        raw: bytes | None = None,
-        text: str | None = None,
-        exempt: tuple[str, ...] = (),
-        shown_as: str | None = None,
-    ) -> None:
-        self.raw = raw
-        self.text = text
-        #: Words the strict policy does not judge (a pattern's wildcards).
-        self.exempt = exempt
-        self.shown_as = shown_as
-        self._words: list[str] | None = None
-
-    @property
-    def shown(self) -> object:
-        if self.shown_as is not None:
-            return self.shown_as
-        return self.raw if self.text is None else self.text
-
-    def words(self) -> list[str]:
-        if self._words is None:
-            assert self.text is not None, "words are counted after the UTF-8 rule"
-            self._words = split_words(self.text)
-        return self._words
-
-    def measure(self, check: Check) -> int:
-        """What a rule with a limit measures."""
-        if check is Check.BYTES:
-            return len(self.raw) if self.raw is not None else len((self.text or "").encode("utf-8"))
-        if check is Check.WORDS:
-            return len(self.words())
-        if check is Check.HASH_WORDS:
-            return self.words().count(HASH)
-        raise AssertionError(f"the validator has no measure for {check}")
-
-    def fault(self, rule: Rule) -> str | None:
-        """How a rule without a limit is broken (its message), or ``None`` when it holds."""
+    for rule in rules:
+        if rule.policy is not None and rule.policy is not policy:
+            continue
         check = rule.check
-        if check is Check.PRESENT:
-            return rule.rule if self.raw is None and self.text is None else None
-        if check is Check.UTF8:
-            if self.text is None and self.raw is not None:
+        fault: str | None = None
+        if rule.limit is not None:
+            if check is _BYTES:
+                actual = len(raw) if raw is not None else len((text or "").encode("utf-8"))
+            else:
+                if words is None:
+                    assert text is not None, "words are counted after the UTF-8 rule"
+                    words = split_words(text)
+                if check is _WORDS:
+                    actual = len(words)
+                elif check is _HASH_WORDS:
+                    actual = words.count(HASH)
+                else:
+                    raise AssertionError(f"the validator has no measure for {check}")
+            limit: int = getattr(limits, rule.limit)
+            if actual > limit:
+                subject = shown if shown is not None else raw if text is None else text
+                raise error_for(rule.reason)(
+                    subject, rule.rule, limit_name=rule.limit, limit_value=limit, actual=actual
+                )
+            continue
+        if check is _PRESENT:
+            if raw is None and text is None:
+                fault = rule.rule
+        elif check is _UTF8:
+            if text is None and raw is not None:
                 try:
-                    self.text = self.raw.decode("utf-8")
+                    text = raw.decode("utf-8")
                 except UnicodeDecodeError as error:
-                    return f"{rule.rule} ({error.reason} at byte {error.start})"
-            return None
-        if check is Check.NON_EMPTY:
-            return rule.rule if self.text == "" else None
-        if check is Check.STRICT_WORDS:
-            for word in self.words():
-                if word not in self.exempt:
+                    fault = f"{rule.rule} ({error.reason} at byte {error.start})"
+        elif check is _NON_EMPTY:
+            if text == "":
+                fault = rule.rule
+        elif check is _STRICT_WORDS:
+            if words is None:
+                assert text is not None, "words are judged after the UTF-8 rule"
+                words = split_words(text)
+            for word in words:
+                if word not in exempt:
                     fault = strict_word_fault(word)
                     if fault is not None:
-                        return fault
-            return None
-        raise AssertionError(f"the validator has no check for {check}")
+                        break
+        else:
+            raise AssertionError(f"the validator has no check for {check}")
+        if fault is not None:
+            raise error_for(rule.reason)(shown if shown is not None else raw if text is None else text, fault)
+    return text, words
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,17 +146,6 @@ class Validator:
 
     # Every check applies the rules of routing.grammar in their declared order: the first broken raises.
 
-    def _apply(self, rules: tuple[Rule, ...], value: _Value) -> None:
-        for rule in rules:
-            if not rule.applies(self.policy):
-                continue
-            if rule.limit is None:
-                fault = value.fault(rule)
-                if fault is not None:
-                    raise error_for(rule.reason)(value.shown, fault)
-            else:
-                self._at_most(rule, value.shown, value.measure(rule.check))
-
     def _at_most(self, rule: Rule, shown: object, actual: int) -> None:
         assert rule.limit is not None
         limit: int = getattr(self.limits, rule.limit)
@@ -161,30 +156,27 @@ class Validator:
 
     def decode_key(self, raw: bytes | None) -> str:
         """Routing key bytes off the wire, decoded and validated (``None`` is ``null_key``)."""
-        value = _Value(raw=raw)
-        self._apply(KEY_RULES, value)
-        assert value.text is not None
-        return value.text
+        key, _ = _first_broken(KEY_RULES, self.policy, self.limits, raw=raw)
+        assert key is not None
+        return key
 
     def validate_key(self, key: str) -> list[str]:
         """The key's words, or a :class:`TopicError` naming the rule it breaks."""
-        value = _Value(text=key)
-        value._words = key_words(key)  # the grammar's check: a str, UTF-8
-        self._apply(KEY_RULES, value)
-        return value._words
+        words = key_words(key)  # the grammar's check: a str, UTF-8
+        _first_broken(KEY_RULES, self.policy, self.limits, text=key, words=words)
+        return words
 
     # -- patterns ----------------------------------------------------------
 
     def validate_pattern(self, pattern: str) -> list[str]:
         """The pattern's words, or a :class:`TopicError` naming the rule it breaks."""
-        value = _Value(text=pattern, exempt=WILDCARDS)
-        value._words = pattern_words(pattern)  # the grammar's check: a str, UTF-8
-        self._apply(PATTERN_RULES, value)
-        return value._words
+        words = pattern_words(pattern)  # the grammar's check: a str, UTF-8
+        _first_broken(PATTERN_RULES, self.policy, self.limits, text=pattern, words=words, exempt=WILDCARDS)
+        return words
 
     def validate_subscriber(self, subscriber: str) -> str:
         check_subscriber(subscriber)  # the grammar's check: a str, UTF-8, not empty
-        self._apply(SUBSCRIBER_RULES, _Value(text=subscriber))
+        _first_broken(SUBSCRIBER_RULES, self.policy, self.limits, text=subscriber)
         return subscriber
 
     def check_subscription_count(self, subscriber: str, count: int) -> None:
@@ -207,7 +199,7 @@ class Validator:
 
     def check_payload(self, payload: bytes | None) -> None:
         raw = b"" if payload is None else payload
-        self._apply(PAYLOAD_RULES, _Value(raw=raw, shown_as=f"<{len(raw)} bytes>"))
+        _first_broken(PAYLOAD_RULES, self.policy, self.limits, raw=raw, shown=f"<{len(raw)} bytes>")
 
     def check_fanout(self, key: str, subscribers: int) -> None:
         self._at_most(FANOUT_RULE, key, subscribers)
