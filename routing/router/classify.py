@@ -6,20 +6,13 @@ and judged by the rules of :data:`routing.grammar.KEY_RULES` then
 :meth:`routing.validation.Validator.decode_key` followed by
 :meth:`~routing.validation.Validator.check_payload` applies them; the first rule
 broken names the dead-letter reason. Each rule's check becomes one SQL
-condition here (:func:`_condition`):
-
-==================  ==========================================================
-``null_key``        no key (a null Kafka key, a missing header, a JSON value
-                    without the field or that is not JSON)
-``key_too_long``    more than ``max_key_bytes`` UTF-8 bytes
-``invalid_key``     not UTF-8, or (strict policy) a word outside [A-Za-z0-9_-]+
-``too_many_words``  more than ``max_key_words`` words
-``payload_too_large``  a value over ``max_payload_bytes``
-==================  ==========================================================
+condition (:func:`_condition`) and its ``rule`` column the limit and its value,
+or what was wrong (:func:`_description`). ``null_key`` is a null Kafka key, a
+missing header, or a JSON value without the field or that is not JSON.
 
 These are Spark SQL expressions: vectorized in the JVM, with no Python per
-row. ``tests/integration/test_router_classify.py`` checks them against the
-Python validator on hostile bytes.
+row. ``tests/integration/test_router_classify.py`` runs them on the cases of
+``tests/rules.tsv`` and checks them against the Python validator on hostile bytes.
 """
 
 from __future__ import annotations
