@@ -139,14 +139,23 @@ def test_the_native_reason_codes_are_the_declarations() -> None:
     reported = {bulk_outcome(case, case.limits) for case in BULK_CASES} - {None}
     assert reported == declared
     # The codes the native crate spells out (its `pub mod reason`, wherever the workspace keeps it).
-    blocks = [
-        block
-        for source in NATIVE.rglob("*.rs")
-        if "/target/" not in source.as_posix()
-        for block in re.findall(r"pub mod reason \{(.*?)\n\}", source.read_text(encoding="utf-8"), re.S)
-    ]
+    blocks = [block for text in native_sources() for block in re.findall(r"pub mod reason \{(.*?)\n\}", text, re.S)]
     assert len(blocks) == 1, "one `pub mod reason` in the native crates"
     assert set(re.findall(r'pub const \w+: &str = "(\w+)";', blocks[0])) == declared
+
+
+def native_sources() -> list[str]:
+    return [source.read_text(encoding="utf-8") for source in NATIVE.rglob("*.rs") if "target" not in source.parts]
+
+
+def test_the_native_words_are_the_declarations() -> None:
+    """The native crate spells the separator and wildcards out too (its matchers run ``tests/validity.tsv``)."""
+    spelled = [
+        found
+        for text in native_sources()
+        for found in re.findall(r"pub const (SEPARATOR|STAR|HASH): (?:char|&str) = ['\"](.+?)['\"];", text)
+    ]
+    assert sorted(spelled) == sorted([("SEPARATOR", grammar.SEPARATOR), ("STAR", grammar.STAR), ("HASH", grammar.HASH)])
 
 
 @pytest.mark.parametrize(("subject", "rules"), SUBJECT_RULES.items())
