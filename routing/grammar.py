@@ -7,7 +7,7 @@ policy) is the table they are all tested against:
 * :class:`routing.validation.Validator` applies the rules in Python (``tests/test_grammar.py``);
 * :mod:`routing.router.classify` builds its Spark SQL from :data:`KEY_RULES` and
   :data:`PAYLOAD_RULES`, so the JVM judges each Kafka record with no Python per record
-  (``tests/integration/test_grammar_sql.py``);
+  (``tests/integration/test_router_classify.py``);
 * the native bulk loads (``check_row`` in the native crate's ``bulk.rs``) apply the amqp-policy
   rules of :data:`PATTERN_RULES` then :data:`SUBSCRIBER_RULES`, all but the UTF-8 one, which Arrow
   applies to a whole column (``tests/test_grammar.py`` runs the table through them);
@@ -19,7 +19,8 @@ empty words are real words (``"a..b"`` has three). In a pattern, a word that is 
 text they are literals. Matching itself is :mod:`routing.topic`.
 
 **Rules.** Each subject's rules are listed in the order they are checked; the first one broken
-names the reason code, which the dead-letter and reject tables store (never rename one). A rule
+names the reason code, which the dead-letter and reject tables store (never rename one). A
+subscription event checks its subscriber before its pattern, a bulk row its pattern first. A rule
 with a ``limit`` is broken when its measure exceeds that :class:`routing.limits.Limits` field (the
 limit itself is allowed); a rule with a ``policy`` applies under that policy only.
 
@@ -160,7 +161,8 @@ class Rule:
 #: What a ``str`` that does not encode as UTF-8 (a lone surrogate) is told, whatever its subject.
 NOT_UTF8_TEXT = "is not valid UTF-8 text (it contains a lone surrogate)"
 
-#: A routing key, as bytes off the wire (Kafka key, header or JSON field).
+#: A routing key, as bytes off the wire (Kafka key, header or JSON field). Given as ``str``
+#: (:meth:`routing.validation.Validator.validate_key`) it is UTF-8-checked first, as every ``str``.
 KEY_RULES: tuple[Rule, ...] = (
     Rule(NULL_KEY, Check.PRESENT, "message has no routing key"),
     Rule(KEY_TOO_LONG, Check.BYTES, "routing key is too long", limit="max_key_bytes"),
@@ -195,10 +197,12 @@ PAYLOAD_RULES: tuple[Rule, ...] = (
 #: A message once matched: the subscribers it fans out to (:mod:`udfs.route`).
 FANOUT_RULE = Rule(FANOUT_LIMIT, Check.COUNT, "message matches too many subscribers", limit="max_fanout")
 
-#: A subscribe the ``[acl]`` rules refuse: checked after its subscriber and pattern rules.
+#: A subscribe the ``[acl]`` rules refuse: checked after its subscriber and pattern rules
+#: (:mod:`routing.acl` words the message: which subscriber, and why).
 ACL_RULE = Rule(FORBIDDEN_PATTERN, Check.ALLOWED, "subscriber may not hold it")
 
-#: A subscribe judged against what is already held, per refresh batch (:mod:`routing.subscriptions.table`).
+#: A subscribe judged against what is already held, in this order, per refresh batch
+#: (:mod:`routing.subscriptions.table`, whose SQL words each reject's detail).
 HOLDING_RULES: tuple[Rule, ...] = (
     Rule(
         SUBSCRIPTION_TABLE_FULL,
