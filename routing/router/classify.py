@@ -132,8 +132,10 @@ def classify_projections(
 
 
 def _condition(rule: Rule, limits: Limits, raw: Column, text: Column | None) -> Column:
-    """The SQL that is true when ``rule`` is broken, over the value's bytes (``raw``) and its text (``None``: a payload,
-    which has no text and whose absence is 0 bytes)."""
+    """The SQL that is true when ``rule`` is broken, over the value's bytes ``raw`` and its ``text``.
+
+    A payload has no text (``None``), and a missing payload has 0 bytes.
+    """
     from pyspark.sql import functions as F
 
     limit = F.lit(getattr(limits, rule.limit)) if rule.limit is not None else None
