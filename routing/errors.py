@@ -4,14 +4,16 @@ Every error names the offending text, the rule it broke (a stable ``reason``
 code, the same one the stream writes into its dead-letter table) and, where a
 limit was involved, the limit's name and value.
 
-Each class carries its reason code (``reason``), and this module is the one
-home of the codes: :data:`DEAD_LETTER_ERRORS` lists the errors a routed message
-can be dead-lettered for, and :data:`DEAD_LETTER_REASONS` (the dead-letter
-table's ``reason`` values and the metrics' ``dead_<reason>`` columns) is
-derived from it. The codes are stored in tables on disk: never rename one.
+The codes and the rules that give them are declared in :mod:`routing.grammar`;
+each class here carries one of those codes (``reason``), and :func:`error_for`
+names the class of a code. :data:`DEAD_LETTER_ERRORS` and
+:data:`SUBSCRIPTION_REJECT_ERRORS` are the classes of the grammar's derived
+reason lists. The codes are stored in tables on disk: never rename one.
 """
 
 from __future__ import annotations
+
+from routing import grammar
 
 
 def _shorten(text: object, keep: int = 80) -> str:
@@ -61,100 +63,97 @@ class TopicError(ValueError):
 class InvalidKeyError(TopicError):
     """A routing key that the active policy does not accept."""
 
-    reason = "invalid_key"
+    reason = grammar.INVALID_KEY
     kind = "routing key"
 
 
 class NullKeyError(InvalidKeyError):
     """The message has no routing key at all (as opposed to the empty key)."""
 
-    reason = "null_key"
+    reason = grammar.NULL_KEY
 
 
 class KeyTooLongError(InvalidKeyError):
-    reason = "key_too_long"
+    reason = grammar.KEY_TOO_LONG
 
 
 class TooManyWordsError(InvalidKeyError):
-    reason = "too_many_words"
+    reason = grammar.TOO_MANY_WORDS
 
 
 class InvalidPatternError(TopicError):
     """A subscription pattern that the active policy does not accept."""
 
-    reason = "invalid_pattern"
+    reason = grammar.INVALID_PATTERN
     kind = "pattern"
 
 
 class PatternTooLongError(InvalidPatternError):
-    reason = "pattern_too_long"
+    reason = grammar.PATTERN_TOO_LONG
 
 
 class PatternTooManyWordsError(InvalidPatternError):
-    reason = "pattern_too_many_words"
+    reason = grammar.PATTERN_TOO_MANY_WORDS
 
 
 class TooManyHashWordsError(InvalidPatternError):
-    reason = "too_many_hash_words"
+    reason = grammar.TOO_MANY_HASH_WORDS
 
 
 class ForbiddenPatternError(InvalidPatternError):
     """A pattern the ``[acl]`` rules do not let this subscriber hold (:mod:`routing.acl`)."""
 
-    reason = "forbidden_pattern"
+    reason = grammar.FORBIDDEN_PATTERN
 
 
 class InvalidSubscriberError(TopicError):
-    reason = "invalid_subscriber"
+    reason = grammar.INVALID_SUBSCRIBER
     kind = "subscriber"
 
 
 class TooManySubscriptionsError(InvalidSubscriberError):
-    reason = "too_many_subscriptions"
+    reason = grammar.TOO_MANY_SUBSCRIPTIONS
 
 
 class MatchCostError(InvalidSubscriberError):
     """A subscribe that would take a subscriber's patterns past ``limits.max_match_cost_per_subscriber``."""
 
-    reason = "match_cost_exceeded"
+    reason = grammar.MATCH_COST_EXCEEDED
 
 
 class PayloadTooLargeError(TopicError):
-    reason = "payload_too_large"
+    reason = grammar.PAYLOAD_TOO_LARGE
     kind = "payload"
 
 
 class FanoutLimitError(TopicError):
-    reason = "fanout_limit"
+    reason = grammar.FANOUT_LIMIT
     kind = "routing key"
 
 
-#: The errors a routed message is dead-lettered for, in the order the router checks them: the JVM's
-#: classification (:mod:`routing.router.classify`, the order of ``Validator.decode_key`` then
-#: ``check_payload``), then the fan-out limit after matching (:mod:`udfs.route`).
-DEAD_LETTER_ERRORS: tuple[type[TopicError], ...] = (
-    NullKeyError,
-    KeyTooLongError,
-    InvalidKeyError,
-    TooManyWordsError,
-    PayloadTooLargeError,
-    FanoutLimitError,
-)
+def _classes(error: type[TopicError]) -> list[type[TopicError]]:
+    return [error, *(below for sub in error.__subclasses__() for below in _classes(sub))]
+
+
+#: The class of every reason code that has one (the grammar's ``null_pattern``, ``null_subscriber`` and
+#: ``subscription_table_full`` are reported as codes alone: a bulk load's bad rows, a refresh batch's rejects).
+_ERROR_FOR_REASON: dict[str, type[TopicError]] = {error.reason: error for error in _classes(TopicError)[1:]}
+
+
+def error_for(reason: str) -> type[TopicError]:
+    """The error class of grammar reason code ``reason`` (a ``KeyError`` for a code without one)."""
+    return _ERROR_FOR_REASON[reason]
+
+
+#: The errors a routed message is dead-lettered for, in the order the router checks them
+#: (:data:`routing.grammar.DEAD_LETTER_REASONS`).
+DEAD_LETTER_ERRORS: tuple[type[TopicError], ...] = tuple(map(error_for, grammar.DEAD_LETTER_REASONS))
 
 #: Every dead-letter reason the router writes, in that order.
-DEAD_LETTER_REASONS: tuple[str, ...] = tuple(error.reason for error in DEAD_LETTER_ERRORS)
+DEAD_LETTER_REASONS: tuple[str, ...] = grammar.DEAD_LETTER_REASONS
 
-#: The errors a subscription event's fields can be rejected for (the validator's subscriber and pattern checks), beside
-#: the event-level codes of :mod:`routing.subscriptions.events` (``PARSE_REASONS`` there is both together). Per-batch,
-#: the refresh job also rejects :class:`TooManySubscriptionsError`, :class:`MatchCostError` and
-#: ``subscription_table_full``.
-#: :class:`ForbiddenPatternError` is a subscribe the ``[acl]`` rules forbid (checked last), and also the recorded
-#: reason of a held subscription that tightened rules deactivated.
-SUBSCRIPTION_REJECT_ERRORS: tuple[type[TopicError], ...] = (
-    InvalidSubscriberError,
-    InvalidPatternError,
-    PatternTooLongError,
-    PatternTooManyWordsError,
-    TooManyHashWordsError,
-    ForbiddenPatternError,
-)
+#: The errors a subscription event's fields can be rejected for (the validator's subscriber and pattern checks, then
+#: the ``[acl]`` rules), beside the event-level codes of :mod:`routing.subscriptions.events` (``PARSE_REASONS`` there
+#: is both together). Per batch, the refresh job also rejects by :data:`routing.grammar.HOLDING_RULES`.
+#: :class:`ForbiddenPatternError` is also the recorded reason of a held subscription that tightened rules deactivated.
+SUBSCRIPTION_REJECT_ERRORS: tuple[type[TopicError], ...] = tuple(map(error_for, grammar.SUBSCRIPTION_FIELD_REASONS))

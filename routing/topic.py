@@ -10,10 +10,11 @@
   key are plain text.
 * Matching is case-sensitive on the exact text; nothing is normalised.
 
-This module is the *grammar* only: the one check every matcher applies is that
-a key or pattern is a ``str`` that encodes as UTF-8 (so the native matcher and
-the Python matchers accept exactly the same inputs). Policies and limits are a
-separate layer, :mod:`routing.validation`.
+The words and wildcards are declared in :mod:`routing.grammar`, with every rule a
+key, a pattern or a subscriber meets. This module is matching: the one check
+every matcher applies is that a key or pattern is a ``str`` that encodes as
+UTF-8 (so the native matcher and the Python matchers accept exactly the same
+inputs). Policies and limits are a separate layer, :mod:`routing.validation`.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from routing.errors import InvalidKeyError, InvalidPatternError, InvalidSubscriberError
+from routing.grammar import HASH as HASH
+from routing.grammar import NOT_UTF8_TEXT, SUBSCRIBER_RULES, WILDCARDS, Check
+from routing.grammar import SEPARATOR as SEPARATOR
+from routing.grammar import STAR as STAR
 
-SEPARATOR = "."
-STAR = "*"
-HASH = "#"
+#: What an empty subscriber id is told (its rule in :data:`routing.grammar.SUBSCRIBER_RULES`).
+_EMPTY_SUBSCRIBER = next(rule.rule for rule in SUBSCRIBER_RULES if rule.check is Check.NON_EMPTY)
 
 
 def split_words(text: str) -> list[str]:
@@ -38,7 +42,7 @@ def _check_text(text: object, error: type[InvalidKeyError | InvalidPatternError 
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise error(text, "is not valid UTF-8 text (it contains a lone surrogate)") from None
+        raise error(text, NOT_UTF8_TEXT) from None
     return text
 
 
@@ -56,7 +60,7 @@ def check_subscriber(subscriber: object) -> str:
     """Subscriber ids are opaque non-empty strings."""
     text = _check_text(subscriber, InvalidSubscriberError)
     if not text:
-        raise InvalidSubscriberError(text, "subscriber id must not be empty")
+        raise InvalidSubscriberError(text, _EMPTY_SUBSCRIBER)
     return text
 
 
@@ -74,7 +78,7 @@ def match_cost(words: Sequence[str], max_key_words: int) -> int:
 
 
 def has_wildcard(words: Sequence[str]) -> bool:
-    return any(word in (STAR, HASH) for word in words)
+    return any(word in WILDCARDS for word in words)
 
 
 def words_match(pattern: Sequence[str], key: Sequence[str]) -> bool:

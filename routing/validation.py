@@ -2,7 +2,9 @@
 
 Matchers check only the grammar (:mod:`routing.topic`). Everything a deployment
 may want to bound or forbid lives here, so the subscription table and the
-stream reject the same inputs for the same reasons:
+stream reject the same inputs for the same reasons. The rules themselves, their
+order, limits, policies and reason codes, are declared in :mod:`routing.grammar`;
+a :class:`Validator` applies them with one policy and one set of limits:
 
 * ``amqp`` (the default) accepts everything RabbitMQ accepts, within the limits:
   any UTF-8 text, empty words, control characters.
@@ -20,46 +22,107 @@ everything): :meth:`Validator.check_allowed` is where a subscribe is refused ``f
 from __future__ import annotations
 
 import dataclasses
-import enum
-import re
 
 from routing.acl import ALLOW_ALL, AclRules
-from routing.config import ConfigError
-from routing.errors import (
-    FanoutLimitError,
-    InvalidKeyError,
-    InvalidPatternError,
-    InvalidSubscriberError,
-    KeyTooLongError,
-    MatchCostError,
-    NullKeyError,
-    PatternTooLongError,
-    PatternTooManyWordsError,
-    PayloadTooLargeError,
-    TooManyHashWordsError,
-    TooManySubscriptionsError,
-    TooManyWordsError,
+from routing.errors import error_for
+from routing.grammar import (
+    FANOUT_RULE,
+    HASH,
+    HOLDING_RULES,
+    KEY_RULES,
+    MATCH_COST_EXCEEDED,
+    PATTERN_RULES,
+    PAYLOAD_RULES,
+    SUBSCRIBER_RULES,
+    TOO_MANY_SUBSCRIPTIONS,
+    WILDCARDS,
+    Check,
+    Rule,
+    strict_word_fault,
 )
+from routing.grammar import Policy as Policy
 from routing.limits import DEFAULT_LIMITS, Limits
-from routing.topic import HASH, STAR, check_subscriber, key_words, match_cost, pattern_words
+from routing.topic import check_subscriber, key_words, match_cost, pattern_words, split_words
 
-STRICT_WORD = re.compile(r"[A-Za-z0-9_-]+")
-CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: The holding rules this validator applies (the refresh job applies ``subscription_table_full`` itself).
+_SUBSCRIPTION_COUNT_RULE = next(rule for rule in HOLDING_RULES if rule.reason == TOO_MANY_SUBSCRIPTIONS)
+_MATCH_COST_RULE = next(rule for rule in HOLDING_RULES if rule.reason == MATCH_COST_EXCEEDED)
 
 
-class Policy(enum.Enum):
-    AMQP = "amqp"
-    STRICT = "strict"
+# Enum members as module names: looking one up on its class costs more than the check it names.
+_PRESENT, _UTF8, _NON_EMPTY, _STRICT_WORDS = Check.PRESENT, Check.UTF8, Check.NON_EMPTY, Check.STRICT_WORDS
+_BYTES, _WORDS, _HASH_WORDS = Check.BYTES, Check.WORDS, Check.HASH_WORDS
 
-    @classmethod
-    def parse(cls, value: str | Policy) -> Policy:
-        if isinstance(value, Policy):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            known = ", ".join(policy.value for policy in cls)
-            raise ConfigError(f"unknown validation policy {value!r} (known: {known})") from None
+
+def _first_broken(
+    rules: tuple[Rule, ...],
+    policy: Policy,
+    limits: Limits,
+    *,
+    raw: bytes | None = None,
+    text: str | None = None,
+    words: list[str] | None = None,
+    exempt: tuple[str, ...] = (),
+    shown: str | None = None,
+) -> tuple[str | None, list[str] | None]:
+    """Apply ``rules`` in order to one value; raise the error of the first broken, else return (text, words).
+
+    A value off the wire is bytes (``raw``) until the UTF-8 rule decodes it, and an error shows the bytes until
+    then; a value given as ``str`` is ``text`` from the start (present, and UTF-8 as the grammar checked it).
+    ``exempt``: words the strict policy does not judge (a pattern's wildcards). ``shown``: what an error shows
+    instead of the value. One function and no call per rule: the refresh job validates every event with it.
+    """
+    for rule in rules:
+        if rule.policy is not None and rule.policy is not policy:
+            continue
+        check = rule.check
+        fault: str | None = None
+        if rule.limit is not None:
+            if check is _BYTES:
+                actual = len(raw) if raw is not None else len((text or "").encode("utf-8"))
+            else:
+                if words is None:
+                    assert text is not None, "words are counted after the UTF-8 rule"
+                    words = split_words(text)
+                if check is _WORDS:
+                    actual = len(words)
+                elif check is _HASH_WORDS:
+                    actual = words.count(HASH)
+                else:
+                    raise AssertionError(f"the validator has no measure for {check}")
+            limit: int = getattr(limits, rule.limit)
+            if actual > limit:
+                subject = shown if shown is not None else raw if text is None else text
+                raise error_for(rule.reason)(
+                    subject, rule.rule, limit_name=rule.limit, limit_value=limit, actual=actual
+                )
+            continue
+        if check is _PRESENT:
+            if raw is None and text is None:
+                fault = rule.rule
+        elif check is _UTF8:
+            if text is None and raw is not None:
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    fault = f"{rule.rule} ({error.reason} at byte {error.start})"
+        elif check is _NON_EMPTY:
+            if text == "":
+                fault = rule.rule
+        elif check is _STRICT_WORDS:
+            if words is None:
+                assert text is not None, "words are judged after the UTF-8 rule"
+                words = split_words(text)
+            for word in words:
+                if word not in exempt:
+                    fault = strict_word_fault(word)
+                    if fault is not None:
+                        break
+        else:
+            raise AssertionError(f"the validator has no check for {check}")
+        if fault is not None:
+            raise error_for(rule.reason)(shown if shown is not None else raw if text is None else text, fault)
+    return text, words
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,113 +144,44 @@ class Validator:
 
     # The configured validator is ``routing.settings.load_settings(...).validator()``: one loader for every section.
 
+    # Every check applies the rules of routing.grammar in their declared order: the first broken raises.
+
+    def _at_most(self, rule: Rule, shown: object, actual: int) -> None:
+        assert rule.limit is not None
+        limit: int = getattr(self.limits, rule.limit)
+        if actual > limit:
+            raise error_for(rule.reason)(shown, rule.rule, limit_name=rule.limit, limit_value=limit, actual=actual)
+
     # -- routing keys ------------------------------------------------------
 
     def decode_key(self, raw: bytes | None) -> str:
         """Routing key bytes off the wire, decoded and validated (``None`` is ``null_key``)."""
-        if raw is None:
-            raise NullKeyError(None, "message has no routing key")
-        if len(raw) > self.limits.max_key_bytes:
-            raise KeyTooLongError(
-                raw,
-                "routing key is too long",
-                limit_name="max_key_bytes",
-                limit_value=self.limits.max_key_bytes,
-                actual=len(raw),
-            )
-        try:
-            key = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            rule = f"routing key is not valid UTF-8 ({error.reason} at byte {error.start})"
-            raise InvalidKeyError(raw, rule) from None
-        self.validate_key(key)
+        key, _ = _first_broken(KEY_RULES, self.policy, self.limits, raw=raw)
+        assert key is not None
         return key
 
     def validate_key(self, key: str) -> list[str]:
         """The key's words, or a :class:`TopicError` naming the rule it breaks."""
-        words = key_words(key)
-        size = len(key.encode("utf-8"))
-        if size > self.limits.max_key_bytes:
-            raise KeyTooLongError(
-                key,
-                "routing key is too long",
-                limit_name="max_key_bytes",
-                limit_value=self.limits.max_key_bytes,
-                actual=size,
-            )
-        if len(words) > self.limits.max_key_words:
-            raise TooManyWordsError(
-                key,
-                "routing key has too many words",
-                limit_name="max_key_words",
-                limit_value=self.limits.max_key_words,
-                actual=len(words),
-            )
-        if self.policy is Policy.STRICT:
-            for word in words:
-                self._check_strict_word(key, word, InvalidKeyError)
+        words = key_words(key)  # the grammar's check: a str, UTF-8
+        _first_broken(KEY_RULES, self.policy, self.limits, text=key, words=words)
         return words
 
     # -- patterns ----------------------------------------------------------
 
     def validate_pattern(self, pattern: str) -> list[str]:
         """The pattern's words, or a :class:`TopicError` naming the rule it breaks."""
-        words = pattern_words(pattern)
-        size = len(pattern.encode("utf-8"))
-        if size > self.limits.max_pattern_bytes:
-            raise PatternTooLongError(
-                pattern,
-                "pattern is too long",
-                limit_name="max_pattern_bytes",
-                limit_value=self.limits.max_pattern_bytes,
-                actual=size,
-            )
-        if len(words) > self.limits.max_pattern_words:
-            raise PatternTooManyWordsError(
-                pattern,
-                "pattern has too many words",
-                limit_name="max_pattern_words",
-                limit_value=self.limits.max_pattern_words,
-                actual=len(words),
-            )
-        hashes = words.count(HASH)
-        if hashes > self.limits.max_hash_words:
-            raise TooManyHashWordsError(
-                pattern,
-                "pattern has too many '#' words",
-                limit_name="max_hash_words",
-                limit_value=self.limits.max_hash_words,
-                actual=hashes,
-            )
-        if self.policy is Policy.STRICT:
-            for word in words:
-                if word not in (STAR, HASH):
-                    self._check_strict_word(pattern, word, InvalidPatternError)
+        words = pattern_words(pattern)  # the grammar's check: a str, UTF-8
+        _first_broken(PATTERN_RULES, self.policy, self.limits, text=pattern, words=words, exempt=WILDCARDS)
         return words
 
     def validate_subscriber(self, subscriber: str) -> str:
-        check_subscriber(subscriber)
-        size = len(subscriber.encode("utf-8"))
-        if size > self.limits.max_subscriber_bytes:
-            raise InvalidSubscriberError(
-                subscriber,
-                "subscriber id is too long",
-                limit_name="max_subscriber_bytes",
-                limit_value=self.limits.max_subscriber_bytes,
-                actual=size,
-            )
+        check_subscriber(subscriber)  # the grammar's check: a str, UTF-8, not empty
+        _first_broken(SUBSCRIBER_RULES, self.policy, self.limits, text=subscriber)
         return subscriber
 
     def check_subscription_count(self, subscriber: str, count: int) -> None:
         """Raise when ``subscriber`` would hold ``count`` patterns, past the limit."""
-        if count > self.limits.max_subscriptions_per_subscriber:
-            raise TooManySubscriptionsError(
-                subscriber,
-                "subscriber holds too many subscriptions",
-                limit_name="max_subscriptions_per_subscriber",
-                limit_value=self.limits.max_subscriptions_per_subscriber,
-                actual=count,
-            )
+        self._at_most(_SUBSCRIPTION_COUNT_RULE, subscriber, count)
 
     def match_cost(self, pattern: str) -> int:
         """The lookup states ``pattern`` can add to matching one key (:func:`routing.topic.match_cost`)."""
@@ -195,14 +189,7 @@ class Validator:
 
     def check_match_cost(self, subscriber: str, cost: int) -> None:
         """Raise when ``subscriber``'s patterns would cost ``cost`` lookup states in all, past the limit."""
-        if cost > self.limits.max_match_cost_per_subscriber:
-            raise MatchCostError(
-                subscriber,
-                "subscriber's patterns would cost too much matching work per routing key",
-                limit_name="max_match_cost_per_subscriber",
-                limit_value=self.limits.max_match_cost_per_subscriber,
-                actual=cost,
-            )
+        self._at_most(_MATCH_COST_RULE, subscriber, cost)
 
     def check_allowed(self, subscriber: str, pattern: str) -> None:
         """Raise :class:`~routing.errors.ForbiddenPatternError` unless ``[acl]`` lets ``subscriber`` hold it."""
@@ -211,36 +198,11 @@ class Validator:
     # -- messages ----------------------------------------------------------
 
     def check_payload(self, payload: bytes | None) -> None:
-        size = 0 if payload is None else len(payload)
-        if size > self.limits.max_payload_bytes:
-            raise PayloadTooLargeError(
-                f"<{size} bytes>",
-                "payload is too large",
-                limit_name="max_payload_bytes",
-                limit_value=self.limits.max_payload_bytes,
-                actual=size,
-            )
+        raw = b"" if payload is None else payload
+        _first_broken(PAYLOAD_RULES, self.policy, self.limits, raw=raw, shown=f"<{len(raw)} bytes>")
 
     def check_fanout(self, key: str, subscribers: int) -> None:
-        if subscribers > self.limits.max_fanout:
-            raise FanoutLimitError(
-                key,
-                "message matches too many subscribers",
-                limit_name="max_fanout",
-                limit_value=self.limits.max_fanout,
-                actual=subscribers,
-            )
-
-    # -- helpers -----------------------------------------------------------
-
-    @staticmethod
-    def _check_strict_word(text: str, word: str, error: type[InvalidKeyError | InvalidPatternError]) -> None:
-        if word == "":
-            raise error(text, "empty words are not allowed under the strict policy")
-        if CONTROL_CHARACTER.search(word):
-            raise error(text, "control characters are not allowed under the strict policy")
-        if not STRICT_WORD.fullmatch(word):
-            raise error(text, f"word {word!r} is not [A-Za-z0-9_-]+ as the strict policy requires")
+        self._at_most(FANOUT_RULE, key, subscribers)
 
 
 DEFAULT_VALIDATOR = Validator()

@@ -1,47 +1,37 @@
 """Judging Kafka records in the JVM before any Python sees them.
 
 The routing key is located (message key, a header, or a field of a JSON value)
-and checked against the same rules, in the same order, as
+and judged by the rules of :data:`routing.grammar.KEY_RULES` then
+:data:`~routing.grammar.PAYLOAD_RULES`, in their order, as
 :meth:`routing.validation.Validator.decode_key` followed by
-:meth:`~routing.validation.Validator.check_payload`; the first rule broken
-names the dead-letter reason (the error class's ``reason``, :mod:`routing.errors`):
-
-==================  ==========================================================
-``null_key``        no key (a null Kafka key, a missing header, a JSON value
-                    without the field or that is not JSON)
-``key_too_long``    more than ``max_key_bytes`` UTF-8 bytes
-``invalid_key``     not UTF-8, or (strict policy) a word outside [A-Za-z0-9_-]+
-``too_many_words``  more than ``max_key_words`` words
-``payload_too_large``  a value over ``max_payload_bytes``
-==================  ==========================================================
+:meth:`~routing.validation.Validator.check_payload` applies them; the first rule
+broken names the dead-letter reason. Each rule's check becomes one SQL
+condition (:func:`_condition`) and its ``rule`` column the limit and its value,
+or what was wrong (:func:`_description`). ``null_key`` is a null Kafka key, a
+missing header, or a JSON value without the field or that is not JSON.
 
 These are Spark SQL expressions: vectorized in the JVM, with no Python per
-row. ``tests/integration/test_router_classify.py`` checks them against the
-Python validator on hostile bytes.
+row. ``tests/integration/test_router_classify.py`` runs them on the cases of
+``tests/rules.tsv`` and checks them against the Python validator on hostile bytes.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from routing.errors import (
-    InvalidKeyError,
-    KeyTooLongError,
-    NullKeyError,
-    PayloadTooLargeError,
-    TooManyWordsError,
-    TopicError,
-)
-from routing.validation import Policy, Validator
+from routing.grammar import KEY_RULES, PAYLOAD_RULES, SEPARATOR, STRICT_WORD, Check, Rule
+from routing.limits import Limits
+from routing.validation import Validator
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from routing.settings import RouterSettings
 
-#: Java regex of a key the strict policy accepts (zero words, or [A-Za-z0-9_-]+ words).
-STRICT_KEY_REGEX = r"^(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)?\z"
+#: Java regex of a key the strict policy accepts: zero words, or words of ``STRICT_WORD`` joined by the separator.
+STRICT_KEY_REGEX = rf"^(?:{STRICT_WORD}(?:{re.escape(SEPARATOR)}{STRICT_WORD})*)?\z"
 
 
 def raw_key_column(router: RouterSettings) -> Column:
@@ -114,22 +104,13 @@ def classify_projections(
         located = raw
     decode = [*keep, located.alias(_RAW), located.cast("string").alias(_TEXT)]
 
-    words = F.when(text == F.lit(""), F.lit(0)).otherwise(
-        F.length(text) - F.length(F.replace(text, F.lit("."), F.lit(""))) + F.lit(1)
-    )
-    # More than max_key_words words means at least max_key_words dots: shorter keys (most) skip the count.
-    too_many_words = (F.octet_length(raw) >= F.lit(limits.max_key_words)) & (words > F.lit(limits.max_key_words))
-    payload_bytes = F.coalesce(F.octet_length(F.col("value")), F.lit(0))
-    checks: list[tuple[Column, type[TopicError], str]] = [
-        (raw.isNull(), NullKeyError, f"routing key missing from {key_source_description(router)}"),
-        (F.octet_length(raw) > F.lit(limits.max_key_bytes), KeyTooLongError, f"max_key_bytes={limits.max_key_bytes}"),
-        (~F.is_valid_utf8(text), InvalidKeyError, "routing key is not valid UTF-8"),
-        (too_many_words, TooManyWordsError, f"max_key_words={limits.max_key_words}"),
+    # (broken, reason code, rule text) per rule in check order: the key's, on its bytes and text, then the payload's.
+    rules = [(rule, raw, text) for rule in KEY_RULES] + [(rule, F.col("value"), None) for rule in PAYLOAD_RULES]
+    checks = [
+        (_condition(rule, limits, value, value_text), rule.reason, _description(rule, limits, router))
+        for rule, value, value_text in rules
+        if rule.applies(validator.policy)
     ]
-    if validator.policy is Policy.STRICT:
-        checks.append((~text.rlike(STRICT_KEY_REGEX), InvalidKeyError, "policy=strict: words of [A-Za-z0-9_-]+"))
-    payload_rule = f"max_payload_bytes={limits.max_payload_bytes}"
-    checks.append((payload_bytes > F.lit(limits.max_payload_bytes), PayloadTooLargeError, payload_rule))
 
     # The first check broken gives the code (its position from 1); 0 is a valid record.
     code: Column | None = None
@@ -140,11 +121,49 @@ def classify_projections(
 
     reason: Column | None = None
     rule: Column | None = None
-    for position, (_, error, description) in enumerate(checks, start=1):
+    for position, (_, reason_code, description) in enumerate(checks, start=1):
         at = F.col(_CODE) == F.lit(position)
-        reason = F.when(at, F.lit(error.reason)) if reason is None else reason.when(at, F.lit(error.reason))
+        reason = F.when(at, F.lit(reason_code)) if reason is None else reason.when(at, F.lit(reason_code))
         rule = F.when(at, F.lit(description)) if rule is None else rule.when(at, F.lit(description))
     assert reason is not None and rule is not None
     valid = F.col(_CODE) == F.lit(0)
     name = [*keep, F.when(valid, text).alias("routing_key"), reason.alias("reason"), rule.alias("rule")]
     return (*locate, decode, judge, name)
+
+
+def _condition(rule: Rule, limits: Limits, raw: Column, text: Column | None) -> Column:
+    """The SQL that is true when ``rule`` is broken, over the value's bytes ``raw`` and its ``text``.
+
+    A payload has no text (``None``), and a missing payload has 0 bytes.
+    """
+    from pyspark.sql import functions as F
+
+    limit = F.lit(getattr(limits, rule.limit)) if rule.limit is not None else None
+    if rule.check is Check.PRESENT:
+        return raw.isNull()
+    if rule.check is Check.BYTES and limit is not None:
+        size = F.coalesce(F.octet_length(raw), F.lit(0)) if text is None else F.octet_length(raw)
+        return size > limit
+    if text is not None:
+        if rule.check is Check.UTF8:
+            return ~F.is_valid_utf8(text)
+        if rule.check is Check.WORDS and limit is not None:
+            words = F.when(text == F.lit(""), F.lit(0)).otherwise(
+                F.length(text) - F.length(F.replace(text, F.lit(SEPARATOR), F.lit(""))) + F.lit(1)
+            )
+            # More than max_key_words words means at least max_key_words dots: shorter keys (most) skip the count.
+            return (F.octet_length(raw) >= limit) & (words > limit)
+        if rule.check is Check.STRICT_WORDS:
+            return ~text.rlike(STRICT_KEY_REGEX)
+    raise ValueError(f"the router's classification has no SQL for the {rule.check.value} check of {rule.reason}")
+
+
+def _description(rule: Rule, limits: Limits, router: RouterSettings) -> str:
+    """The ``rule`` column of a record that broke ``rule``: the limit and its value, or what was wrong."""
+    if rule.limit is not None:
+        return f"{rule.limit}={getattr(limits, rule.limit)}"
+    if rule.check is Check.PRESENT:
+        return f"routing key missing from {key_source_description(router)}"
+    if rule.policy is not None:
+        return f"policy={rule.policy.value}: {rule.rule}"
+    return rule.rule

@@ -57,7 +57,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from routing.errors import SUBSCRIPTION_REJECT_ERRORS, MatchCostError, TopicError
+from routing import grammar
+from routing.errors import SUBSCRIPTION_REJECT_ERRORS, TopicError
 from routing.topic import has_wildcard
 from routing.validation import Validator
 
@@ -72,12 +73,13 @@ MISSING_FIELD = "missing_field"
 INVALID_FIELD_TYPE = "invalid_field_type"
 UNKNOWN_OP = "unknown_op"
 INVALID_TS = "invalid_ts"
-#: Same code as :class:`routing.errors.TooManySubscriptionsError`; decided per batch, not per event.
-TOO_MANY_SUBSCRIPTIONS = "too_many_subscriptions"
-#: Same code as :class:`routing.errors.MatchCostError`; per batch too.
-MATCH_COST_EXCEEDED = MatchCostError.reason
-#: The subscription table already holds ``limits.max_subscriptions_per_table`` active pairs; per batch too.
-SUBSCRIPTION_TABLE_FULL = "subscription_table_full"
+#: The limits decided per batch, not per event (:data:`routing.grammar.HOLDING_RULES`): a subscriber past
+#: ``max_subscriptions_per_subscriber`` (:class:`routing.errors.TooManySubscriptionsError`), past
+#: ``max_match_cost_per_subscriber`` (:class:`routing.errors.MatchCostError`), or a table already holding
+#: ``max_subscriptions_per_table`` active pairs.
+TOO_MANY_SUBSCRIPTIONS = grammar.TOO_MANY_SUBSCRIPTIONS
+MATCH_COST_EXCEEDED = grammar.MATCH_COST_EXCEEDED
+SUBSCRIPTION_TABLE_FULL = grammar.SUBSCRIPTION_TABLE_FULL
 
 EVENT_REASONS = frozenset(
     {

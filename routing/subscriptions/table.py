@@ -66,6 +66,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from routing import delta_tables
+from routing.grammar import HASH, SEPARATOR
 from routing.streaming import (
     AFTER_MERGE,
     BatchCrash,
@@ -446,9 +447,9 @@ def match_cost_column(pattern: Column, max_key_words: int) -> Column:
     """:func:`routing.topic.match_cost` of a pattern column, in Spark SQL (a unit test holds the two equal)."""
     from pyspark.sql import functions as F
 
-    words = F.split(pattern, "[.]", -1)
+    words = F.split(pattern, f"[{SEPARATOR}]", -1)
     count = F.when(pattern == "", F.lit(0)).otherwise(F.size(words)).cast("long")
-    first_hash = F.array_position(words, "#")  # 1-based; 0 when there is none
+    first_hash = F.array_position(words, HASH)  # 1-based; 0 when there is none
     return F.when(first_hash == 0, count).otherwise((first_hash - 1) + (count - first_hash + 1) * (max_key_words + 1))
 
 

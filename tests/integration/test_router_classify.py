@@ -1,8 +1,10 @@
 """The JVM-side classification (:func:`routing.router.classify.classify`) agrees with the Python validator.
 
 The router judges keys and payloads with Spark SQL expressions so no Python
-runs per record; the rules are the validator's, restated. Here both judge the
-same hostile records: a table of hand-picked edge cases (encoded surrogates,
+runs per record; the SQL is built from the rules of :mod:`routing.grammar`.
+First it is run on the key and payload cases of ``tests/rules.tsv``, the table
+the Python validator and the native bulk loads are tested against too. Then it
+and the validator judge the same hostile records: a table of hand-picked edge cases (encoded surrogates,
 overlong and truncated UTF-8, limits at and one past their boundary in bytes
 and in words, control characters, strict-policy characters) plus Hypothesis
 byte strings biased toward dots and multi-byte sequences. The reason codes must
@@ -13,11 +15,13 @@ be equal record by record (``None`` = valid), and a valid record's
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import TYPE_CHECKING
 
 import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the session starts)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rules import RULES, Case
 
 from routing.errors import TopicError
 from routing.limits import Limits
@@ -27,7 +31,7 @@ from routing.settings import RouterSettings
 from routing.validation import Policy, Validator
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 #: Small limits, so random data crosses them often.
@@ -157,6 +161,41 @@ def check_agreement(spark: SparkSession, rows: list[tuple[bytes | None, bytes | 
             if want != got
         ]
         assert mismatches == []
+
+
+def test_the_rules_table_classifies_as_declared(spark: SparkSession) -> None:
+    """Every key and payload case of ``tests/rules.tsv``, under both policies, in one Spark action."""
+    cases = [case for case in RULES if case.subject in ("key", "payload")]
+    # One frame per (limits, policy): a key case has an empty payload, a payload case the key "k".
+    groups: dict[tuple[Limits, Policy], list[Case]] = {}
+    for case in cases:
+        for policy in Policy:
+            groups.setdefault((case.limits, policy), []).append(case)
+    timestamp = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    frames: list[DataFrame] = []
+    for group, ((limits, policy), members) in enumerate(groups.items()):
+        records: list[tuple[object, ...]] = [
+            (case.value, b"", str(group), 0, case.line, timestamp, [])
+            if case.subject == "key"
+            else (b"k", case.value, str(group), 0, case.line, timestamp, [])
+            for case in members
+        ]
+        frame = spark.createDataFrame(records, SOURCE_DDL)
+        judged = classify(frame, RouterSettings(key_source="key"), Validator(limits=limits, policy=policy))
+        frames.append(judged.select("topic", "offset", "reason", "routing_key"))
+    collected = functools.reduce(lambda left, right: left.unionByName(right), frames).collect()
+    got = {(int(row["topic"]), row["offset"]): (row["reason"], row["routing_key"]) for row in collected}
+    assert len(got) == len(collected) == 2 * len(cases)
+    mismatches = []
+    for group, ((_, policy), members) in enumerate(groups.items()):
+        for case in members:
+            want = case.expected[policy]
+            key = case.value if case.subject == "key" else b"k"
+            assert isinstance(key, bytes) or key is None
+            decoded = None if want is not None or key is None else key.decode("utf-8")
+            if got[(group, case.line)] != (want, decoded):
+                mismatches.append((policy.value, str(case), want, got[(group, case.line)]))
+    assert mismatches == []
 
 
 def test_edge_cases_classify_like_the_validator(spark: SparkSession) -> None:

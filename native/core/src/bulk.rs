@@ -75,7 +75,7 @@ pub struct RowLimits {
     pub max_subscriber_bytes: usize,
 }
 
-/// Reason codes of a bad row: those of `routing.errors` where one exists.
+/// Reason codes of a bad row: those of `routing/grammar.py` (`tests/test_grammar.py` checks them).
 pub mod reason {
     pub const NULL_PATTERN: &str = "null_pattern";
     pub const NULL_SUBSCRIBER: &str = "null_subscriber";
