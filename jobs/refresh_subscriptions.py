@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from routing import console
 from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy, CheckpointLease
 from routing.config import ConfigError
 from routing.errors import ForbiddenPatternError
@@ -442,13 +443,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    console.add_verbose_argument(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, *, spark_factory: Callable[..., SparkSession] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console.configure(verbose=args.verbose, level=args.log_level)
     if args.every is not None and (not 0 < args.every <= MAX_SECONDS or args.import_files):  # nan, inf: no
         parser.error(
             f"--every needs a number of seconds above 0 and at most {MAX_SECONDS:g}, and cannot be combined with "
@@ -529,4 +531,4 @@ def _run(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console.run("refresh_subscriptions", main))
