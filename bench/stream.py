@@ -135,7 +135,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.demo import create_topics, delete_topics, topics_with_prefix
-from jobs.processes import stat_fields
+from routing.processes import stat_fields
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 from routing.topic import HASH, STAR, split_words
 

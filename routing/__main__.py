@@ -435,14 +435,14 @@ def apply_now(
 
     In-process rather than ``python -m jobs.refresh_subscriptions`` as a child: the same settings object
     (flags, environment, the password in memory only), one JVM instead of two, and the job's own function
-    (:func:`jobs.refresh_subscriptions.refresh_from_kafka`), checkpoint, lease and tables. Exit status 0, 2 when
+    (:func:`routing.subscriptions.refresh.refresh_from_kafka`), checkpoint, lease and tables. Exit status 0, 2 when
     the job rejected a change (a limit only the table can decide), 1 when the run failed or did not see a change,
     3 (the job's own) when another refresh run holds the checkpoint: that run or the next applies the changes.
     """
-    from jobs.refresh_subscriptions import refresh_from_kafka
     from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy, CheckpointLease
     from routing.subscriptions import read_rows
     from routing.subscriptions.publish import NOT_APPLIED, REJECTED, change_results, rejections
+    from routing.subscriptions.refresh import refresh_from_kafka
 
     command = report["command"]
     subscriptions = settings.subscriptions

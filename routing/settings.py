@@ -53,8 +53,8 @@ from routing.config import (
     shown,
 )
 from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
-from routing.delta_tables import is_table_name
 from routing.limits import Limits
+from routing.table_names import is_table_name
 from routing.validation import Policy, ValidationSettings, Validator
 
 SASL_PASSWORD_ENV = "ROUTER_KAFKA_SASL_PASSWORD"
