@@ -235,3 +235,27 @@ def test_following_tail_stops_on_ctrl_c_without_a_traceback(
     assert done.returncode == 0, done.stderr[-3000:]
     assert_quiet(done, "tail")
     assert "printed 10 row(s)" in done.stderr
+
+
+def test_a_failed_command_names_the_log_that_holds_sparks_output(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    first, second = (router_settings(settings, tmp_path / name, ["orders"]) for name in ("first", "second"))
+    for job in (first, second):
+        create_delta_table_if_absent(
+            spark, job.router.deliveries_path, DELIVERIES_DDL, partition_by=(PARTITION_COLUMN,)
+        )
+        append_batch(spark, job, 0)
+    checkpoint = str(tmp_path / "tail-checkpoint")
+    flags = ["--subscriber", SUBSCRIBER, "--available-now", "--checkpoint", checkpoint]
+    assert run_cli("routing", "tail", *flags, *job_flags(first)).returncode == 0
+    log = JvmLog(settings, "routing-tail")
+
+    # The same checkpoint on another table: Delta refuses the stream (another table id), the command exits 1.
+    failed = run_cli("routing", "tail", *flags, *job_flags(second))
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "Traceback" not in failed.stderr
+    lines = failed.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("tail: "), failed.stderr[-3000:]
+    assert lines[1] == f"python -m routing: Spark's own output is in {log.path}"
+    assert "ERROR" in log.text()  # what Spark said about the failure is there
