@@ -145,11 +145,13 @@ fuzz-smoke:
 		done; \
 	else echo "fuzz-smoke: nightly cargo-fuzz not installed; cargo test ran the bounded fuzz smoke"; fi
 
-# Rust: formatting as rustfmt.toml says, and clippy with every warning an error (tests included).
+# Python: ruff, mypy and the import layering (pyproject.toml's [tool.importlinter]); Rust: formatting as
+# rustfmt.toml says, and clippy with every warning an error (tests included).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	cd native && cargo fmt --check
 	cd native && cargo clippy --workspace --all-targets --quiet -- -D warnings
 

@@ -35,6 +35,8 @@ EXTRAS = {
         "hypothesis>=6.100",
         "ruff>=0.6",
         "mypy>=1.11",
+        # `make lint`'s import layering contract (pyproject.toml [tool.importlinter]; acyclic_siblings is 2.x's).
+        "import-linter==2.17",
         # notebooks/explore.ipynb runs in the tests (nbclient + an IPython kernel); nbstripout
         # strips outputs before a commit (a test fails on any committed output).
         "nbclient>=0.10",

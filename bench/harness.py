@@ -411,7 +411,7 @@ JVM_THREAD_KINDS: dict[str, tuple[str, ...]] = {
 def _stat_times(stat: str) -> tuple[int, int]:
     """(own, reaped children's) CPU ticks from a ``/proc/.../stat`` line: utime + stime (fields 14, 15), cutime +
     cstime (16, 17)."""
-    from jobs.processes import stat_fields
+    from routing.processes import stat_fields
 
     fields = stat_fields(stat)
     return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jobs.processes import group_alive
+from routing.processes import group_alive
 from routing.settings import resolve_path
 
 HOST = "127.0.0.1"

@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobs.cluster import HOST, ClusterError, spark_home
-from jobs.processes import group_alive
 from routing.config import ConfigError
+from routing.processes import group_alive
 from routing.settings import Settings, add_settings_arguments, parse_overrides, resolve_path, settings_from_args
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

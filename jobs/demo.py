@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from routing import delta_tables
+from routing import console, delta_tables
 from routing.config import ConfigError
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 
@@ -146,8 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_settings_arguments(parser)
     parser.add_argument("--messages", type=int, default=20_000, help="sample messages to route (default 20000)")
     parser.add_argument("--keep-broker", action="store_true", help="leave the broker running afterwards")
+    console.add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console.configure(verbose=args.verbose)
     logging.getLogger("jobs").setLevel(logging.INFO)
     work = REPO_ROOT / "var" / "demo"
     shutil.rmtree(work, ignore_errors=True)
@@ -160,9 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from jobs import local_kafka
     from jobs.produce import produce
-    from jobs.refresh_subscriptions import refresh_from_kafka
     from routing.router.pipeline import Router
     from routing.spark import get_spark
+    from routing.subscriptions.refresh import refresh_from_kafka
 
     step = 0
 
@@ -209,4 +210,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console.run("demo", main))

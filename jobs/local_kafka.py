@@ -51,8 +51,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from jobs.processes import group_alive, process_alive
 from routing.config import ConfigError
+from routing.processes import group_alive, process_alive
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, settings_from_args
 
 SERVER_PROPERTIES_TEMPLATE = REPO_ROOT / "conf" / "kafka" / "server.properties"

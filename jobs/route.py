@@ -12,6 +12,9 @@ picked up between batches, without restarting.
 
 SIGTERM or Ctrl-C stops the query after the batch in flight. With
 ``--available-now`` the job drains what is in Kafka, prints a summary and exits.
+The terminal gets the job's own lines only: Spark's output goes to
+``<spark.local_dir>/logs/spark-topic-router.log`` unless ``--verbose``
+(:mod:`routing.console`).
 
 Exit status: 0 stopped cleanly or drained; 1 the query failed (restart it: it
 resumes from its checkpoint and re-executed batches write nothing twice), or no
@@ -36,6 +39,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from routing import console
 from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy
 from routing.config import ConfigError
 from routing.settings import add_settings_arguments, parse_overrides, settings_from_args
@@ -61,13 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--topics", help="comma-separated topics to route (same as --set router.topics=...)")
     parser.add_argument("--json", action="store_true", help="print the final summary as one JSON line")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    console.add_verbose_argument(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console.configure(verbose=args.verbose, level=args.log_level)
     if args.available_now:
         args.settings_overrides.append("router.trigger=available_now")
     if args.topics:
@@ -118,11 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 query.stop()  # an idle router would otherwise only notice at its next batch
                 break
             query.awaitTermination(1)
-        failure = query.exception()
+        exception = query.exception()
+        failure = None if exception is None else str(exception)  # read before the session stops
         lost = router.lease.lost if router.lease is not None else None
     finally:
         router.close()
     summary = router.run_summary()
+    # Stopped here, while this process still answers the JVM's calls: the listener bus delivers what it holds.
+    spark.stop()
     if lost is not None:
         print(
             f"route: lost the lease on checkpoint {settings.router.checkpoint_path} after {summary['batches']} "
@@ -142,4 +150,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console.run("route", main))

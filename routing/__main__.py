@@ -39,9 +39,11 @@ refresh run holding the checkpoint (published, not yet applied).
 
 ``tail --subscriber S`` follows S's rows of the deliveries table (:mod:`routing.tail`): a Delta stream
 filtered by subscriber, from a checkpoint of its own, each row printed (``--json``: one JSON object per
-line) and flushed before the batch commits. ``--available-now`` drains and exits; ``--limit N`` stops at
-the batch that reaches N rows. Exit status 0, 2 for user mistakes (no deliveries table), 1 when the
-query failed, 3 when another tail holds the checkpoint.
+line) and flushed before the batch commits. ``--available-now`` drains and exits; ``--limit N`` prints at
+most N rows (the rest of that batch is kept for the next run on the checkpoint). Exit status 0, 2 for user
+mistakes (no deliveries table), 1 when the query failed, 3 when another tail holds the checkpoint.
+
+``--verbose`` (every command) also prints Spark's, log4j's and py4j's own output (:mod:`routing.console`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from routing import matchers
+from routing import console, matchers
 from routing.config import ConfigError
 from routing.errors import TopicError
 from routing.reference import ReferenceMatcher
@@ -433,14 +435,14 @@ def apply_now(
 
     In-process rather than ``python -m jobs.refresh_subscriptions`` as a child: the same settings object
     (flags, environment, the password in memory only), one JVM instead of two, and the job's own function
-    (:func:`jobs.refresh_subscriptions.refresh_from_kafka`), checkpoint, lease and tables. Exit status 0, 2 when
+    (:func:`routing.subscriptions.refresh.refresh_from_kafka`), checkpoint, lease and tables. Exit status 0, 2 when
     the job rejected a change (a limit only the table can decide), 1 when the run failed or did not see a change,
     3 (the job's own) when another refresh run holds the checkpoint: that run or the next applies the changes.
     """
-    from jobs.refresh_subscriptions import refresh_from_kafka
     from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy, CheckpointLease
     from routing.subscriptions import read_rows
     from routing.subscriptions.publish import NOT_APPLIED, REJECTED, change_results, rejections
+    from routing.subscriptions.refresh import refresh_from_kafka
 
     command = report["command"]
     subscriptions = settings.subscriptions
@@ -559,12 +561,14 @@ def run_tail(args: argparse.Namespace, out: Callable[[str], None], err: Callable
 
     stop = threading.Event()
     handlers: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        # SIGTERM or Ctrl-C: stop after the batch in flight, so what was printed is also committed.
-        for stop_signal in (signal.SIGTERM, signal.SIGINT):
-            handlers[stop_signal] = signal.signal(stop_signal, lambda *_: stop.set())
     try:
         with spark_session(settings, "routing-tail") as spark:
+            if threading.current_thread() is threading.main_thread():
+                # SIGTERM or Ctrl-C: stop after the batch in flight, so what was printed is also committed.
+                # Installed once the session is up: a new SparkContext installs its own SIGINT handler, which
+                # cancels every job and raises KeyboardInterrupt wherever the main thread is.
+                for stop_signal in (signal.SIGTERM, signal.SIGINT):
+                    handlers[stop_signal] = signal.signal(stop_signal, lambda *_: stop.set())
             try:
                 lease = CheckpointLease.acquire(
                     spark, checkpoint, job="tail", name=f"python -m routing tail --subscriber {args.subscriber}"
@@ -694,7 +698,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit",
         metavar="N",
         type=int,
-        help="stop once N rows were printed (at the end of the batch that reaches N, which is printed whole)",
+        help="print at most N rows, then stop (rows of that batch past N are kept beside the checkpoint and the "
+        "next run prints them first)",
     )
     tailing.add_argument(
         "--json",
@@ -702,6 +707,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="one JSON object per row (every column; payload and header values base64), a JSON summary on stderr",
     )
     add_settings_arguments(tailing)
+    for subparser in commands.choices.values():
+        console.add_verbose_argument(subparser)
     return parser
 
 
@@ -712,6 +719,7 @@ def main(
     err: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> int:
     args = build_parser().parse_args(argv)
+    console.configure(verbose=args.verbose)
     if args.command == "demo":
         return run_demo(out)
     if args.command == "match":
@@ -726,4 +734,4 @@ def main(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console.run("python -m routing", main))

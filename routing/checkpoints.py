@@ -384,7 +384,7 @@ class Holder:
 
     def dead_reason(self, now: dt.datetime) -> str | None:
         """Why this holder no longer holds the checkpoint, or None while it is live."""
-        from jobs.processes import process_alive, process_started
+        from routing.processes import process_alive, process_started
 
         if self.released:
             return "released"
@@ -454,7 +454,7 @@ class CheckpointLease:
                     )
                 log.info("taking over checkpoint %s from %s: %s", checkpoint, previous.describe(now), reason)
             stamp = now.isoformat()
-            from jobs.processes import process_started
+            from routing.processes import process_started
 
             holder = Holder(
                 generation=(previous.generation + 1) if previous else 1,

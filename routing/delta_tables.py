@@ -50,25 +50,19 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from routing.table_names import is_table_name as is_table_name  # below the settings, which check table names
+
 if TYPE_CHECKING:
     from delta.tables import DeltaTable
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
-_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
-_TABLE_NAME = re.compile(rf"{_IDENTIFIER}(?:\.{_IDENTIFIER}){{1,2}}")
 #: The catalog of names with two parts, and the only one that can be session-scoped.
 SESSION_CATALOG = "spark_catalog"
-
-
-def is_table_name(value: str) -> bool:
-    """Whether a table setting names a catalog table (``schema.table``, ``catalog.schema.table``) rather than a path."""
-    return _TABLE_NAME.fullmatch(value) is not None
 
 
 def sql_identifier(table: str) -> str:

@@ -53,8 +53,8 @@ from routing.config import (
     shown,
 )
 from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
-from routing.delta_tables import is_table_name
 from routing.limits import Limits
+from routing.table_names import is_table_name
 from routing.validation import Policy, ValidationSettings, Validator
 
 SASL_PASSWORD_ENV = "ROUTER_KAFKA_SASL_PASSWORD"
@@ -390,8 +390,6 @@ class SparkSettings:
     warehouse_dir: str = "var/spark-warehouse"
     #: Spark's scratch space (shuffle files, spills).
     local_dir: str = "var/spark-local"
-    #: Log level of the JVM side once the session is up.
-    log_level: str = "WARN"
     #: Directory of the driver JVM's class-data archive (AppCDS, :mod:`routing.class_archive`), which
     #: ``python -m jobs.class_archive`` builds and every driver JVM this process starts then maps: a session
     #: starts about 4 s and its first Delta write about 5 s sooner. Empty: off.
@@ -424,8 +422,6 @@ class SparkSettings:
             raise ConfigError(f"setting {section}.jit must be one of {', '.join(JIT_MODES)}, got {self.jit!r}")
         if self.gc not in GC_MODES:
             raise ConfigError(f"setting {section}.gc must be one of {', '.join(GC_MODES)}, got {self.gc!r}")
-        if self.log_level.upper() not in {"ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"}:
-            raise ConfigError(f"setting {section}.log_level is not a log4j level: {self.log_level!r}")
         conf: dict[str, str] = {}
         for key, value in self.conf.items():
             if isinstance(value, (dict, list, tuple)) or value is None:

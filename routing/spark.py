@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from routing import class_archive
+from routing import class_archive, console
 from routing.settings import GC_MODES, JIT_MODES, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -344,12 +344,12 @@ def get_spark(
     # Local mode starts Python workers from PYSPARK_PYTHON (it ignores spark.pyspark.python): they must
     # run this interpreter, whose environment has pyarrow and the native module.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # A quiet command line's JVM writes its output to a log file (routing.console); log levels are log4j's.
+    console.start_driver_jvm(conf, local_dir=settings.spark.local_dir, app_name=app_name)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(settings.spark.log_level.upper())
-    return session
+    return builder.getOrCreate()
 
 
 def _connect_session(settings: Settings, extra_conf: Mapping[str, str] | None) -> SparkSession:

@@ -14,8 +14,11 @@ streaming read of its own::
 * **Nothing lost.** A batch's rows are written and flushed to stdout inside ``foreachBatch``, so
   before Spark commits the batch to the checkpoint: a tail killed mid-batch prints that batch again
   on its next run (at least once; ``delivery_id`` dedupes), and a stdout that fails (a closed pipe)
-  fails the batch instead of skipping it. ``--limit N`` stops at a batch boundary once N rows were
-  printed, so the batch that reaches N is printed whole rather than half-skipped.
+  fails the batch instead of skipping it.
+* **``--limit N`` prints at most N rows**, like ``head -n``. When N falls inside a batch, the rows of that
+  batch not printed are kept beside the checkpoint (``<checkpoint>/unprinted/rows``, written before the
+  batch commits: :class:`_Unprinted`) and the next run on the checkpoint prints them first, so a limit
+  never skips a row.
 * **What it costs.** The subscriber filter sits in the streaming plan, so Spark pushes it into the
   Parquet scan; but the router writes each batch's rows for all subscribers into the same files
   (partitioned by ``kafka_date`` only), so neither Delta's per-file ``subscriber_id`` statistics nor
@@ -43,11 +46,11 @@ import posixpath
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Row, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 #: The order a batch's rows are printed in: the source record's coordinates.
 ROW_ORDER = ("source_topic", "source_partition", "source_offset")
@@ -119,14 +122,17 @@ class TailSummary:
     batches: int = 0
     #: Rows the stream read from the table to find them (the progress's ``numInputRows``, summed).
     rows_read: int = 0
+    #: Rows of the subscriber the limit left for the next run on this checkpoint (:class:`_Unprinted`).
+    unprinted: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:
+        left = f"; {self.unprinted} row(s) left for the next run (--limit)" if self.unprinted else ""
         return (
             f"printed {self.rows} row(s) of {self.subscriber!r} in {self.batches} batch(es); the stream read "
-            f"{self.rows_read} row(s) of {self.table} (checkpoint {self.checkpoint})"
+            f"{self.rows_read} row(s) of {self.table} (checkpoint {self.checkpoint}){left}"
         )
 
 
@@ -156,25 +162,26 @@ def tail(
 
     ``emit`` is called on the driver, inside the batch, and ``flush`` after the batch's last row, both before
     its checkpoint commit (see the module doc).
-    Returns once the table is drained (``available_now``), ``limit`` rows were emitted (at a batch
-    boundary), or ``stop`` is set; raises what the query failed with. The caller holds the lease.
+    Returns once the table is drained (``available_now``), ``limit`` rows were emitted (the rest of that
+    batch kept for the next run, see the module doc), or ``stop`` is set; raises what the query failed with.
+    The caller holds the lease.
     """
     from routing.spark import is_connect
     from routing.streaming import start_query
 
     summary = TailSummary(subscriber=subscriber, table=table, checkpoint=checkpoint)
     stop = stop or threading.Event()
-    handoff = _Handoff(spark, checkpoint, emit, flush, summary) if is_connect(spark) else None
+    printer = _Printer(_Unprinted(spark, checkpoint), emit, flush, summary, limit)
+    # What an earlier run's limit left unprinted comes first; a limit it reaches again starts no stream.
+    if printer.print_rows(printer.unprinted.take()):
+        return summary
+    handoff = _Handoff(spark, checkpoint, printer) if is_connect(spark) else None
 
     def print_batch(batch: DataFrame, _batch_id: int) -> None:
-        row: Row
         # One partition sorted, not orderBy: a range sort samples its input first, which would scan the
         # batch twice; the shuffle moves only the subscriber's rows, filtered where they were read.
-        for row in batch.repartition(1).sortWithinPartitions(*ROW_ORDER).toLocalIterator():
-            emit(row.asDict(recursive=True))
-            summary.rows += 1
-        flush()  # what the checkpoint will say was printed has left this process
-        if limit is not None and summary.rows >= limit:
+        ordered = batch.repartition(1).sortWithinPartitions(*ROW_ORDER).toLocalIterator()
+        if printer.print_rows(row.asDict(recursive=True) for row in ordered):
             stop.set()
 
     query = start_query(
@@ -189,7 +196,7 @@ def tail(
     progress: dict[int, int] = {}
     try:
         while query.isActive:
-            if handoff is not None and handoff.serve() and limit is not None and summary.rows >= limit:
+            if handoff is not None and handoff.serve():
                 stop.set()
             for update in query.recentProgress:
                 progress[int(update.batchId)] = int(update.numInputRows)
@@ -289,25 +296,86 @@ class HandoffBatches:
         files.delete(f"{batch_id}.done")
 
 
-class _Handoff:
-    """The job's side of :class:`HandoffBatches`: print each handed-over batch, flush, acknowledge it."""
+#: The directory in a tail's checkpoint holding the rows a limit left unprinted (:class:`_Unprinted`).
+UNPRINTED_DIRECTORY = "unprinted"
+
+
+class _Unprinted:
+    """The rows of a batch that ``--limit`` left unprinted, in ``<checkpoint>/unprinted/rows`` (JSON lines,
+    replaced atomically): written before the batch commits, printed first by the next run on the checkpoint.
+
+    A run killed after printing some of them prints those again (at least once, as for a batch).
+    """
+
+    NAME = "rows"
+
+    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
+        from routing.checkpoints import CheckpointFiles
+
+        self._files = CheckpointFiles(spark, f"{checkpoint.rstrip('/')}/{UNPRINTED_DIRECTORY}")
+        self._stored = False
+
+    def take(self) -> list[dict[str, Any]]:
+        """The rows kept (they stay kept until :meth:`keep` replaces them)."""
+        text = self._files.read(self.NAME)
+        self._stored = text is not None
+        return [] if text is None else [_decode(json.loads(line)) for line in text.split("\n") if line]
+
+    def keep(self, rows: list[dict[str, Any]]) -> None:
+        """Replace what is kept with ``rows`` (none: no file)."""
+        if rows:
+            lines = [json.dumps(_encode(row), ensure_ascii=False) for row in rows]
+            self._files.replace("\n".join(lines).encode(), self.NAME)
+        elif self._stored:
+            self._files.delete(self.NAME)
+        self._stored = bool(rows)
+
+
+class _Printer:
+    """Emit rows in order up to the limit; what is past it goes to :class:`_Unprinted`."""
 
     def __init__(
         self,
-        spark: SparkSession,
-        checkpoint: str,
+        unprinted: _Unprinted,
         emit: Callable[[dict[str, Any]], None],
         flush: Callable[[], None],
         summary: TailSummary,
+        limit: int | None,
     ) -> None:
+        self.unprinted = unprinted
+        self._emit, self._flush, self._summary, self._limit = emit, flush, summary, limit
+        #: This run's rows past the limit, in order (a batch can start before the stop request is served).
+        self._rest: list[dict[str, Any]] = []
+
+    def print_rows(self, rows: Iterable[dict[str, Any]]) -> bool:
+        """Emit ``rows`` (then flush) until the limit; keep the rest for the next run. True once the limit is
+        reached: the caller stops."""
+        summary, limit = self._summary, self._limit
+        iterator = iter(rows)
+        for row in iterator:
+            if limit is not None and summary.rows >= limit:
+                self._rest += [row, *iterator]
+                break
+            self._emit(row)
+            summary.rows += 1
+        self._flush()  # what the checkpoint will say was printed has left this process
+        self.unprinted.keep(self._rest)  # before the batch commits: a limit never skips a row
+        summary.unprinted = len(self._rest)
+        return limit is not None and summary.rows >= limit
+
+
+class _Handoff:
+    """The job's side of :class:`HandoffBatches`: print each handed-over batch, flush, acknowledge it."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str, printer: _Printer) -> None:
         from routing.checkpoints import CheckpointFiles
 
         self.directory = f"{checkpoint.rstrip('/')}/{HANDOFF_DIRECTORY}"
         self._files = CheckpointFiles(spark, self.directory)
-        self._emit, self._flush, self._summary = emit, flush, summary
+        self._printer = printer
 
     def serve(self) -> bool:
-        """Print every batch waiting for this process, in batch order; True if there was one."""
+        """Print every batch waiting for this process, in batch order; True once the limit is reached."""
         names = set(self._files.list_names())
         waiting = sorted(
             int(name.removesuffix(".rows"))
@@ -318,10 +386,10 @@ class _Handoff:
             text = self._files.read(f"{batch_id}.rows")
             if text is None:
                 continue
-            for line in text.split("\n"):  # not splitlines(): a row's text may hold U+2028 and its kin
-                if line:
-                    self._emit(_decode(json.loads(line)))
-                    self._summary.rows += 1
-            self._flush()  # printed and flushed before the worker may commit the batch
+            # not splitlines(): a row's text may hold U+2028 and its kin
+            rows = (_decode(json.loads(line)) for line in text.split("\n") if line)
+            reached = self._printer.print_rows(rows)  # printed and flushed before the worker may commit
             self._files.create_once(b"printed", f"{batch_id}.done")
-        return bool(waiting)
+            if reached:
+                return True
+        return False

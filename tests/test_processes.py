@@ -1,4 +1,4 @@
-"""``jobs.processes``: the one liveness rule of the local broker and the local Spark cluster.
+"""``routing.processes``: the one liveness rule of the local broker and the local Spark cluster.
 
 A zombie (exited, not yet reaped) counts as dead, both as a process and as the last member of its
 group; a group whose leader exited stays alive while a child it left behind runs. Real processes,
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from jobs.processes import group_alive, process_alive, process_state
+from routing.processes import group_alive, process_alive, process_state
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:

@@ -522,9 +522,8 @@ def fake_import_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """Stand in for Spark and the Delta writes of an import: returns the (txn app id, events) of each applied file."""
     import collections
 
-    import jobs.refresh_subscriptions as job
     from routing.checkpoints import CheckpointLease
-    from routing.subscriptions import table
+    from routing.subscriptions import refresh, table
     from routing.subscriptions.table import BatchSummary
 
     applied: list[tuple[str, int]] = []
@@ -543,7 +542,7 @@ def fake_import_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         def release(self) -> None: ...
 
     monkeypatch.setattr(CheckpointLease, "acquire", lambda *args, **kwargs: HeldLease())
-    monkeypatch.setattr(job, "prepare_tables", lambda spark, settings: None)
+    monkeypatch.setattr(refresh, "prepare_tables", lambda spark, settings: None)
     monkeypatch.setattr(table, "validated_frame", lambda spark, outcomes: outcomes)
     monkeypatch.setattr(table, "apply_validated", apply_validated)
     monkeypatch.setattr(table, "latest_version", lambda spark, path: len(applied))

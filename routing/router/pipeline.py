@@ -860,6 +860,10 @@ class Router:
                     break
             time.sleep(0.1)
         if self.listener is not None:
+            # The termination event reaches the listener asynchronously too: removed (or the process gone)
+            # while the JVM's listener bus is calling it, the call fails there with a py4j stack trace.
+            if self.listener.started.is_set():
+                self.listener.terminated.wait(max(0.0, deadline - time.monotonic()))
             self.spark.streams.removeListener(self.listener)
             self.listener = None
         if self.warmer is not None:
@@ -1313,6 +1317,9 @@ class _ProgressListener(StreamingQueryListener):
     def __init__(self, router: Router) -> None:
         self._router = router
         self._wrapper: Any = None
+        #: Set once the query's start and termination events were delivered (:meth:`Router.close` waits).
+        self.started = threading.Event()
+        self.terminated = threading.Event()
 
     @property
     def _jlistener(self) -> Any:
@@ -1326,6 +1333,7 @@ class _ProgressListener(StreamingQueryListener):
 
     def onQueryStarted(self, event: Any) -> None:
         log.info("router query started: id=%s run=%s", event.id, event.runId)
+        self.started.set()
 
     def onQueryProgress(self, event: Any) -> None:
         """Unused: progress arrives as JSON through :meth:`on_progress_json`."""
@@ -1341,6 +1349,7 @@ class _ProgressListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         log.info("router query terminated: id=%s exception=%s", event.id, event.exception)
+        self.terminated.set()
 
 
 class _JsonProgressCallback:

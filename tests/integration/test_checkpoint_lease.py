@@ -94,7 +94,7 @@ def test_a_live_holder_keeps_the_checkpoint_until_it_releases_it(spark: SparkSes
 
 
 def test_a_dead_holder_on_this_machine_is_taken_over_at_once(spark: SparkSession, tmp_path: Path) -> None:
-    from jobs.processes import process_started
+    from routing.processes import process_started
 
     checkpoint = tmp_path / "checkpoint"
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)

@@ -240,7 +240,7 @@ def test_a_wrong_password_is_a_clear_authentication_error_not_echoed(
     job = sasl_stack.settings
     root = sasl_stack.root / "wrong"
     flags = job_flags(job)
-    flags += ["--set", f"subscriptions.checkpoint_path={root / 'checkpoint'}", "--set", "spark.log_level=WARN"]
+    flags += ["--set", f"subscriptions.checkpoint_path={root / 'checkpoint'}"]
     monkeypatch.setenv(SASL_PASSWORD_ENV, WRONG_PASSWORD)  # the environment wins over the file
 
     code = refresh_subscriptions.main(flags, spark_factory=lambda *_args, **_kwargs: spark)

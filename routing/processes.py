@@ -1,4 +1,5 @@
-"""Process liveness from ``/proc`` (Linux), for the local broker and the local Spark cluster.
+"""Process liveness from ``/proc`` (Linux): a checkpoint lease's holder on this host, the local broker and the
+local Spark cluster.
 
 One rule for both: a process is alive unless it is gone or in state ``Z`` (a zombie: it has
 exited and only its exit status waits to be collected) or ``X`` (dead). A process group is
