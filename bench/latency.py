@@ -31,7 +31,7 @@ takes the whole backlog):
 
 (a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one append
     of the source columns per batch: one Spark job and one commit, the same append
-    as the router's first attempt at a batch, ``router.delta_append`` = direct);
+    as the router's first attempt at a batch, ``routing.streaming.first_append``);
     its table is created with the router's table properties, and the two share
     the SparkSession and so every session setting);
 (b) **native router**: the real :class:`routing.router.pipeline.Router`, over
@@ -944,9 +944,9 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
         "progress's `durationMs` (medians; planning = queryPlanning + getBatch); inside `addBatch` (the "
         "`foreachBatch` call) the driver's own stage timers: the router's `BatchReport.stages` (ledger, snapshot, "
         "plan: building the frames, write_deliveries: the append and its commit, observe: the counters; a "
-        "router with `router.delta_append` = writer also has warm: the Delta state for the next append's txn "
-        "check, in line after the commit, or warm_wait: waiting for it in the background), the passthrough's "
-        "write (the same append); other = "
+        "router through Delta's public writer (a catalog table) also has warm: the Delta state for the next "
+        "append's txn check, in line after the commit, or warm_wait: waiting for it in the background), the "
+        "passthrough's write (the same append); other = "
         "addBatch minus the stages.",
         "",
         markdown_table(header, rows),

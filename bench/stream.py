@@ -35,13 +35,13 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
 (a) **passthrough**: Kafka -> Delta copy, no routing (``foreachBatch`` append
     of the source columns, partitioned like the router's tables): one Spark job
     and one commit per batch, the same append as the router's first attempt at a
-    batch (``router.delta_append`` = direct,
+    batch (``routing.streaming.first_append``,
     :func:`routing.streaming.first_append`), which skips Delta's txn-version
     check because its ledger proves no earlier attempt wrote. Without a ledger the
     copy is not replay-safe; with that check (``txnAppId``, a state reconstruction
     of three Spark jobs per batch in Delta 4.4) it would be slower, so this is the
     harder baseline. Its table is created with the router's table properties
-    (``router.delta_checkpoint_interval``), not the deliveries' own (file statistics
+    (Delta's ``checkpointInterval``), not the deliveries' own (file statistics
     columns, the per-message columns without a Parquet dictionary:
     ``routing.router.pipeline.table_properties``): those name the deliveries' columns,
     and a plain copy writes Parquet's defaults. It shares the router's
@@ -80,7 +80,7 @@ time, and each worker loads its matcher there. 200,000 were not enough either:
 at the first size the two repeats of each variant still differed by 26-49%
 (passthrough 96,862 then 144,653 msg/s, router 81,920 then 103,393); after
 warm-ups of 1,000,000, in three runs, they agreed to 3-12% and 0.1-9%. The warm-up's router also writes
-each size's snapshot file (``router.snapshot_files``, beside the subscription
+each size's snapshot file (``router.snapshot_files_path``, beside the subscription
 table), so a measured run starts as a restarted router does: its first snapshot
 comes from that file, not from a build (the profile's last row says which).
 
@@ -588,18 +588,17 @@ def start_passthrough(
     """
     from pyspark.sql import functions as F
 
-    from routing.router.pipeline import SOURCE_DDL, kafka_stream, output_table_properties
+    from routing.router.pipeline import SOURCE_DDL, kafka_stream
     from routing.router.tables import PARTITION_COLUMN
     from routing.streaming import create_delta_table_if_absent, first_append, start_query
 
     router = settings.router
-    # Created like the router's tables (partitioning, properties such as router.delta_checkpoint_interval).
+    # Created like the router's tables (partitioning; Delta's session defaults such as its checkpointInterval).
     create_delta_table_if_absent(
         spark,
         router.deliveries_path,
         f"{SOURCE_DDL}, {PARTITION_COLUMN} DATE",
         partition_by=(PARTITION_COLUMN,),
-        properties=output_table_properties(router),
     )
 
     def copy(batch: DataFrame, batch_id: int) -> None:
@@ -833,7 +832,7 @@ def run_sql_rlike(
         key = F.col("routing_key")
         dotted = classified.withColumn("dotted_key", F.when(key == "", key).otherwise(F.concat(F.lit("."), key)))
         joined = dotted.join(F.broadcast(regexes), F.expr("dotted_key rlike regex"))
-        out = deliveries_frame(joined, 0, batch_id, ids=router.delivery_ids).cache()
+        out = deliveries_frame(joined, 0, batch_id).cache()
         deliveries += out.count()
         idempotent_append(out, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
         out.unpersist()

@@ -49,7 +49,6 @@ def demo_settings(base_overrides: dict[str, dict[str, object]], conf: str | None
             "deliveries_path": str(work / "deliveries"),
             "dead_letters_path": str(work / "dead_letters"),
             "unrouted_path": str(work / "unrouted"),
-            "ledger_path": str(work / "router_ledger"),
             "write_unrouted": "true",
             "max_offsets_per_trigger": "5000",
         },

@@ -324,24 +324,22 @@ class KafkaSettings:
         return self.security_protocol.startswith("SASL_")
 
 
-#: ``spark.jit``: the driver JVM options of each mode (:attr:`SparkSettings.jit`). Stopping at C1 also
-#: shrinks the JVM's default code cache to 48 MB, which a Spark driver fills within minutes (then the JVM
-#: turns its compiler off and interprets whatever is new): so "quick" keeps the tiered default of 240 MB.
-#: "lazy" keeps both tiers but asks ten times HotSpot's call and loop counts before C2 compiles a method:
-#: a session of many short, different queries (each with classes of its own) stops spending a third of its
-#: CPU in C2 on code that runs a few thousand times, while a hot loop still reaches C2 within a second.
-JIT_MODES: dict[str, str] = {
-    "full": "",
-    "quick": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
-    "lazy": (
-        "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
-        "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
-    ),
+#: Spark's own settings with this project's defaults (``[spark.conf]``, which conf/router.toml spells out): the
+#: settings file's ``[spark.conf]`` table replaces them as a whole, a ``--set spark.conf.KEY=VALUE`` one by one.
+DEFAULT_SPARK_CONF: Mapping[str, str] = {
+    # The web UI (port 4040+): off for tests and small machines.
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "2g",
+    # The parallel collector: the least CPU per byte collected (a stream routes more messages a second on the
+    # same cores), with full collections of 0.3-0.7 s every few minutes under load; drop it for G1.
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    # Spark's 200 is far too many for micro-batches on 2 cores.
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    # Partitions of Delta's log replay, which every idempotent append needs for each new table version:
+    # Delta's 50 assume a cluster; on 2 cores 1 replayed fastest (tables of 1 to 8,000 files).
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
-#: ``spark.gc``: the driver JVM's garbage collector (:attr:`SparkSettings.gc`). "g1" is the JVM's default
-#: (no option); "parallel" spends less CPU per byte collected and has no concurrent marking threads, for
-#: longer stop-the-world pauses (an old-generation collection stops the JVM for the whole heap).
-GC_MODES: dict[str, str] = {"g1": "", "parallel": "-XX:+UseParallelGC"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,66 +347,27 @@ class SparkSettings:
     """The one SparkSession (:func:`routing.spark.get_spark`)."""
 
     SECTION: ClassVar[str] = "spark"
-    PATHS: ClassVar[tuple[str, ...]] = (
-        "jars_dir",
-        "ivy_dir",
-        "warehouse_dir",
-        "local_dir",
-        "class_archive",
-        "local_fs_jar",
-    )
-    URI_PATHS: ClassVar[tuple[str, ...]] = ("warehouse_dir",)
-    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("class_archive", "local_fs_jar")
+    PATHS: ClassVar[tuple[str, ...]] = ("jars_dir",)
 
-    #: ``local[N]`` runs in this process's JVM; N = cores.
     master: str = "local[2]"
-    #: A Spark Connect server (``sc://host:port``) to run on instead of a JVM in this process; empty: classic
-    #: Spark. The server brings its own jars and static configuration (``python -m jobs.connect_server``).
+    """Where the session runs: ``local[N]`` runs it in this process's JVM on N cores; under spark-submit the
+    submitter's ``--master`` wins."""
     remote: str = ""
-    #: The web UI (port 4040+); off for tests and small machines.
-    ui_enabled: bool = False
-    #: ``spark.sql.shuffle.partitions``: Spark's 200 is far too many for micro-batches on 2 cores.
-    shuffle_partitions: int = 4
-    #: ``spark.databricks.delta.snapshotPartitions``: partitions of Delta's log replay, which every idempotent
-    #: append needs for each new table version (``routing.streaming.warm_append_state``). Delta's 50 assume
-    #: a cluster; on 2 cores 1 replayed fastest (tables of 1 to 8,000 files; README "Settings that matter").
-    delta_snapshot_partitions: int = 1
-    driver_memory: str = "2g"
-    #: Kafka source + Delta jars resolved by ``make jars``; the only jars a session loads.
+    """A Spark Connect server (``sc://host:port``) to run on instead of a JVM in this process; empty: classic
+    Spark. The server brings its own jars and static configuration (``python -m jobs.connect_server``)."""
     jars_dir: str = "var/jars/spark"
-    #: The runtime already has Delta and the Kafka source on its classpath (a managed Spark, an image
-    #: with them in ``$SPARK_HOME/jars``): no jar check, and nothing added to ``spark.jars``.
+    """The Kafka source and Delta jars ``make jars`` resolved: the only jars a session loads (nothing is
+    resolved at run time)."""
     jars_provided: bool = False
-    #: The jar of Hadoop's local file system without child processes (``conf/jvm/src``, built by ``make jars``;
-    #: :func:`routing.spark.local_fs_conf`): a session with a local master that this process starts puts it on
-    #: the driver's class path and reads and writes ``file:`` paths through it. Hadoop's own forks ``chmod``
-    #: for every file it creates and ``readlink`` twice for every rename, about 44 processes a streaming batch.
-    #: Empty: Hadoop's own.
-    local_fs_jar: str = "var/jars/localfs/spark-topic-router-localfs.jar"
-    #: Ivy home, kept empty: nothing is resolved at run time.
-    ivy_dir: str = "var/ivy"
-    warehouse_dir: str = "var/spark-warehouse"
-    #: Spark's scratch space (shuffle files, spills).
-    local_dir: str = "var/spark-local"
-    #: Log level of the JVM side once the session is up.
+    """Whether the runtime already has Delta and the Kafka source on its class path (a managed Spark, an image
+    with them in ``$SPARK_HOME/jars``): then no jar check, and nothing is added to ``spark.jars``."""
     log_level: str = "WARN"
-    #: Directory of the driver JVM's class-data archive (AppCDS, :mod:`routing.class_archive`), which
-    #: ``python -m jobs.class_archive`` builds and every driver JVM this process starts then maps: a session
-    #: starts about 4 s and its first Delta write about 5 s sooner. Empty: off.
-    class_archive: str = "var/jvm"
-    #: How the driver JVM this process starts compiles (:data:`JIT_MODES`): "full" is the JVM's own tiered
-    #: compilation, best for a stream that runs for hours; "quick" stops at the first tier (C1,
-    #: ``-XX:TieredStopAtLevel=1``), which costs a run of a minute or two about half the JVM's CPU: a
-    #: scheduled refresh run, an ``--available-now`` route (bench/results/jvm_start.md). "lazy" keeps C2 for
-    #: the hottest code only: a long session of many short queries (a notebook, a test session).
-    jit: str = "full"
-    #: The driver JVM's garbage collector (:data:`GC_MODES`): "parallel", the least CPU per byte collected, with
-    #: young pauses as short as G1's here but a full collection of 0.3-0.7 s every few minutes under load (a
-    #: stream routes more messages a second on the same cores: README "Settings that matter"); "g1", the JVM's
-    #: own default, where that stop matters more than throughput, or for a heap of many GB.
-    gc: str = "parallel"
-    #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
-    conf: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    """Log level of the JVM side once the session is up (a log4j level)."""
+    conf: dict[str, str] = dataclasses.field(default_factory=lambda: dict(DEFAULT_SPARK_CONF), hash=False)
+    """Spark's (and Delta's) own configuration keys for the session, applied over what the project must set;
+    JVM flags go in ``spark.driver.extraJavaOptions``. Default: :data:`DEFAULT_SPARK_CONF`, which a settings
+    file's ``[spark.conf]`` replaces as a whole (conf/router.toml spells it out) and ``--set
+    spark.conf.KEY=VALUE`` entry by entry."""
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -418,12 +377,6 @@ class SparkSettings:
             raise ConfigError(
                 f"setting {section}.remote must be a Spark Connect URL sc://host:port, got {self.remote!r}"
             )
-        _check_integers(self)
-        _check_memory(section, "driver_memory", self.driver_memory)
-        if self.jit not in JIT_MODES:
-            raise ConfigError(f"setting {section}.jit must be one of {', '.join(JIT_MODES)}, got {self.jit!r}")
-        if self.gc not in GC_MODES:
-            raise ConfigError(f"setting {section}.gc must be one of {', '.join(GC_MODES)}, got {self.gc!r}")
         if self.log_level.upper() not in {"ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"}:
             raise ConfigError(f"setting {section}.log_level is not a log4j level: {self.log_level!r}")
         conf: dict[str, str] = {}
@@ -473,9 +426,6 @@ KEY_SOURCES = frozenset({"key", "header", "json"})
 TRIGGERS = frozenset({"processing_time", "available_now"})
 KAFKA_SINKS = frozenset({"none", "single", "per_subscriber"})
 SNAPSHOT_TRANSPORTS = frozenset({"file", "broadcast"})
-DELTA_WARMS = frozenset({"auto", "inline", "background"})
-DELTA_APPENDS = frozenset({"direct", "writer"})
-DELIVERY_IDS = frozenset({"coordinates", "sha256"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -488,18 +438,15 @@ class RouterSettings:
         "deliveries_path",
         "dead_letters_path",
         "unrouted_path",
-        "ledger_path",
         "metrics_path",
         "snapshot_files_path",
     )
     URI_PATHS: ClassVar[tuple[str, ...]] = PATHS
     #: Delta tables: each a path or a catalog table name (``routing.delta_tables``).
     TABLES: ClassVar[tuple[str, ...]] = ("deliveries_path", "dead_letters_path", "unrouted_path", "metrics_path")
-    #: Empty means the default place (``ledger_path``, ``snapshot_files_path``) or off (``metrics_path``), and
-    #: stays empty.
-    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path", "snapshot_files_path")
+    #: Empty means the default place (``snapshot_files_path``) or off (``metrics_path``), and stays empty.
+    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("metrics_path", "snapshot_files_path")
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
-        "refresh_thread_nice": (0, 19, " a nice increment"),
         "retain_batches": (0, MAX_INT_SETTING, " 0 (keep everything) or a number of batches"),
     }
 
@@ -523,25 +470,14 @@ class RouterSettings:
     key_json_field: str = "routing_key"
     #: Seconds between checks of the subscription table's latest version.
     refresh_interval_s: float = 30.0
-    #: Added to the driver's nice value for the snapshot refresh thread (Linux, where nice is per thread), so
-    #: that freezing a large snapshot yields the CPUs to running batches; 0 leaves it as the process.
-    refresh_thread_nice: int = 10
     #: Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it
     #: is the Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``).
     app_id: str = "spark-topic-router"
-    #: What ``delivery_id`` and ``dead_letter_id`` are (``routing.router.tables``, Delivery ids): ``coordinates``,
-    #: the source coordinates and subscriber as text (``topic|partition|offset|subscriber``: unique by
-    #: construction, and the cheaper to compute and to write), or ``sha256``, the SHA-256 hex of that text (what
-    #: releases before 2026-11-28 wrote; keep it where consumers already dedupe on those ids).
-    delivery_ids: str = "coordinates"
     deliveries_path: str = "var/delta/deliveries"
     dead_letters_path: str = "var/delta/dead_letters"
     #: Unmatched messages are always counted; also written here when ``write_unrouted``.
     write_unrouted: bool = False
     unrouted_path: str = "var/delta/unrouted"
-    #: Directory of the replay ledger: one write-once file per batch id (which snapshot version it routed
-    #: with). Empty: ``router_ledger`` inside ``checkpoint_path``, beside Spark's own offset log.
-    ledger_path: str = ""
     #: Batches whose ledger entries and reports (in the driver's memory) are kept: the last this many, older
     #: ones pruned every this many batches, as Spark keeps its offset log (``minBatchesToRetain``, 100). Only
     #: the batch in flight is ever replayed; the rest is for audits. 0 keeps everything. A run's totals are
@@ -558,43 +494,18 @@ class RouterSettings:
     max_output_batch_bytes: int = 64 * 1024 * 1024
     #: Delta table of one metrics row per batch (the BatchReport); empty = not written.
     metrics_path: str = ""
-    #: ``delta.checkpointInterval`` of the output tables the router creates: every this many commits, the
-    #: commit that reaches it also writes a checkpoint of the log (Delta's default, 10). Fewer checkpoints
-    #: mean fewer slow batches (a checkpoint adds six Spark jobs to its batch) but more log files for a
-    #: reader starting cold and for each batch's state replay. Applies to tables created from then on.
-    delta_checkpoint_interval: int = 10
-    #: Keep every published snapshot as a file too (``routing.router.snapshot_files``), so that a router starting
-    #: on a version that has one loads it instead of rebuilding it from the table (and replays read it).
-    snapshot_files: bool = True
-    #: Directory of those files. Empty: ``_snapshots`` inside the subscription table (Delta ignores it).
+    #: Directory of the snapshot files: every published snapshot is also kept as a content-addressed file
+    #: (``routing.router.snapshot_files``), so that a router starting on a version that has one loads it instead
+    #: of rebuilding it from the table (and replays read it). Empty: ``_snapshots`` inside the subscription
+    #: table (Delta ignores it).
     snapshot_files_path: str = ""
     #: Versions whose files are kept; older ones are deleted as new ones are written.
     snapshot_files_keep: int = 3
     #: How a snapshot reaches the UDF: ``file`` (its snapshot file, read once per version by each Python
     #: worker; measured faster than a broadcast, ``bench/results/snapshot_transport.md``, and the only way on
     #: Spark Connect) or ``broadcast`` (classic sessions; for executors that cannot open the snapshot
-    #: directory with pyarrow). Without snapshot files (``snapshot_files = false``) a classic session broadcasts.
+    #: directory with pyarrow; the files are still kept for restarts where the driver can write them).
     snapshot_transport: str = "file"
-    #: When the Delta state the next append's ``txnAppId`` check needs is computed after a batch commits
-    #: (``routing.streaming.AppendStateWarmer``): ``inline``, before the batch returns, off the path from a
-    #: trigger to its visible commit; ``background``, overlapping Spark's commit log and the next batch's start,
-    #: which waits for it before its write; ``auto``: ``background`` under the available-now trigger (a drain:
-    #: batches run back to back and only throughput counts), ``inline`` under processing time (measured with a
-    #: 1 s trigger on 2 cores: the background warm slowed the next batch's own work beside it and doubled p99).
-    delta_warm: str = "auto"
-    #: How a batch's first attempt appends (``routing.streaming.first_append``): ``direct``, Delta's transaction
-    #: with the batch's set transaction and without the public writer's check of it (its ledger entry proves
-    #: no earlier attempt wrote, so the check's state reconstruction, three Spark jobs a batch, is skipped and
-    #: there is nothing to warm); ``writer``, the public writer with ``txnAppId`` as for a re-execution (and the
-    #: warm above). Re-executions, catalog table names and Spark Connect always take the writer.
-    delta_append: str = "direct"
-
-    @property
-    def background_warm(self) -> bool:
-        """Whether ``delta_warm`` (``auto`` resolved by the trigger) runs the warm in the background."""
-        if self.delta_warm == "auto":
-            return self.trigger == "available_now"
-        return self.delta_warm == "background"
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -604,9 +515,6 @@ class RouterSettings:
             ("key_source", self.key_source, KEY_SOURCES),
             ("kafka_sink", self.kafka_sink, KAFKA_SINKS),
             ("snapshot_transport", self.snapshot_transport, SNAPSHOT_TRANSPORTS),
-            ("delta_warm", self.delta_warm, DELTA_WARMS),
-            ("delta_append", self.delta_append, DELTA_APPENDS),
-            ("delivery_ids", self.delivery_ids, DELIVERY_IDS),
         ):
             if value not in allowed:
                 choices = ", ".join(sorted(allowed))
@@ -643,12 +551,11 @@ class Settings:
                 f"matcher call, which refuses more than limits.max_batch_rows rows; lower router.arrow_batch_rows "
                 f"or raise limits.max_batch_rows"
             )
-        if self.spark.remote and (not self.router.snapshot_files or self.router.snapshot_transport != "file"):
+        if self.spark.remote and self.router.snapshot_transport != "file":
             raise ConfigError(
-                f"settings spark.remote={self.spark.remote!r} and router.snapshot_files={self.router.snapshot_files}, "
+                f"settings spark.remote={self.spark.remote!r} and "
                 f"router.snapshot_transport={self.router.snapshot_transport!r} disagree: Spark Connect has no "
-                "broadcasts, so snapshots reach the UDF as snapshot files; set router.snapshot_files = true and "
-                "router.snapshot_transport = file"
+                "broadcasts, so snapshots reach the UDF as snapshot files; set router.snapshot_transport = file"
             )
 
     def validator(self) -> Validator:

@@ -472,10 +472,11 @@ class AppendStateWarmer:
     starts, so that append finds the state computed (one Spark job) exactly as before. A warm that
     fails only loses the head start (:func:`warm_append_state` logs it once).
 
-    The router waits at once instead (``router.delta_warm`` inline, the default under a processing-time
-    trigger): on 2 cores the warm's Spark jobs beside the next batch's ledger, planning and write slowed
-    each of them (planning 2x, the ledger 2x), so batches grew and p99 latency doubled at 15,000 msg/s;
-    in line, the warm sits after the commit, off the path from a trigger to its visible commit.
+    The router waits at once instead under a processing-time trigger
+    (:func:`routing.router.pipeline.warm_in_background`): on 2 cores the warm's Spark jobs beside the
+    next batch's ledger, planning and write slowed each of them (planning 2x, the ledger 2x), so batches
+    grew and p99 latency doubled at 15,000 msg/s; in line, the warm sits after the commit, off the path from
+    a trigger to its visible commit.
 
     Concurrency contract: :meth:`start`, :meth:`wait` and :meth:`close` are called from one thread (the
     ``foreachBatch`` caller); the warm itself runs on the executor's thread. One thread, not one per

@@ -1,0 +1,160 @@
+"""The Spark configuration directory the demo, the tests and the benchmarks run with (``$SPARK_CONF_DIR``).
+
+    python -m dev.local_spark          # writes var/spark-conf/spark-defaults.conf and prints its directory
+
+pyspark starts a local session's driver JVM with ``$SPARK_HOME/bin/spark-submit``, which reads
+``spark-defaults.conf`` from ``$SPARK_CONF_DIR``; the session's own configuration (``--conf``, from
+:func:`routing.spark.spark_conf`) wins key by key. So what this file writes reaches every driver JVM a
+process started with that variable runs (a job's, a test's, a ``python -m routing ...`` child's, the Spark
+Connect server's) without the library knowing:
+
+* the spawn-free local file system (``dev/localfs``, built by ``make jars``): its jar on
+  ``spark.driver.extraClassPath`` and its classes as ``spark.hadoop.fs.file.impl`` and
+  ``spark.hadoop.fs.AbstractFileSystem.file.impl``. Hadoop's own local file system, without its native
+  library (pyspark ships none), runs ``chmod`` in a child process for every file it creates and ``readlink``
+  for both paths of every ``FileContext`` rename: about 44 processes a streaming batch, 37-39 ms for each
+  small atomic write (1.7 ms without them). Local masters only: executors elsewhere lack the jar.
+* the class-data archive (:mod:`dev.class_archive`) in ``spark.driver.defaultJavaOptions``, which Spark puts
+  before the session's own ``spark.driver.extraJavaOptions``: a fresh JVM starts about 10 s sooner here;
+* Spark's scratch space, warehouse and Ivy home under ``var/``.
+
+Written fresh each time (:func:`use`), so the archive named is the one for the current JDK, pyspark, jars
+and class path, or none (until ``make jvm-archive`` builds it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from routing.config import REPO_ROOT
+
+if TYPE_CHECKING:
+    from routing.settings import Settings
+
+log = logging.getLogger(__name__)
+
+VAR = REPO_ROOT / "var"
+#: Where :func:`use` writes ``spark-defaults.conf`` by default.
+CONF_DIR = VAR / "spark-conf"
+#: Where ``make jvm-archive`` writes the class-data archives.
+ARCHIVE_DIR = VAR / "jvm"
+#: Built by ``make jars`` from ``dev/localfs/src``.
+LOCAL_FS_JAR = VAR / "jars" / "localfs" / "spark-topic-router-localfs.jar"
+#: The Hadoop settings naming the ``file:`` file systems (``FileSystem``; ``FileContext``, which Spark's offset and
+#: commit logs and Delta's log store use), and the spawn-free classes for each.
+LOCAL_FS_CLASSES = {
+    "spark.hadoop.fs.file.impl": "sparktopicrouter.hadoop.SpawnFreeLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "sparktopicrouter.hadoop.SpawnFreeLocalFs",
+}
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+DEFAULTS_FILE = "spark-defaults.conf"
+
+#: JIT flags for a JVM of a run of a minute or two (a test's job process): C1 only, about half the JVM's CPU.
+#: Stopping at C1 also shrinks the default code cache to 48 MB, which a Spark driver fills within minutes, so
+#: the tiered default of 240 MB stays.
+JIT_QUICK = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+#: JIT flags for a long session of many short, different queries (the test session): C2 only for the hottest
+#: code, ten times HotSpot's call and loop counts before it compiles a method.
+JIT_LAZY = (
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+    "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+)
+
+
+def join_options(*options: str | None) -> str:
+    """JVM options joined in order, empty ones left out (for the JVM the last of two conflicting ones wins)."""
+    return " ".join(part for part in ((option or "").strip() for option in options) if part)
+
+
+def local_fs_conf(jar: Path = LOCAL_FS_JAR) -> dict[str, str]:
+    """The keys that make a local driver JVM use the spawn-free local file system; nothing when the jar is missing."""
+    if not jar.is_file():
+        log.warning("%s is missing (run `make jars`): Hadoop's local file system forks", jar)
+        return {}
+    return {**LOCAL_FS_CLASSES, DRIVER_CLASS_PATH: str(jar)}
+
+
+def scratch_conf(var: Path = VAR) -> dict[str, str]:
+    """Spark's scratch space, warehouse and Ivy home (kept empty: nothing is resolved at run time) under ``var``."""
+    return {
+        "spark.local.dir": str(var / "spark-local"),
+        "spark.sql.warehouse.dir": str(var / "spark-warehouse"),
+        "spark.jars.ivy": str(var / "ivy"),
+    }
+
+
+def archive_options(settings: Settings, defaults: Mapping[str, str], archive_dir: Path = ARCHIVE_DIR) -> str:
+    """The options that map the archive for a session of ``settings`` started over ``defaults``; "" if none."""
+    from dev import class_archive
+    from routing.spark import SparkJarsMissingError, spark_conf
+
+    try:
+        session = {**defaults, **spark_conf(settings)}
+    except SparkJarsMissingError:
+        return ""
+    return class_archive.java_options(str(archive_dir), session)
+
+
+def local_conf(
+    settings: Settings | None = None,
+    *,
+    var: Path = VAR,
+    archive_dir: Path | None = ARCHIVE_DIR,
+    java_options: str = "",
+) -> dict[str, str]:
+    """The ``spark-defaults.conf`` entries: scratch under ``var``, the local file system, the archive (unless
+    ``archive_dir`` is None) and then ``java_options`` in ``spark.driver.defaultJavaOptions``."""
+    from routing.settings import load_settings
+
+    conf = {**scratch_conf(var), **local_fs_conf()}
+    archive = "" if archive_dir is None else archive_options(settings or load_settings(), conf, archive_dir)
+    options = join_options(archive, java_options)
+    if options:
+        conf[DEFAULT_JAVA_OPTIONS] = options
+    return conf
+
+
+def _escaped(text: str) -> str:
+    """``text`` as a value of a Java properties file (what Spark reads ``spark-defaults.conf`` as)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def write_conf_dir(directory: Path, conf: Mapping[str, str]) -> Path:
+    """``conf`` as ``directory/spark-defaults.conf``, written beside and renamed into place; the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = ["# Written by dev/local_spark.py for the demo, the tests and the benchmarks; rewritten on each use."]
+    lines += [f"{key} {_escaped(value)}" for key, value in sorted(conf.items())]
+    target = directory / DEFAULTS_FILE
+    partial = directory / f".{DEFAULTS_FILE}.{os.getpid()}.tmp"
+    partial.write_text("\n".join(lines) + "\n")
+    os.replace(partial, target)
+    return directory
+
+
+def use(
+    settings: Settings | None = None,
+    *,
+    directory: Path = CONF_DIR,
+    var: Path = VAR,
+    java_options: str = "",
+) -> Path:
+    """Write :func:`local_conf` into ``directory`` and point this process and its children at it
+    (``$SPARK_CONF_DIR``), before a driver JVM starts; the directory."""
+    write_conf_dir(directory, local_conf(settings, var=var, java_options=java_options))
+    os.environ["SPARK_CONF_DIR"] = str(directory)
+    return directory
+
+
+def main() -> int:
+    print(use())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
