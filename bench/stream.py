@@ -69,7 +69,7 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
     and its msg/s is computed on that prefix. Its deliveries are checked against
     (b)'s deliveries of the same messages;
 (e) **native router + Kafka sink**: (b) also publishing every delivery to a
-    Kafka topic (``router.kafka_sink = "single"``), once per size.
+    Kafka topic (``router.kafka_sink_topic``), once per size.
 
 Every variant is warmed up first on a separate warm-up topic of
 ``--warmup-messages`` (1,000,000) messages, unreported: the passthrough once, every
@@ -381,8 +381,7 @@ def variant_settings(
     root = work / name
     router = dataclasses.replace(
         settings.router,
-        kafka_sink="single" if sink == KAFKA_SINK else "none",
-        kafka_sink_topic=f"{topic}.{name}.deliveries",
+        kafka_sink_topic=f"{topic}.{name}.deliveries" if sink == KAFKA_SINK else "",
         topics=(topic,),
         app_id=f"bench-stream-{name}",
         checkpoint_path=str(root / "checkpoint"),
@@ -1119,7 +1118,7 @@ def report(plan: Plan, results: Results, argv: Sequence[str]) -> str:
         if (sink := results.get(KAFKA_SINK, size)) and (native := results.get(NATIVE, size)) and native.msg_per_s
     ]
     if sink_rows:
-        lines += ["(e), the router also publishing every delivery to Kafka (`router.kafka_sink = single`):", ""]
+        lines += ["(e), the router also publishing every delivery to Kafka (`router.kafka_sink_topic`):", ""]
         lines += [markdown_table(["subscriptions", "(e) msg/s", "(e)/(b)"], sink_rows), ""]
     lines += ["Targets:", ""] + [f"- {verdict}" for verdict in verdicts] + [""]
     lines += ["Matching alone (time inside the UDF's matcher call, best repeats):", ""]

@@ -228,41 +228,41 @@ class KafkaSettings:
         "controller_port": (1, 65535, " a TCP port"),
     }
 
-    #: Clients connect here; empty means the local broker, ``<host>:<client_port>``. Filled in on
-    #: construction, so a ``dataclasses.replace`` with new ports must also pass ``bootstrap_servers=""``.
     bootstrap_servers: str = ""
-    #: Loopback only: the local broker is a development and test tool.
+    """Clients connect here; empty means the local broker, ``<host>:<client_port>``. Filled in on construction, so a
+    ``dataclasses.replace`` with new ports must also pass ``bootstrap_servers=""``."""
     host: str = "127.0.0.1"
-    #: Local broker's client listener; must differ from ``controller_port``.
+    """Loopback only: the local broker is a development and test tool."""
     client_port: int = 19092
-    #: Local broker's KRaft controller listener.
+    """Local broker's client listener; must differ from ``controller_port``."""
     controller_port: int = 19093
-    #: Local broker's data (``data/``), logs (``logs/``), pid file and cluster id.
+    """Local broker's KRaft controller listener."""
     data_dir: str = "var/kafka"
-    #: The broker's jars (``make jars``).
+    """Local broker's data (``data/``), logs (``logs/``), pid file and cluster id."""
     jars_dir: str = "var/jars/kafka"
-    #: JVM heap of the local broker (``-Xmx``), e.g. ``512m``: 16m to 1t.
+    """The broker's jars (``make jars``)."""
     heap: str = "512m"
-    #: Partitions of auto-created topics on the local broker.
+    """JVM heap of the local broker (``-Xmx``), e.g. ``512m``: 16m to 1t."""
     num_partitions: int = 2
-    #: Seconds the local broker's ``start`` waits for it to answer a metadata request, and the jobs wait at start
-    #: for a bootstrap server to accept a connection before they exit 1 (:func:`routing.streaming.wait_for_kafka`).
+    """Partitions of auto-created topics on the local broker."""
     start_timeout_s: float = 90.0
-    #: Seconds ``stop`` waits after SIGTERM before killing the broker's process group.
+    """Seconds the local broker's ``start`` waits for it to answer a metadata request, and the jobs wait at start for a
+    bootstrap server to accept a connection before they exit 1 (:func:`routing.streaming.wait_for_kafka`)."""
     stop_timeout_s: float = 30.0
-    #: Local broker's extra SASL_PLAINTEXT listener (SCRAM, user ``sasl_username`` with the configured
-    #: password); None: none. With ``security_protocol = "SASL_PLAINTEXT"`` and no ``bootstrap_servers``,
-    #: clients connect here.
+    """Seconds ``stop`` waits after SIGTERM before killing the broker's process group."""
     sasl_port: int | None = None
-    #: One of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the local broker's client_port speaks PLAINTEXT).
+    """Local broker's extra SASL_PLAINTEXT listener (SCRAM, user ``sasl_username`` with the configured password); None:
+    none. With ``security_protocol = "SASL_PLAINTEXT"`` and no ``bootstrap_servers``, clients connect here."""
     security_protocol: str = "PLAINTEXT"
-    #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; required with a SASL protocol.
+    """One of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the local broker's client_port speaks PLAINTEXT)."""
     sasl_mechanism: str | None = None
+    """PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; required with a SASL protocol."""
     sasl_username: str | None = None
-    #: A file holding the SASL password (alternative to env ROUTER_KAFKA_SASL_PASSWORD).
+    """The SASL user the jobs log in as; required with a SASL protocol."""
     sasl_password_file: str | None = None
-    #: Only from env ROUTER_KAFKA_SASL_PASSWORD or ``sasl_password_file`` (see module docstring).
+    """A file holding the SASL password (alternative to env ROUTER_KAFKA_SASL_PASSWORD)."""
     sasl_password: Secret | None = None
+    """Only from env ROUTER_KAFKA_SASL_PASSWORD or ``sasl_password_file`` (see module docstring)."""
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -399,16 +399,19 @@ class SubscriptionSettings:
     TABLES: ClassVar[tuple[str, ...]] = ("table_path", "rejects_path")
 
     table_path: str = "var/delta/subscriptions"
-    #: Subscription events that failed validation, with their reason codes.
+    """The subscription table (Delta) the router matches against and the refresh job maintains."""
     rejects_path: str = "var/delta/subscription_rejects"
+    """Subscription events that failed validation, with their reason codes."""
     events_topic: str = "subscriptions"
+    """The Kafka topic of subscribe and unsubscribe events the refresh job applies."""
     checkpoint_path: str = "var/checkpoints/refresh_subscriptions"
-    #: Where a refresh job with no checkpoint starts reading: earliest or latest.
+    """The refresh job's checkpoint (the events it has applied)."""
     starting_offsets: str = "earliest"
-    #: Upper bound on events one micro-batch reads (``maxOffsetsPerTrigger``).
+    """Where a refresh job with no checkpoint starts reading: earliest or latest."""
     max_offsets_per_trigger: int = 100_000
-    #: Bytes of one subscription event (Kafka value or import line); larger ones are rejected.
+    """Upper bound on events one micro-batch reads (``maxOffsetsPerTrigger``)."""
     max_event_bytes: int = 65_536
+    """Bytes of one subscription event (Kafka value or import line); larger ones are rejected."""
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -424,7 +427,6 @@ class SubscriptionSettings:
 
 KEY_SOURCES = frozenset({"key", "header", "json"})
 TRIGGERS = frozenset({"processing_time", "available_now"})
-KAFKA_SINKS = frozenset({"none", "single", "per_subscriber"})
 SNAPSHOT_TRANSPORTS = frozenset({"file", "broadcast"})
 
 
@@ -450,62 +452,75 @@ class RouterSettings:
         "retain_batches": (0, MAX_INT_SETTING, " 0 (keep everything) or a number of batches"),
     }
 
-    #: Kafka topics to route (ignored when ``subscribe_pattern`` is set).
     topics: tuple[str, ...] = ("messages",)
-    #: A Java regex of topics to route, instead of ``topics``.
+    """Kafka topics to route (ignored when ``subscribe_pattern`` is set)."""
     subscribe_pattern: str = ""
-    #: Where a router with no checkpoint starts: earliest or latest.
+    """A Java regex of topics to route, instead of ``topics``."""
     starting_offsets: str = "earliest"
-    #: Upper bound on records per micro-batch, so every batch is bounded.
+    """Where a router with no checkpoint starts: earliest or latest."""
     max_offsets_per_trigger: int = 50_000
-    #: processing_time (every ``trigger_interval``) or available_now (drain what is there, then stop).
+    """Upper bound on records per micro-batch, so every batch is bounded."""
     trigger: str = "processing_time"
+    """``processing_time`` (a stream: a batch every ``trigger_interval``) or ``available_now`` (drain what is
+    there, then stop: backfills and scheduled runs)."""
     trigger_interval: str = "5 seconds"
+    """How often a processing-time trigger starts a batch (Spark's interval text): the floor of a message's
+    latency when traffic is light, and the batch size's when it is heavy."""
     checkpoint_path: str = "var/checkpoints/route"
-    #: Fail the query when Kafka data is lost (deleted topics, expired offsets).
+    """The router's checkpoint: Spark's offsets and commits, and the replay ledger beside them. Keep it as long as
+    the router's output: a new one starts a new query, whose batches from 0 are written again."""
     fail_on_data_loss: bool = True
-    #: Where the routing key is: the Kafka message key, a named header, or a field of a JSON value.
+    """Fail the query when Kafka data is lost (deleted topics, expired offsets)."""
     key_source: str = "key"
+    """Where the routing key is: the Kafka message key, a named header, or a field of a JSON value."""
     key_header: str = "routing_key"
+    """The Kafka header holding the routing key, with ``key_source = "header"``."""
     key_json_field: str = "routing_key"
-    #: Seconds between checks of the subscription table's latest version.
+    """The top-level field of a JSON value holding the routing key, with ``key_source = "json"``."""
     refresh_interval_s: float = 30.0
-    #: Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it
-    #: is the Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``).
+    """Seconds between checks of the subscription table for a new version: at most this long until a subscribe
+    the refresh job applied reaches the router."""
     app_id: str = "spark-topic-router"
+    """Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it is the
+    Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``)."""
     deliveries_path: str = "var/delta/deliveries"
+    """The deliveries table, one row per (message, subscriber) matched: what subscribers read (a path or a
+    catalog table name)."""
     dead_letters_path: str = "var/delta/dead_letters"
-    #: Unmatched messages are always counted; also written here when ``write_unrouted``.
+    """The dead letters table: each message the router could not route, with its reason code."""
     write_unrouted: bool = False
+    """Also write each message no subscription matched to ``unrouted_path`` (to audit or replay them later);
+    they are always counted."""
     unrouted_path: str = "var/delta/unrouted"
-    #: Batches whose ledger entries and reports (in the driver's memory) are kept: the last this many, older
-    #: ones pruned every this many batches, as Spark keeps its offset log (``minBatchesToRetain``, 100). Only
-    #: the batch in flight is ever replayed; the rest is for audits. 0 keeps everything. A run's totals are
-    #: summed as it goes, so they cover every batch either way.
+    """The table of messages no subscription matched, with ``write_unrouted``."""
     retain_batches: int = 100
-    #: Also publish deliveries to Kafka: none, single (one topic) or per_subscriber (a topic template).
-    kafka_sink: str = "none"
-    kafka_sink_topic: str = "deliveries"
-    kafka_sink_topic_template: str = "deliveries.{subscriber}"
-    #: Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch).
+    """Batches whose ledger entries and reports (in the driver's memory) are kept: the last this many, older ones pruned
+    every this many batches, as Spark keeps its offset log (``minBatchesToRetain``, 100). Only the batch in flight is
+    ever replayed; the rest is for audits. 0 keeps everything. A run's totals are summed as it goes, so they cover
+    every batch either way."""
+    kafka_sink_topic: str = ""
+    """Also publish every delivery to Kafka, keyed by its delivery id, for consumers that read Kafka rather than
+    Delta: empty, none; a topic name; or a template with ``{subscriber}``, one topic per subscriber (characters
+    Kafka forbids in topic names become ``_``)."""
     arrow_batch_rows: int = 10_000
-    #: Bytes of one Arrow batch the routing UDF returns (subscriber lists): batches are cut by bytes as well
-    #: as rows, like Spark's spark.sql.execution.arrow.maxBytesPerOutputBatch. Below 2 GiB (32-bit offsets).
+    """Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch)."""
     max_output_batch_bytes: int = 64 * 1024 * 1024
-    #: Delta table of one metrics row per batch (the BatchReport); empty = not written.
+    """Bytes of one Arrow batch the routing UDF returns (subscriber lists): batches are cut by bytes as well as rows,
+    like Spark's spark.sql.execution.arrow.maxBytesPerOutputBatch. Below 2 GiB (32-bit offsets)."""
     metrics_path: str = ""
-    #: Directory of the snapshot files: every published snapshot is also kept as a content-addressed file
-    #: (``routing.router.snapshot_files``), so that a router starting on a version that has one loads it instead
-    #: of rebuilding it from the table (and replays read it). Empty: ``_snapshots`` inside the subscription
-    #: table (Delta ignores it).
+    """Delta table of one metrics row per batch (the BatchReport); empty = not written."""
     snapshot_files_path: str = ""
-    #: Versions whose files are kept; older ones are deleted as new ones are written.
+    """Directory of the snapshot files: every published snapshot is also kept as a content-addressed file
+    (``routing.router.snapshot_files``), so that a router starting on a version that has one loads it instead of
+    rebuilding it from the table (and replays read it). Empty: ``_snapshots`` inside the subscription table (Delta
+    ignores it)."""
     snapshot_files_keep: int = 3
-    #: How a snapshot reaches the UDF: ``file`` (its snapshot file, read once per version by each Python
-    #: worker; measured faster than a broadcast, ``bench/results/snapshot_transport.md``, and the only way on
-    #: Spark Connect) or ``broadcast`` (classic sessions; for executors that cannot open the snapshot
-    #: directory with pyarrow; the files are still kept for restarts where the driver can write them).
+    """Versions whose files are kept; older ones are deleted as new ones are written."""
     snapshot_transport: str = "file"
+    """How a snapshot reaches the UDF: ``file`` (its snapshot file, read once per version by each Python worker;
+    measured faster than a broadcast, ``bench/results/snapshot_transport.md``, and the only way on Spark Connect) or
+    ``broadcast`` (classic sessions; for executors that cannot open the snapshot directory with pyarrow; the files
+    are still kept for restarts where the driver can write them)."""
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -513,7 +528,6 @@ class RouterSettings:
             ("starting_offsets", self.starting_offsets, STARTING_OFFSETS),
             ("trigger", self.trigger, TRIGGERS),
             ("key_source", self.key_source, KEY_SOURCES),
-            ("kafka_sink", self.kafka_sink, KAFKA_SINKS),
             ("snapshot_transport", self.snapshot_transport, SNAPSHOT_TRANSPORTS),
         ):
             if value not in allowed:
@@ -525,8 +539,6 @@ class RouterSettings:
         _check_seconds(section, "refresh_interval_s", self.refresh_interval_s)
         if not self.app_id:
             raise ConfigError(f"setting {section}.app_id must not be empty")
-        if "{subscriber}" not in self.kafka_sink_topic_template:
-            raise ConfigError(f"setting {section}.kafka_sink_topic_template must contain {{subscriber}}")
         _resolve_paths(self)
 
 

@@ -91,7 +91,7 @@ def router_settings(base: Settings, root: Path, topics: Sequence[str], **router_
         "unrouted_path": str(root / "unrouted"),
         "write_unrouted": True,
         "app_id": f"router-test-{uuid.uuid4().hex[:12]}",
-        "kafka_sink": "none",
+        "kafka_sink_topic": "",
         **router_changes,
     }
     return base.replace(subscriptions=subscriptions, router=dataclasses.replace(base.router, **changes))

@@ -639,3 +639,31 @@ def test_the_append_state_warm_runs_in_the_background_only_for_a_drain(trigger: 
     from routing.router.pipeline import warm_in_background
 
     assert warm_in_background(load_settings(overrides={"router": {"trigger": trigger}}).router) is background
+
+
+def field_docstrings(cls: type) -> dict[str, str | None]:
+    """Each dataclass field of ``cls`` and the attribute docstring after it in the source (None: none)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0]
+    assert isinstance(body, ast.ClassDef)
+    found: dict[str, str | None] = {}
+    for statement, following in zip(body.body, [*body.body[1:], None], strict=True):
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            docstring = None
+            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+                docstring = following.value.value if isinstance(following.value.value, str) else None
+            found[statement.target.id] = docstring
+    return {field.name: found.get(field.name) for field in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_every_setting_says_what_it_is_for_in_its_docstring(section: str) -> None:
+    """The settings reference is generated from these attribute docstrings: no setting goes without one."""
+    docstrings = field_docstrings(SECTIONS[section])
+    assert docstrings, section
+    missing = sorted(name for name, text in docstrings.items() if not text or len(text.split()) < 3)
+    assert missing == [], f"[{section}] settings without an attribute docstring: {missing}"

@@ -121,6 +121,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("routing.router")
 
+#: In ``router.kafka_sink_topic``: one topic per subscriber, its id in place of this.
+SUBSCRIBER_PLACEHOLDER = "{subscriber}"
 #: Added to the driver's nice value for the snapshot refresh thread (Linux: nice is per thread), so that
 #: freezing a large snapshot yields the CPUs to running batches.
 REFRESH_THREAD_NICE = 10
@@ -974,7 +976,7 @@ class Router:
                 with timer("write_unmatched"):
                     unrouted = unrouted_frame(judged, version, batch_id, routed_at)
                     self._append(unrouted, router.unrouted_path, batch_id, written, first_attempt=not replayed)
-            if router.kafka_sink != "none" and metrics["deliveries"]:
+            if router.kafka_sink_topic and metrics["deliveries"]:
                 with timer("kafka_sink"):
                     self._publish_to_kafka(plan.deliveries(judged, version, batch_id, routed_at))
             if self.after_writes is not None:
@@ -1155,12 +1157,12 @@ class Router:
         from pyspark.sql import functions as F
 
         router = self.settings.router
-        if router.kafka_sink == "single":
+        if SUBSCRIBER_PLACEHOLDER not in router.kafka_sink_topic:
             topic = F.lit(router.kafka_sink_topic)
         else:
             # Subscriber ids may hold characters Kafka forbids in topic names; those become '_'.
             safe = F.regexp_replace(F.col("subscriber_id"), r"[^A-Za-z0-9._-]", "_")
-            topic = F.replace(F.lit(router.kafka_sink_topic_template), F.lit("{subscriber}"), safe)
+            topic = F.replace(F.lit(router.kafka_sink_topic), F.lit(SUBSCRIBER_PLACEHOLDER), safe)
         header = F.struct(F.lit("delivery_id").alias("key"), F.col("delivery_id").cast("binary").alias("value"))
         (
             deliveries.select(
