@@ -76,16 +76,15 @@ $(LOCAL_FS_JAR): $(LOCAL_FS_SOURCES) | $(INSTALLED)
 jars: $(JARS_STAMP) $(LOCAL_FS_JAR)
 
 # Development tooling: the driver JVMs' class-data archive (dev/class_archive.py), which every Spark JVM the demo,
-# the tests and the benchmarks start maps (through $(SPARK_CONF_DIR), below) and starts faster. Written once per JDK,
+# the tests and the benchmarks start maps (through $(LOCAL_SPARK), below) and starts faster. Written once per JDK,
 # pyspark version and jar set (a minute or two; var/jvm/), a no-op afterwards.
 jvm-archive: install
 	$(PY) -m dev.class_archive
 
-# The demo's and the benchmarks' Spark configuration directory (dev/local_spark.py): the local file system, the
-# archive and var/ scratch paths in spark-defaults.conf, which the spark-submit that starts each local JVM reads.
-# The tests write their own (tests/conftest.py).
-SPARK_CONF_DIR := $(CURDIR)/var/spark-conf
-LOCAL_SPARK := $(PY) -m dev.local_spark >/dev/null && SPARK_CONF_DIR=$(SPARK_CONF_DIR)
+# The demo's and the benchmarks' Spark properties (dev/local_spark.py): the local file system, the archive and var/
+# scratch paths in var/spark-conf/spark-defaults.conf, which the spark-submit that starts each local JVM loads
+# (PYSPARK_SUBMIT_ARGS). The tests write their own (tests/conftest.py).
+LOCAL_SPARK := PYSPARK_SUBMIT_ARGS="$$($(PY) -m dev.local_spark || echo pyspark-shell)"
 
 install: $(INSTALLED) $(JARS_STAMP) $(LOCAL_FS_JAR)
 

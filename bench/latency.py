@@ -46,7 +46,7 @@ takes the whole backlog):
     does: only the matched messages (about a third) have deliveries, and
     they are the ones timed, each once, at its last delivery's commit;
     the unmatched ones are counted by the router, not written
-    (``router.write_unrouted`` off, the default). What each step must
+    (``router.unrouted_path`` empty, the default). What each step must
     have written is recomputed from its seeded keys and the Python trie
     (an oracle independent of the native matcher), and the accounting
     holds the table to it. Its results go to ``latency_matched.md``.

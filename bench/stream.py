@@ -135,6 +135,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `routing`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.demo import create_topics, delete_topics, topics_with_prefix
+from jobs.local_kafka import NUM_PARTITIONS
 from jobs.processes import stat_fields
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 from routing.topic import HASH, STAR, split_words
@@ -387,7 +388,7 @@ def variant_settings(
         checkpoint_path=str(root / "checkpoint"),
         deliveries_path=str(root / "deliveries"),
         dead_letters_path=str(root / "dead_letters"),
-        unrouted_path=str(root / "unrouted"),
+        unrouted_path="",  # not written, as by default
         # The per-batch profile reads every batch's report (bench/latency.py's runs hold hundreds).
         retain_batches=0,
     )
@@ -1453,7 +1454,7 @@ def measure(
             )
             progress(results.checks[-1])
     results.notes += [
-        f"producer: {results.produced.get('msg_per_s', 0):,.0f} msg/s into {settings.kafka.num_partitions} "
+        f"producer: {results.produced.get('msg_per_s', 0):,.0f} msg/s into {NUM_PARTITIONS} "
         "partitions (not part of any figure).",
         f"Repeats: at each size (a) {min(plan.repeats, 2)}x (before and after (b) and (c)), (b) and (c) "
         f"{plan.repeats}x each in ABBA order, (e) and (d) once; the throughput table and the ratios use each "

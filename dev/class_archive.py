@@ -13,8 +13,8 @@ list to maintain, no second dump command) and it archives the classes of Spark's
 from 10.8 s to 7.4 s, a fresh job process from 34 s to 26 s.
 
 **Who uses it.** The development tooling only: :mod:`dev.local_spark` puts :func:`java_options` in
-``spark.driver.defaultJavaOptions`` of the ``spark-defaults.conf`` that the demo, the tests and the
-benchmarks point ``$SPARK_CONF_DIR`` at, so every driver JVM they start (a job's, the test session's, the
+``spark.driver.defaultJavaOptions`` of the Spark properties file that the demo, the tests and the
+benchmarks start pyspark's driver JVMs with, so every driver JVM they start (a job's, the test session's, the
 Spark Connect server's) maps it. ``python -m dev.class_archive`` (:func:`build`; ``make jvm-archive``, which
 ``make test`` and ``make demo`` run) writes it into ``var/jvm`` by running a small representative workload in
 a child process whose JVM dumps its classes at exit. A deployment sets its JVM flags itself
@@ -292,13 +292,13 @@ def build(
 
 
 def _dump(settings: Settings, defaults: Mapping[str, str], temporary: Path, log_path: Path) -> str:
-    """Run the workload child over ``defaults`` (its own ``$SPARK_CONF_DIR``); the JVM class path it ran with.
+    """Run the workload child over ``defaults`` (its own properties file); the JVM class path it ran with.
     Its output goes to ``log_path``."""
-    from dev.local_spark import scratch_conf, write_conf_dir
+    from dev.local_spark import SUBMIT_ARGS, scratch_conf, submit_args, write_properties
 
     spark_settings = settings.spark
     with tempfile.TemporaryDirectory(prefix="class-archive-") as scratch:
-        conf_dir = write_conf_dir(Path(scratch) / "spark-conf", {**scratch_conf(Path(scratch)), **defaults})
+        properties = write_properties(Path(scratch) / "spark.conf", {**scratch_conf(Path(scratch)), **defaults})
         spec = {
             "spark": {
                 **{field.name: getattr(spark_settings, field.name) for field in dataclasses.fields(spark_settings)},
@@ -311,7 +311,7 @@ def _dump(settings: Settings, defaults: Mapping[str, str], temporary: Path, log_
         }
         spec_path = Path(scratch) / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        env = {**os.environ, "SPARK_CONF_DIR": str(conf_dir)}
+        env = {**os.environ, SUBMIT_ARGS: submit_args(properties)}
         env["PYTHONPATH"] = os.pathsep.join(part for part in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if part)
         with open(log_path, "wb") as log:
             child = subprocess.Popen(

@@ -1,12 +1,14 @@
-"""The Spark configuration directory the demo, the tests and the benchmarks run with (``$SPARK_CONF_DIR``).
+"""The Spark properties file the demo, the tests and the benchmarks start their driver JVMs with.
 
-    python -m dev.local_spark          # writes var/spark-conf/spark-defaults.conf and prints its directory
+    python -m dev.local_spark    # writes var/spark-conf/spark-defaults.conf; prints PYSPARK_SUBMIT_ARGS for it
 
-pyspark starts a local session's driver JVM with ``$SPARK_HOME/bin/spark-submit``, which reads
-``spark-defaults.conf`` from ``$SPARK_CONF_DIR``; the session's own configuration (``--conf``, from
-:func:`routing.spark.spark_conf`) wins key by key. So what this file writes reaches every driver JVM a
-process started with that variable runs (a job's, a test's, a ``python -m routing ...`` child's, the Spark
-Connect server's) without the library knowing:
+pyspark starts a local session's driver JVM with ``$SPARK_HOME/bin/spark-submit $PYSPARK_SUBMIT_ARGS`` (default
+``pyspark-shell``), and spark-submit's ``--properties-file`` loads Spark properties from a file; the session's
+own configuration (``--conf``, from :func:`routing.spark.spark_conf`) wins key by key. So what :func:`use` writes
+and points ``PYSPARK_SUBMIT_ARGS`` at reaches every driver JVM that process and its children start (a job's, a
+test's, a ``python -m routing ...`` child's) without the library knowing. (Not ``$SPARK_CONF_DIR``: Spark puts
+that directory on the JVM's class path, and a class-data archive refuses a class path with a non-empty
+directory before the jars it loads.) It holds:
 
 * the spawn-free local file system (``dev/localfs``, built by ``make jars``): its jar on
   ``spark.driver.extraClassPath`` and its classes as ``spark.hadoop.fs.file.impl`` and
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,8 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VAR = REPO_ROOT / "var"
-#: Where :func:`use` writes ``spark-defaults.conf`` by default.
-CONF_DIR = VAR / "spark-conf"
+#: Where :func:`use` writes the properties by default.
+PROPERTIES_FILE = VAR / "spark-conf" / "spark-defaults.conf"
 #: Where ``make jvm-archive`` writes the class-data archives.
 ARCHIVE_DIR = VAR / "jvm"
 #: Built by ``make jars`` from ``dev/localfs/src``.
@@ -52,8 +55,9 @@ LOCAL_FS_CLASSES = {
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "sparktopicrouter.hadoop.SpawnFreeLocalFs",
 }
 DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+#: The variable pyspark's ``launch_gateway`` hands spark-submit's arguments in.
+SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS"
 DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
-DEFAULTS_FILE = "spark-defaults.conf"
 
 #: JIT flags for a JVM of a run of a minute or two (a test's job process): C1 only, about half the JVM's CPU.
 #: Stopping at C1 also shrinks the default code cache to 48 MB, which a Spark driver fills within minutes, so
@@ -108,7 +112,7 @@ def local_conf(
     archive_dir: Path | None = ARCHIVE_DIR,
     java_options: str = "",
 ) -> dict[str, str]:
-    """The ``spark-defaults.conf`` entries: scratch under ``var``, the local file system, the archive (unless
+    """The properties: scratch under ``var``, the local file system, the archive (unless
     ``archive_dir`` is None) and then ``java_options`` in ``spark.driver.defaultJavaOptions``."""
     from routing.settings import load_settings
 
@@ -125,34 +129,38 @@ def _escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def write_conf_dir(directory: Path, conf: Mapping[str, str]) -> Path:
-    """``conf`` as ``directory/spark-defaults.conf``, written beside and renamed into place; the directory."""
-    directory.mkdir(parents=True, exist_ok=True)
+def write_properties(path: Path, conf: Mapping[str, str]) -> Path:
+    """``conf`` as the Spark properties file ``path``, written beside and renamed into place; ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# Written by dev/local_spark.py for the demo, the tests and the benchmarks; rewritten on each use."]
     lines += [f"{key} {_escaped(value)}" for key, value in sorted(conf.items())]
-    target = directory / DEFAULTS_FILE
-    partial = directory / f".{DEFAULTS_FILE}.{os.getpid()}.tmp"
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     partial.write_text("\n".join(lines) + "\n")
-    os.replace(partial, target)
-    return directory
+    os.replace(partial, path)
+    return path
+
+
+def submit_args(path: Path) -> str:
+    """The ``PYSPARK_SUBMIT_ARGS`` that start pyspark's driver JVM with the properties file ``path``."""
+    return f"--properties-file {shlex.quote(str(path))} pyspark-shell"
 
 
 def use(
     settings: Settings | None = None,
     *,
-    directory: Path = CONF_DIR,
+    path: Path = PROPERTIES_FILE,
     var: Path = VAR,
     java_options: str = "",
 ) -> Path:
-    """Write :func:`local_conf` into ``directory`` and point this process and its children at it
-    (``$SPARK_CONF_DIR``), before a driver JVM starts; the directory."""
-    write_conf_dir(directory, local_conf(settings, var=var, java_options=java_options))
-    os.environ["SPARK_CONF_DIR"] = str(directory)
-    return directory
+    """Write :func:`local_conf` to ``path`` and point this process and its children at it (``PYSPARK_SUBMIT_ARGS``),
+    before a driver JVM starts; ``path``."""
+    write_properties(path, local_conf(settings, var=var, java_options=java_options))
+    os.environ[SUBMIT_ARGS] = submit_args(path)
+    return path
 
 
 def main() -> int:
-    print(use())
+    print(submit_args(use()))
     return 0
 
 

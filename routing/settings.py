@@ -61,6 +61,8 @@ SASL_PASSWORD_ENV = "ROUTER_KAFKA_SASL_PASSWORD"
 #: A password file larger than this is a mistake (a device, a wrong path), read no further.
 MAX_PASSWORD_FILE_BYTES = 64 * 1024
 
+#: The local broker's address (``jobs.local_kafka``: loopback only, a development and test tool).
+LOCAL_HOST = "127.0.0.1"
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 SASL_LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -197,59 +199,30 @@ def ascii_number(text: str) -> float:
     return number
 
 
-#: A JVM memory size as ``-Xmx`` and Spark take it: ASCII digits, no leading zero, one unit letter.
-MEMORY_SIZE = re.compile(r"([1-9][0-9]*)([kmgt])", re.IGNORECASE)
-MEMORY_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-#: Smallest and largest JVM heap a setting may ask for: below 16 MiB no JVM of this stack starts.
-MIN_MEMORY, MAX_MEMORY = 16 * 2**20, 2**40
-
-
-def _check_memory(section: str, name: str, value: str) -> None:
-    """``value`` is a JVM memory size (``512m``, ``2g``) of at least 16m and at most 1t."""
-    match = MEMORY_SIZE.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-        raise ConfigError(
-            f"setting {section}.{name} must be a JVM memory size like 512m or 2g (ASCII digits, then k, m, g or t), "
-            f"got {value!r}"
-        )
-    size = int(match[1]) * MEMORY_UNITS[match[2].lower()]
-    if not MIN_MEMORY <= size <= MAX_MEMORY:
-        raise ConfigError(f"setting {section}.{name} must be between 16m and 1t, got {value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class KafkaSettings:
-    """The Kafka cluster the jobs talk to, and the local single-node broker (``jobs.local_kafka``)."""
+    """The Kafka cluster the jobs talk to (by default the local single-node broker, ``jobs.local_kafka``)."""
 
     SECTION: ClassVar[str] = "kafka"
-    PATHS: ClassVar[tuple[str, ...]] = ("data_dir", "jars_dir", "sasl_password_file")
+    PATHS: ClassVar[tuple[str, ...]] = ("data_dir", "sasl_password_file")
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
         "client_port": (1, 65535, " a TCP port"),
         "controller_port": (1, 65535, " a TCP port"),
     }
 
     bootstrap_servers: str = ""
-    """Clients connect here; empty means the local broker, ``<host>:<client_port>``. Filled in on construction, so a
-    ``dataclasses.replace`` with new ports must also pass ``bootstrap_servers=""``."""
-    host: str = "127.0.0.1"
-    """Loopback only: the local broker is a development and test tool."""
+    """The Kafka cluster's bootstrap servers (``host:port,...``) the jobs read from and write to; empty means the
+    local broker, ``127.0.0.1:<client_port>``. Filled in on construction, so a ``dataclasses.replace`` with new
+    ports must also pass ``bootstrap_servers=""``."""
     client_port: int = 19092
     """Local broker's client listener; must differ from ``controller_port``."""
     controller_port: int = 19093
     """Local broker's KRaft controller listener."""
     data_dir: str = "var/kafka"
     """Local broker's data (``data/``), logs (``logs/``), pid file and cluster id."""
-    jars_dir: str = "var/jars/kafka"
-    """The broker's jars (``make jars``)."""
-    heap: str = "512m"
-    """JVM heap of the local broker (``-Xmx``), e.g. ``512m``: 16m to 1t."""
-    num_partitions: int = 2
-    """Partitions of auto-created topics on the local broker."""
     start_timeout_s: float = 90.0
     """Seconds the local broker's ``start`` waits for it to answer a metadata request, and the jobs wait at start for a
     bootstrap server to accept a connection before they exit 1 (:func:`routing.streaming.wait_for_kafka`)."""
-    stop_timeout_s: float = 30.0
-    """Seconds ``stop`` waits after SIGTERM before killing the broker's process group."""
     sasl_port: int | None = None
     """Local broker's extra SASL_PLAINTEXT listener (SCRAM, user ``sasl_username`` with the configured password); None:
     none. With ``security_protocol = "SASL_PLAINTEXT"`` and no ``bootstrap_servers``, clients connect here."""
@@ -276,11 +249,7 @@ class KafkaSettings:
         _check_integers(self)
         if self.client_port == self.controller_port:
             raise ConfigError(f"settings {section}.client_port and {section}.controller_port must differ")
-        if not self.host:
-            raise ConfigError(f"setting {section}.host must not be empty")
         _check_seconds(section, "start_timeout_s", self.start_timeout_s)
-        _check_seconds(section, "stop_timeout_s", self.stop_timeout_s)
-        _check_memory(section, "heap", self.heap)
         if self.security_protocol not in SECURITY_PROTOCOLS:
             known = ", ".join(sorted(SECURITY_PROTOCOLS))
             raise ConfigError(
@@ -300,7 +269,7 @@ class KafkaSettings:
             local_port = self.client_port
             if self.sasl_port is not None and self.security_protocol == "SASL_PLAINTEXT":
                 local_port = self.sasl_port
-            object.__setattr__(self, "bootstrap_servers", f"{self.host}:{local_port}")
+            object.__setattr__(self, "bootstrap_servers", f"{LOCAL_HOST}:{local_port}")
         _resolve_paths(self)
 
     def _check_sasl_listener(self) -> None:
@@ -446,8 +415,9 @@ class RouterSettings:
     URI_PATHS: ClassVar[tuple[str, ...]] = PATHS
     #: Delta tables: each a path or a catalog table name (``routing.delta_tables``).
     TABLES: ClassVar[tuple[str, ...]] = ("deliveries_path", "dead_letters_path", "unrouted_path", "metrics_path")
-    #: Empty means the default place (``snapshot_files_path``) or off (``metrics_path``), and stays empty.
-    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("metrics_path", "snapshot_files_path")
+    #: Empty means the default place (``snapshot_files_path``) or off (``unrouted_path``, ``metrics_path``), and
+    #: stays empty.
+    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("unrouted_path", "metrics_path", "snapshot_files_path")
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
         "retain_batches": (0, MAX_INT_SETTING, " 0 (keep everything) or a number of batches"),
     }
@@ -472,11 +442,8 @@ class RouterSettings:
     fail_on_data_loss: bool = True
     """Fail the query when Kafka data is lost (deleted topics, expired offsets)."""
     key_source: str = "key"
-    """Where the routing key is: the Kafka message key, a named header, or a field of a JSON value."""
-    key_header: str = "routing_key"
-    """The Kafka header holding the routing key, with ``key_source = "header"``."""
-    key_json_field: str = "routing_key"
-    """The top-level field of a JSON value holding the routing key, with ``key_source = "json"``."""
+    """Where the routing key is: ``key`` (the Kafka message key), ``header:NAME`` (the Kafka header NAME) or
+    ``json:FIELD`` (the top-level FIELD of a JSON value), for producers that cannot set the key."""
     refresh_interval_s: float = 30.0
     """Seconds between checks of the subscription table for a new version: at most this long until a subscribe
     the refresh job applied reaches the router."""
@@ -488,11 +455,9 @@ class RouterSettings:
     catalog table name)."""
     dead_letters_path: str = "var/delta/dead_letters"
     """The dead letters table: each message the router could not route, with its reason code."""
-    write_unrouted: bool = False
-    """Also write each message no subscription matched to ``unrouted_path`` (to audit or replay them later);
-    they are always counted."""
-    unrouted_path: str = "var/delta/unrouted"
-    """The table of messages no subscription matched, with ``write_unrouted``."""
+    unrouted_path: str = ""
+    """A table to also write each message no subscription matched to (to audit or replay them later); empty: not
+    written (they are always counted)."""
     retain_batches: int = 100
     """Batches whose ledger entries and reports (in the driver's memory) are kept: the last this many, older ones pruned
     every this many batches, as Spark keeps its offset log (``minBatchesToRetain``, 100). Only the batch in flight is
@@ -522,17 +487,30 @@ class RouterSettings:
     ``broadcast`` (classic sessions; for executors that cannot open the snapshot directory with pyarrow; the files
     are still kept for restarts where the driver can write them)."""
 
+    @property
+    def key_kind(self) -> str:
+        """``key``, ``header`` or ``json``: the part of ``key_source`` before its colon."""
+        return self.key_source.partition(":")[0]
+
+    @property
+    def key_name(self) -> str:
+        """The header's name or the JSON field of ``key_source`` (after its colon); "" for ``key``."""
+        return self.key_source.partition(":")[2]
+
     def __post_init__(self) -> None:
         section = self.SECTION
         for name, value, allowed in (
             ("starting_offsets", self.starting_offsets, STARTING_OFFSETS),
             ("trigger", self.trigger, TRIGGERS),
-            ("key_source", self.key_source, KEY_SOURCES),
             ("snapshot_transport", self.snapshot_transport, SNAPSHOT_TRANSPORTS),
         ):
             if value not in allowed:
                 choices = ", ".join(sorted(allowed))
                 raise ConfigError(f"setting {section}.{name} must be one of {choices}, got {value!r}")
+        if self.key_kind not in KEY_SOURCES or (self.key_kind == "key") != (self.key_name == ""):
+            raise ConfigError(
+                f"setting {section}.key_source must be key, header:NAME or json:FIELD, got {self.key_source!r}"
+            )
         if not self.topics and not self.subscribe_pattern:
             raise ConfigError(f"setting {section}.topics is empty and {section}.subscribe_pattern is not set")
         _check_integers(self)  # max_output_batch_bytes among them: below 2 GiB (32-bit offsets)

@@ -35,9 +35,9 @@ batch's. ``[spark.conf]`` may set ``spark.scheduler.mode`` or ``spark.scheduler.
 
 JVM flags, memory, the UI and every other Spark or Delta knob are Spark's own keys: ``[spark.conf]`` of the
 settings (:data:`routing.settings.DEFAULT_SPARK_CONF` holds the project's local defaults, such as the parallel
-collector in ``spark.driver.extraJavaOptions``), or Spark's own ``spark-defaults.conf`` in ``$SPARK_CONF_DIR``,
-which the ``spark-submit`` that starts a local session's JVM reads too (the development tooling in ``dev/``
-puts its class-data archive and local file system there).
+collector in ``spark.driver.extraJavaOptions``), or Spark's own properties files (``spark-defaults.conf``,
+``--properties-file``), which the ``spark-submit`` that starts a local session's JVM reads too (the development
+tooling in ``dev/`` hands it its class-data archive and local file system that way).
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ are marked ``integration`` by folder (:func:`pytest_collection_modifyitems`); ``
 * ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
   end of the session only if it started it (a watchdog stops it even if the run is killed).
 * ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
-* Every driver JVM the tests start runs with the development tooling's Spark configuration directory
-  (``dev.local_spark``: ``$SPARK_CONF_DIR``, inherited by every job a test starts as a process of its own):
-  the class-data archive, the spawn-free local file system, the session's scratch paths, and JIT flags.
+* Every driver JVM the tests start runs with the development tooling's Spark properties (``dev.local_spark``:
+  a properties file in ``$PYSPARK_SUBMIT_ARGS``, inherited by every job a test starts as a process of its own;
+  the same entries in the session's own ``[spark.conf]``, which the Connect server gets too): the class-data
+  archive, the spawn-free local file system, the session's scratch paths, and JIT flags.
   Every job a test starts as a process of its own runs a minute or two, so its JVM compiles with C1 only
   (``dev.local_spark.JIT_QUICK``): about half the JVM CPU each, on a machine whose two cores both workers
   share (pytest 44 to 38 minutes in a clean-clone run). The session's JVM and the Connect server's live as
@@ -43,7 +44,7 @@ import pytest
 
 from dev import local_spark
 from jobs.cluster import ephemeral_port_range, free_port_candidates, free_ports
-from routing.settings import REPO_ROOT, Settings, load_settings
+from routing.settings import LOCAL_HOST, REPO_ROOT, Settings, load_settings
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -54,8 +55,8 @@ if TYPE_CHECKING:
 
 #: Seconds an AdminClient operation in a fixture may take.
 ADMIN_TIMEOUT_S = 30.0
-# Before any test starts a JVM (the ``settings`` fixture then points it at the session's own directory).
-local_spark.use(directory=local_spark.VAR / "spark-conf-tests", java_options=local_spark.JIT_QUICK)
+# Before any test starts a JVM (the ``settings`` fixture then points it at the session's own file).
+local_spark.use(path=local_spark.VAR / "spark-conf" / "tests.conf", java_options=local_spark.JIT_QUICK)
 #: Ports between the starts of two pytest-xdist workers' searches for free ports.
 WORKER_PORT_BAND = 1000
 #: Every test under this folder is marked ``integration`` (real Kafka, Spark or Delta), so no file has to say so.
@@ -107,9 +108,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def make_test_settings(root: Path, *, client_port: int, controller_port: int) -> Settings:
-    """Settings with every var/ path under ``root`` (jars from the real var/jars; Spark's own are in the Spark
-    configuration directory :func:`use_spark_conf_dir` writes)."""
-    base = load_settings()
+    """Settings with every var/ path under ``root`` (jars from the real var/jars), Spark's among them."""
     settings = load_settings(
         overrides={
             "kafka": {
@@ -117,7 +116,7 @@ def make_test_settings(root: Path, *, client_port: int, controller_port: int) ->
                 "client_port": client_port,
                 "controller_port": controller_port,
                 # An explicit bootstrap address would point the tests at another broker.
-                "bootstrap_servers": f"{base.kafka.host}:{client_port}",
+                "bootstrap_servers": f"{LOCAL_HOST}:{client_port}",
             },
             "spark": {"jars_dir": str(REPO_ROOT / "var" / "jars" / "spark")},
             "subscriptions": {
@@ -130,7 +129,7 @@ def make_test_settings(root: Path, *, client_port: int, controller_port: int) ->
     # The session's own JVM (and the Connect server's) lives as long as the session: both tiers, C2 late.
     defaults = local_spark.local_conf(settings, var=root, archive_dir=None)
     options = local_spark.join_options(local_spark.archive_options(settings, defaults), local_spark.JIT_LAZY)
-    conf = {**settings.spark.conf, local_spark.DEFAULT_JAVA_OPTIONS: options}
+    conf = {**settings.spark.conf, **defaults, local_spark.DEFAULT_JAVA_OPTIONS: options}
     return settings.replace(spark=dataclasses.replace(settings.spark, conf=conf))
 
 
@@ -152,21 +151,16 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     from jobs.local_kafka import port_in_use
 
     configured = load_settings().kafka
-    if port_in_use(configured.host, configured.client_port):
+    if port_in_use(LOCAL_HOST, configured.client_port):
         client_port, controller_port = configured.client_port, configured.controller_port
     else:
         start = worker_port_start(os.environ.get("PYTEST_XDIST_WORKER", ""), random.randrange(WORKER_PORT_BAND))
-        client_port, controller_port = free_ports(2, configured.host, start=start)
+        client_port, controller_port = free_ports(2, LOCAL_HOST, start=start)
     root = tmp_path_factory.mktemp("var")
     settings = make_test_settings(root, client_port=client_port, controller_port=controller_port)
-    use_spark_conf_dir(settings, root)
+    # The jobs tests start as processes of their own: the same, with C1 only (module docstring).
+    local_spark.use(settings, path=root / "spark.conf", var=root, java_options=local_spark.JIT_QUICK)
     return settings
-
-
-def use_spark_conf_dir(settings: Settings, root: Path) -> Path:
-    """Point this process and its children at a Spark configuration directory with Spark's scratch paths under
-    ``root`` (module docstring), before the session's JVM starts."""
-    return local_spark.use(settings, directory=root / "spark-conf", var=root, java_options=local_spark.JIT_QUICK)
 
 
 @pytest.fixture(scope="session")

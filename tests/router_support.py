@@ -89,7 +89,6 @@ def router_settings(base: Settings, root: Path, topics: Sequence[str], **router_
         "deliveries_path": str(root / "deliveries"),
         "dead_letters_path": str(root / "dead_letters"),
         "unrouted_path": str(root / "unrouted"),
-        "write_unrouted": True,
         "app_id": f"router-test-{uuid.uuid4().hex[:12]}",
         "kafka_sink_topic": "",
         **router_changes,
@@ -175,10 +174,10 @@ def produce(
 
 def routing_key_bytes(record: Record, router: RouterSettings) -> bytes | None:
     """Where ``router.key_source`` says the key is, located in plain Python."""
-    if router.key_source == "key":
+    if router.key_kind == "key":
         return record.key
-    if router.key_source == "header":
-        values = [value for name, value in record.headers if name == router.key_header]
+    if router.key_kind == "header":
+        values = [value for name, value in record.headers if name == router.key_name]
         return values[0] if values else None
     try:
         document = json.loads((record.value or b"").decode("utf-8"))
@@ -186,7 +185,7 @@ def routing_key_bytes(record: Record, router: RouterSettings) -> bytes | None:
         return None
     if not isinstance(document, dict):
         return None
-    field = document.get(router.key_json_field)
+    field = document.get(router.key_name)
     assert field is None or isinstance(field, str), "tests only put strings in the key field"
     return None if field is None else field.encode("utf-8")
 
@@ -256,7 +255,7 @@ def read_routed(spark: SparkSession, settings: Settings) -> Routed:
     return Routed(
         deliveries=rows(router.deliveries_path, ["delivery_id", "subscriber_id", "routing_key", *common]),
         dead_letters=rows(router.dead_letters_path, ["dead_letter_id", "reason", "raw_key", "fanout", *common]),
-        unrouted=rows(router.unrouted_path, ["routing_key", *common]) if router.write_unrouted else [],
+        unrouted=rows(router.unrouted_path, ["routing_key", *common]) if router.unrouted_path else [],
     )
 
 

@@ -132,7 +132,6 @@ def run_bench(settings: Settings, tmp_path: Path, *options: str) -> tuple[Path, 
         "kafka.controller_port": kafka.controller_port,
         "kafka.bootstrap_servers": kafka.bootstrap_servers,
         "kafka.data_dir": kafka.data_dir,
-        "kafka.num_partitions": 2,
         "spark.conf.spark.local.dir": tmp_path / "spark-local",
         "spark.conf.spark.sql.warehouse.dir": tmp_path / "spark-warehouse",
     }

@@ -114,17 +114,23 @@ def test_without_java_there_is_no_archive(fake_java: Path, tmp_path: Path, monke
     assert local_spark.archive_options(settings, {}, tmp_path / "jvm") == ""
 
 
-def test_the_spark_defaults_file_holds_the_local_conf(fake_java: Path, tmp_path: Path) -> None:
-    """What Spark reads as a Java properties file: one ``key value`` line each; ``use`` points the process at it."""
+def test_the_properties_file_holds_the_local_conf(
+    fake_java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Spark reads as a Java properties file: one ``key value`` line each; ``use`` points pyspark at it."""
     settings = archive_settings()
     publish(settings, tmp_path / "jvm", local_spark.local_conf(settings, var=tmp_path, archive_dir=None))
     conf = local_spark.local_conf(settings, var=tmp_path, archive_dir=tmp_path / "jvm")
     assert conf["spark.local.dir"] == str(tmp_path / "spark-local")
     assert conf["spark.sql.warehouse.dir"] == str(tmp_path / "spark-warehouse")
-    directory = local_spark.write_conf_dir(tmp_path / "spark-conf", conf)
-    lines = [line for line in (directory / "spark-defaults.conf").read_text().splitlines() if not line.startswith("#")]
+    path = local_spark.write_properties(tmp_path / "spark-conf" / "spark.conf", conf)
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
     assert dict(line.split(" ", 1) for line in lines) == conf
-    assert [path.name for path in directory.iterdir()] == ["spark-defaults.conf"]  # no partial file left
+    assert [entry.name for entry in path.parent.iterdir()] == ["spark.conf"]  # no partial file left
+    monkeypatch.delenv(local_spark.SUBMIT_ARGS, raising=False)
+    spaced = tmp_path / "a dir" / "spark.conf"
+    assert local_spark.use(settings, path=spaced, var=tmp_path) == spaced
+    assert os.environ[local_spark.SUBMIT_ARGS] == f"--properties-file '{spaced}' pyspark-shell"
 
 
 def test_the_local_file_system_needs_its_jar(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

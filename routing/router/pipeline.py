@@ -647,7 +647,7 @@ def _completed(observation: Any) -> dict[str, int] | None:
 def output_paths(router: RouterSettings) -> dict[str, str]:
     """The path (or table name) of each output table the router writes, by name (as :data:`OUTPUT_TABLES`)."""
     paths = {"deliveries": router.deliveries_path, "dead_letters": router.dead_letters_path}
-    if router.write_unrouted:
+    if router.unrouted_path:
         paths["unrouted"] = router.unrouted_path
     return paths
 
@@ -972,7 +972,7 @@ class Router:
                             dead_letters.agg(*plan.reason_metrics).collect()[0].asDict()
                         )
                     _take_reasons(metrics, by_reason)
-            if router.write_unrouted and metrics["unmatched"]:
+            if router.unrouted_path and metrics["unmatched"]:
                 with timer("write_unmatched"):
                     unrouted = unrouted_frame(judged, version, batch_id, routed_at)
                     self._append(unrouted, router.unrouted_path, batch_id, written, first_attempt=not replayed)

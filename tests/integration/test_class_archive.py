@@ -4,7 +4,7 @@
 The archive is the development tooling's (``var/jvm/``), through the real builder: ``make test`` builds it
 before pytest (``make jvm-archive``), so here the builder finds it complete; on a checkout without it, the first
 worker to get here builds it (a minute or two). Each check then starts a fresh Python process with ``get_spark``,
-as a job does, with a Spark configuration directory of its own (``$SPARK_CONF_DIR``), and looks from inside its
+as a job does, with a Spark properties file of its own (``$PYSPARK_SUBMIT_ARGS``), and looks from inside its
 JVM: the options it started with (the settings' own ``spark.driver.extraJavaOptions`` among them), the files it
 has mapped (``/proc/<pid>/maps``: a JVM unmaps an archive it refuses) and where its classes came from
 (``-Xlog:class+load``). The Spark Connect server is the session's (``tests/conftest.py``).
@@ -79,18 +79,18 @@ def probe(
     archive_dir: Path = local_spark.ARCHIVE_DIR,
     delta_write: bool = True,
 ) -> tuple[dict[str, Any], str]:
-    """Start a fresh Python process with ``get_spark`` (and a Delta write) over a Spark configuration directory
-    of the development tooling (C1 only, as the tests' job processes run, then ``java_options``); what its JVM
+    """Start a fresh Python process with ``get_spark`` (and a Delta write) over a Spark properties file of the
+    development tooling (C1 only, as the tests' job processes run, then ``java_options``); what its JVM
     says, and its output."""
     options = local_spark.join_options(local_spark.JIT_QUICK, java_options)
     conf = local_spark.local_conf(settings, var=tmp_path / "var", archive_dir=archive_dir, java_options=options)
-    conf_dir = local_spark.write_conf_dir(tmp_path / "spark-conf", conf)
+    properties = local_spark.write_properties(tmp_path / "spark.conf", conf)
     table = str(tmp_path / "table") if delta_write else ""
     spec = {"spark": {"jars_dir": settings.spark.jars_dir}, "table": table}
     done = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(spec)],
         cwd=REPO_ROOT,
-        env={**os.environ, "SPARK_CONF_DIR": str(conf_dir)},
+        env={**os.environ, local_spark.SUBMIT_ARGS: local_spark.submit_args(properties)},
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,5 +1,5 @@
 """The spawn-free local file system (development tooling: ``dev/localfs/src``, applied by :mod:`dev.local_spark`
-through the Spark configuration directory every test JVM starts with).
+through the Spark properties every test JVM starts with).
 
 Two things are checked: that it answers as Hadoop's own local file system does (the oracle: Hadoop's classes on
 the same paths, in the same JVM), and that it runs no child process where Hadoop's runs dozens (a count, taken
@@ -250,11 +250,15 @@ def test_the_session_runs_no_child_process_where_hadoop_s_own_runs_dozens(settin
     overrides = {"spark": {"jars_dir": settings.spark.jars_dir}}
     work = tmp_path / "work"
     work.mkdir()
-    # The child's JVM gets the file system the way every test JVM does: from its Spark configuration directory.
+    # The child's JVM gets the file system the way every test JVM does: from its Spark properties file.
     conf = local_spark.local_conf(settings, var=tmp_path, archive_dir=None, java_options=local_spark.JIT_QUICK)
     assert conf[local_spark.DRIVER_CLASS_PATH] == str(jar)
-    conf_dir = local_spark.write_conf_dir(tmp_path / "spark-conf", conf)
-    environment = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SPARK_CONF_DIR": str(conf_dir)}
+    properties = local_spark.write_properties(tmp_path / "spark.conf", conf)
+    environment = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        local_spark.SUBMIT_ARGS: local_spark.submit_args(properties),
+    }
     done = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(overrides), str(work), str(log), json.dumps(HADOOP_OWN_CLASSES)],
         cwd=REPO_ROOT,

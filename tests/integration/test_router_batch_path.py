@@ -66,7 +66,7 @@ def file_statistics(path: str) -> list[dict[str, Any]]:
 
 
 def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings, tmp_path: Path) -> None:
-    local = router_settings(settings, tmp_path, ["path"], write_unrouted=True)
+    local = router_settings(settings, tmp_path, ["path"], unrouted_path=str(tmp_path / "unrouted"))
     version = apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
     router = started_router(spark, local, "one-commit")
     outputs = (local.router.deliveries_path, local.router.dead_letters_path, local.router.unrouted_path)
@@ -292,7 +292,7 @@ def test_output_tables_take_deltas_session_default_checkpoint_interval(
     reaches the tables the router creates, with their own properties beside it."""
     from delta.tables import DeltaTable
 
-    local = router_settings(settings, tmp_path, ["props"], write_unrouted=True)
+    local = router_settings(settings, tmp_path, ["props"], unrouted_path=str(tmp_path / "unrouted"))
     key = "spark.databricks.delta.properties.defaults.checkpointInterval"
     spark.conf.set(key, "3")
     try:
@@ -348,7 +348,7 @@ def test_output_tables_hand_parquet_their_plain_columns_and_int64_timestamps(
     from routing.router.tables import OUTPUT_TABLES
     from routing.streaming import first_append
 
-    local = router_settings(settings, tmp_path, ["dictionary"], write_unrouted=True)
+    local = router_settings(settings, tmp_path, ["dictionary"], unrouted_path=str(tmp_path / "unrouted"))
     Router(spark, local).close(progress_wait_s=0)  # creates the output tables, as a router's start does
     path = output_paths(local.router)[table]
     schema = spark.createDataFrame([], OUTPUT_TABLES[table]).schema
@@ -388,7 +388,7 @@ def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
 ) -> None:
     from pyspark.sql import functions as F
 
-    local = router_settings(settings, tmp_path, ["wide"], write_unrouted=True)
+    local = router_settings(settings, tmp_path, ["wide"], unrouted_path=str(tmp_path / "unrouted"))
     subscribers = [f"{index:0>{local.limits.max_subscriber_bytes}}" for index in range(1_000)]
     apply_subscriptions(spark, local, tmp_path / "subs.json", [("#", subscriber) for subscriber in subscribers])
     router = started_router(spark, local, "wide")

@@ -247,13 +247,7 @@ def test_broker_starts_from_nothing_round_trips_and_stops_without_orphans(fresh_
     assert run_cli(settings, "start").stdout.startswith("kafka already running")
 
     # A near-zero grace period takes the SIGKILL path; still nothing may be left behind.
-    hurried = broker_settings(
-        data_dir,
-        stop_timeout_s=0.001,
-        client_port=settings.kafka.client_port,
-        controller_port=settings.kafka.controller_port,
-    )
-    assert local_kafka.stop(hurried) is True
+    assert local_kafka.stop(settings, timeout_s=0.001) is True
     assert broker_jvms(data_dir) == []
     assert run_cli(settings, "stop").stdout.strip() == "kafka was not running"
 
@@ -330,9 +324,8 @@ def test_start_without_java_or_jars_says_so(fresh_settings: Settings, tmp_path: 
         local_kafka.start(fresh_settings, env={"PATH": str(tmp_path)})
     with pytest.raises(BrokerError, match=r"Java not found.*JAVA_HOME"):
         local_kafka.start(fresh_settings, env={"PATH": os.environ["PATH"], "JAVA_HOME": str(tmp_path)})
-    no_jars = broker_settings(tmp_path / "kafka", jars_dir=str(tmp_path / "no-jars"))
     with pytest.raises(BrokerError, match="run `make jars`"):
-        local_kafka.start(no_jars)
+        local_kafka.start(fresh_settings, jars_dir=tmp_path / "no-jars")
     assert broker_jvms(tmp_path / "kafka") == []
 
 
