@@ -126,10 +126,18 @@ def make_test_settings(root: Path, *, client_port: int, controller_port: int) ->
             },
         }
     )
-    # The session's own JVM (and the Connect server's) lives as long as the session: both tiers, C2 late.
     defaults = local_spark.local_conf(settings, var=root, archive_dir=None)
-    options = local_spark.join_options(local_spark.archive_options(settings, defaults), local_spark.JIT_LAZY)
-    conf = {**settings.spark.conf, **defaults, local_spark.DEFAULT_JAVA_OPTIONS: options}
+    return with_session_jvm_options(
+        settings.replace(spark=dataclasses.replace(settings.spark, conf={**settings.spark.conf, **defaults}))
+    )
+
+
+def with_session_jvm_options(settings: Settings) -> Settings:
+    """``settings`` whose driver JVM maps the class-data archive as it is now (built before this session, or by
+    tests/integration/test_class_archive.py during it) and compiles as a long-lived one: both tiers, C2 late
+    (the session's own JVM and the Connect server's; module docstring)."""
+    options = local_spark.join_options(local_spark.archive_options(settings, {}), local_spark.JIT_LAZY)
+    conf = {**settings.spark.conf, local_spark.DEFAULT_JAVA_OPTIONS: options}
     return settings.replace(spark=dataclasses.replace(settings.spark, conf=conf))
 
 
@@ -226,5 +234,5 @@ def connect_server(settings: Settings, tmp_path_factory: pytest.TempPathFactory)
     from jobs.connect_server import ConnectServer
 
     log = tmp_path_factory.mktemp("connect") / "connect-server.log"
-    with ConnectServer(settings, port=free_ports(1)[0], log_path=log) as server:
+    with ConnectServer(with_session_jvm_options(settings), port=free_ports(1)[0], log_path=log) as server:
         yield server
