@@ -1280,8 +1280,12 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     plan, args = parse_args(argv)
+    from dev import local_spark
     from jobs import local_kafka
     from jobs.produce import produce
+
+    if local_spark.SUBMIT_ARGS not in os.environ:  # both sessions' JVMs as the demo's and the tests' (dev/)
+        local_spark.use()
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic, prefix_topic = f"bench.stream.{run_id}", f"bench.stream.{run_id}.prefix"
