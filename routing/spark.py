@@ -21,7 +21,8 @@ The loopback driver address is for local masters only: on a cluster Spark picks 
 With ``spark.remote = "sc://host:port"`` the session is a Spark Connect client instead: no JVM in
 this process, and the server (``python -m jobs.connect_server`` starts one with this project's jars and
 settings) owns every static setting. Only the runtime SQL settings (:func:`runtime_conf`, then
-``[spark.conf]``) are set on the session; :func:`is_connect` tells the two kinds apart.
+``[spark.conf]``; its static defaults, such as the JVM's flags, are the server's) are set on the session;
+:func:`is_connect` tells the two kinds apart.
 
 Where the runtime itself provides Delta and the Kafka source (a managed Spark, or an image with them in
 ``$SPARK_HOME/jars``), ``spark.jars_provided = true`` skips the jar check and adds nothing to
@@ -50,7 +51,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from routing.settings import Settings, load_settings
+from routing.settings import DEFAULT_SPARK_CONF, Settings, load_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -273,6 +274,11 @@ def get_spark(
     return session
 
 
+#: Prefixes of the SQL settings a session may set after it started (Spark's and Delta's); the rest of Spark's
+#: configuration belongs to the JVM that runs it.
+RUNTIME_PREFIXES = ("spark.sql.", "spark.databricks.")
+
+
 def _connect_session(settings: Settings, extra_conf: Mapping[str, str] | None) -> SparkSession:
     """A Spark Connect session to ``spark.remote`` with this project's runtime settings."""
     from pyspark.sql import SparkSession
@@ -282,10 +288,14 @@ def _connect_session(settings: Settings, extra_conf: Mapping[str, str] | None) -
     runtime.update(extra_conf or {})
     session = SparkSession.builder.remote(settings.spark.remote).getOrCreate()
     for key, value in runtime.items():
+        if DEFAULT_SPARK_CONF.get(key) == value and not key.startswith(RUNTIME_PREFIXES):
+            continue  # a JVM-wide default (flags, memory, the UI): the server's own, never a session's
         try:
             session.conf.set(key, value)
-        except Exception as error:  # a static setting: the server's to set, so it must already have it
-            if session.conf.get(key, None) == value:
+        except Exception as error:  # a static setting: the server's own
+            # The project's local defaults (the JVM's flags and memory, the UI) are the server's to choose; a
+            # static key the settings name beyond them is a mistake, unless the server already has its value.
+            if DEFAULT_SPARK_CONF.get(key) == value or session.conf.get(key, None) == value:
                 continue
             raise ValueError(
                 f"{key} cannot be set on a Spark Connect session (start the server with it instead): {error}"
