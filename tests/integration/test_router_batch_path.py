@@ -462,3 +462,28 @@ def test_prebuilt_selects_and_jvm_batch_columns_match_the_plain_ones(spark: Any)
         assert built.schema == plain.schema
         assertDataFrameEqual(built, plain, checkRowOrder=True)
         assert built.select("batch_id").distinct().collect()[0][0] == batch_id
+
+
+def test_the_direct_append_stands_down_on_a_delta_release_it_was_not_tested_with(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The version check before Delta's internal API, and its fallback: the public writer, idempotent as ever."""
+    import logging
+
+    from routing import streaming
+
+    frame = spark.range(3).selectExpr("id", "CAST(id AS STRING) AS text")
+    tested, untested = str(tmp_path / "tested"), str(tmp_path / "untested")
+    for path in (tested, untested):
+        frame.limit(0).write.format("delta").save(path)  # the tables, with their columns
+    assert delta_tables.delta_jvm(spark).version.startswith(delta_tables.TESTED_DELTA)
+    monkeypatch.setattr(streaming, "_first_append_missing", False)
+    assert streaming.first_append(frame, tested, "direct", 0) is True
+    monkeypatch.setattr(delta_tables, "TESTED_DELTA", ("0.0.",))
+    with caplog.at_level(logging.WARNING, logger="routing.streaming"):
+        assert streaming.first_append(frame, untested, "direct", 0) is False
+    assert "is not a release the direct append was tested with (0.0.x)" in caplog.text
+    assert delta_tables.read(spark, untested).count() == 0  # it wrote nothing
+    for _ in range(2):  # the public writer serves, and skips the version it committed
+        streaming.idempotent_append(frame, untested, "direct", 0)
+    assert delta_tables.read(spark, untested).count() == 3 == delta_tables.read(spark, tested).count()
