@@ -4,11 +4,12 @@
 The archive is the development tooling's (``var/jvm/``), through the real builder: ``make test`` builds it
 before pytest (``make jvm-archive``), so that every JVM of the session maps it and here the builder finds it
 complete; on a checkout without it, the first worker to get here builds it (a minute or two), and the JVMs
-whose properties are written after that (the probes here, the Connect server) map it. Each check then starts a fresh Python process with ``get_spark``,
-as a job does, with a Spark properties file of its own (``$PYSPARK_SUBMIT_ARGS``), and looks from inside its
-JVM: the options it started with (the settings' own ``spark.driver.extraJavaOptions`` among them), the files it
-has mapped (``/proc/<pid>/maps``: a JVM unmaps an archive it refuses) and where its classes came from
-(``-Xlog:class+load``). The Spark Connect server is the session's (``tests/conftest.py``).
+whose properties are written after that (the probes here, the Connect server) map it. Each check then starts a
+fresh Python process with ``get_spark``, as a job does, with a Spark properties file of its own
+(``$PYSPARK_SUBMIT_ARGS``), and looks from inside its JVM: the options it started with (the settings' own
+``spark.driver.extraJavaOptions`` among them), the files it has mapped (``/proc/<pid>/maps``: a JVM unmaps an
+archive it refuses) and where its classes came from (``-Xlog:class+load``). The Spark Connect server is the
+session's (``tests/conftest.py``).
 """
 
 from __future__ import annotations
