@@ -21,7 +21,7 @@ endif
 # finding the jobserver named in MAKEFLAGS (or MFLAGS) but not its pipe, would warn that the build is misconfigured.
 unexport MAKEFLAGS MFLAGS
 
-.PHONY: help install jars jvm-archive package native native-test loom fuzz fuzz-smoke lint test test-fast demo bench bench-latency bench-jvm-start chaos clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars jvm-archive package native native-test loom fuzz fuzz-smoke lint test test-fast demo bench bench-latency chaos clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
@@ -33,9 +33,8 @@ help:
 	@echo "make fuzz   each cargo-fuzz target for FUZZ_MINUTES (default 10) minutes: bench/results/fuzz.md, corpus in native/fuzz/corpus/"
 	@echo "make loom   the CS-trie's loom models (~3 min on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
-	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven, and build the local file system jar"
-	@echo "make jvm-archive  the class-data archive that starts each Spark JVM faster (~10 s per fresh job process; var/jvm/)"
-	@echo "make bench-jvm-start  fresh Spark JVMs: that archive and quick JIT (bench/results/jvm_start.md; ~11 min)"
+	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven, and build dev/'s local file system jar"
+	@echo "make jvm-archive  dev/'s class-data archive that starts each local Spark JVM faster (~10 s per fresh job process; var/jvm/)"
 	@echo "make package  the wheel, the packed environment and the jars spark-submit ships, in dist/"
 	@echo "make kafka-start | kafka-status | kafka-stop   the local KRaft broker (data in var/kafka/)"
 
@@ -61,10 +60,11 @@ $(JARS_STAMP): conf/jvm/pom.xml
 	$(MVN) -B -q -Dstyle.color=never -f conf/jvm/pom.xml -P kafka -Djars.dir=$(CURDIR)/$(JARS_DIR) package
 	touch $@
 
-# Hadoop's local file system without child processes (conf/jvm/src; routing.spark.local_fs_conf), compiled against
-# pyspark's own Hadoop jars: no Maven plugin to resolve. Its own directory, not in spark.jars: it goes on the class path.
+# Development tooling (dev/local_spark.py): Hadoop's local file system without child processes (dev/localfs/src),
+# compiled against pyspark's own Hadoop jars: no Maven plugin to resolve. Its own directory, not in spark.jars: it
+# goes on the class path of the local driver JVMs that the demo, the tests and the benchmarks start.
 LOCAL_FS_JAR := $(JARS_DIR)/localfs/spark-topic-router-localfs.jar
-LOCAL_FS_SOURCES := $(wildcard conf/jvm/src/main/java/sparktopicrouter/hadoop/*.java)
+LOCAL_FS_SOURCES := $(wildcard dev/localfs/src/main/java/sparktopicrouter/hadoop/*.java)
 
 $(LOCAL_FS_JAR): $(LOCAL_FS_SOURCES) | $(INSTALLED)
 	@command -v javac >/dev/null || { echo "error: javac not found; a JDK 17+ is required" >&2; exit 1; }
@@ -76,11 +76,16 @@ $(LOCAL_FS_JAR): $(LOCAL_FS_SOURCES) | $(INSTALLED)
 
 jars: $(JARS_STAMP) $(LOCAL_FS_JAR)
 
-# The driver JVMs' class-data archive (routing/class_archive.py): every Spark session this checkout starts maps
-# it and starts faster. Written once per JDK, pyspark version and jar set (a minute or two; var/jvm/),
-# a no-op afterwards.
+# Development tooling: the driver JVMs' class-data archive (dev/class_archive.py), which every Spark JVM the demo,
+# the tests and the benchmarks start maps (through $(LOCAL_SPARK), below) and starts faster. Written once per JDK,
+# pyspark version and jar set (a minute or two; var/jvm/), a no-op afterwards.
 jvm-archive: install
-	$(PY) -m jobs.class_archive
+	$(PY) -m dev.class_archive
+
+# The demo's and the benchmarks' Spark properties (dev/local_spark.py): the local file system, the archive and var/
+# scratch paths in var/spark-conf/spark-defaults.conf, which the spark-submit that starts each local JVM loads
+# (PYSPARK_SUBMIT_ARGS). The tests write their own (tests/conftest.py).
+LOCAL_SPARK := PYSPARK_SUBMIT_ARGS="$$($(PY) -m dev.local_spark || echo pyspark-shell)"
 
 install: $(INSTALLED) $(JARS_STAMP) $(LOCAL_FS_JAR)
 
@@ -188,7 +193,7 @@ test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"
 
 demo: install native jvm-archive
-	$(PY) -m jobs.demo
+	$(LOCAL_SPARK) $(PY) -m jobs.demo
 
 bench: install native
 	$(PY) bench/matchers.py
@@ -196,16 +201,12 @@ bench: install native
 
 # Its own target: a real broker and Spark at fixed offered rates for minutes (bench/latency.py --help).
 bench-latency: install native
-	$(PY) bench/latency.py
-
-# Session start, first Delta write and a MERGE in fresh processes, with and without the class-data archive.
-bench-jvm-start: install jvm-archive
-	$(PY) bench/jvm_start.py
+	$(LOCAL_SPARK) $(PY) bench/latency.py
 
 # Not part of `make test` (many minutes): 20 router, 3 broker and 3 refresh-job SIGKILLs under live traffic, every
 # message checked (bench/chaos.py --help); tests/integration/test_chaos.py runs the same harness with a few kills.
 chaos: install native
-	$(PY) bench/chaos.py
+	$(LOCAL_SPARK) $(PY) bench/chaos.py
 
 clean:
 	rm -rf build dist *.egg-info native/target

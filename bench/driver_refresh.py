@@ -82,7 +82,8 @@ class RefreshResult:
     job_s: float
     initial_load_s: float
     refresh: dict[str, Any]
-    #: ``router.refresh_thread_nice`` of the run (the refresh thread's priority below the batches').
+    #: The refresh thread's nice increment of the run (its priority below the batches';
+    #: ``routing.router.pipeline.REFRESH_THREAD_NICE`` by default).
     thread_nice: int
     baseline: list[float]
     during: list[float]
@@ -258,7 +259,12 @@ def bench_settings(root: Path) -> Settings:
 
     return load_settings(
         overrides={
-            "spark": {"warehouse_dir": str(root / "warehouse"), "local_dir": str(root / "spark-local")},
+            "spark": {
+                "conf": {
+                    "spark.sql.warehouse.dir": str(root / "warehouse"),
+                    "spark.local.dir": str(root / "spark-local"),
+                }
+            },
             "subscriptions": {
                 "table_path": str(root / "subscriptions"),
                 "rejects_path": str(root / "subscription_rejects"),
@@ -287,6 +293,7 @@ def run(
 
     from jobs.refresh_subscriptions import import_files
     from routing.matchers import FrozenMatcher
+    from routing.router.pipeline import REFRESH_THREAD_NICE
     from routing.router.snapshots import SnapshotBroadcasts
     from routing.spark import get_spark
     from routing.subscriptions.table import read_active_arrow
@@ -296,7 +303,7 @@ def run(
     if __name__ != "__main__":  # __main__ is pickled by value anyway
         pyspark.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
     settings = bench_settings(root)
-    nice = settings.router.refresh_thread_nice if thread_nice is None else thread_nice
+    nice = REFRESH_THREAD_NICE if thread_nice is None else thread_nice
     spark = get_spark(settings, app_name="bench-driver-refresh")
     table = settings.subscriptions.table_path
     progress(f"writing a {rows:,}-row subscription table")
@@ -403,7 +410,7 @@ def markdown(result: RefreshResult) -> str:
                 f"{refresh.get('subscriptions', 0):,}, {fmt_bytes(refresh.get('serialized_bytes'))}",
             ],
             ["initial full load (before the batches)", f"{result.initial_load_s:,.1f} s"],
-            ["refresh thread's nice increment (`router.refresh_thread_nice`)", str(result.thread_nice)],
+            ["refresh thread's nice increment (`REFRESH_THREAD_NICE`)", str(result.thread_nice)],
             ["published snapshot equals the table (independent build)", "yes" if result.verified else "NO"],
         ],
     )
@@ -485,7 +492,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--thread-nice",
         type=int,
         default=None,
-        help="the refresh thread's nice increment (default: router.refresh_thread_nice of conf/router.toml)",
+        help="the refresh thread's nice increment (default: the router's, routing.router.pipeline.REFRESH_THREAD_NICE)",
     )
     group.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where driver_refresh.md and .png go")

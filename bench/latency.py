@@ -35,7 +35,7 @@ takes the whole backlog):
 
 (a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one append
     of the source columns per batch: one Spark job and one commit, the same append
-    as the router's first attempt at a batch, ``router.delta_append`` = direct);
+    as the router's first attempt at a batch, ``routing.streaming.first_append``);
     its table is created with the router's table properties, and the two share
     the SparkSession and so every session setting);
 (b) **native router**: the real :class:`routing.router.pipeline.Router`, over
@@ -50,7 +50,7 @@ takes the whole backlog):
     does: only the matched messages (about a third) have deliveries, and
     they are the ones timed, each once, at its last delivery's commit;
     the unmatched ones are counted by the router, not written
-    (``router.write_unrouted`` off, the default). What each step must
+    (``router.unrouted_path`` empty, the default). What each step must
     have written is recomputed from its seeded keys and the Python trie
     (an oracle independent of the native matcher), and the accounting
     holds the table to it. Its results go to ``latency_matched.md``.
@@ -940,9 +940,9 @@ def phase_lines(plan: Plan, runs: Sequence[VariantRun]) -> list[str]:
         "progress's `durationMs` (medians; planning = queryPlanning + getBatch); inside `addBatch` (the "
         "`foreachBatch` call) the driver's own stage timers: the router's `BatchReport.stages` (ledger, snapshot, "
         "plan: building the frames, write_deliveries: the append and its commit, observe: the counters; a "
-        "router with `router.delta_append` = writer also has warm: the Delta state for the next append's txn "
-        "check, in line after the commit, or warm_wait: waiting for it in the background), the passthrough's "
-        "write (the same append); other = "
+        "router through Delta's public writer (a catalog table) also has warm: the Delta state for the next "
+        "append's txn check, in line after the commit, or warm_wait: waiting for it in the background), the "
+        "passthrough's write (the same append); other = "
         "addBatch minus the stages.",
         "",
         markdown_table(header, rows),

@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                     "checkpoint_path": str(root / "checkpoint"),
                 },
                 "spark": {
-                    "local_dir": str(root / "spark-local"),
                     "conf": {
+                        "spark.local.dir": str(root / "spark-local"),
                         "spark.eventLog.enabled": "true",
                         "spark.eventLog.dir": str(events_dir),
                         "spark.eventLog.compress": "false",

@@ -39,13 +39,13 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
 (a) **passthrough**: Kafka -> Delta copy, no routing (``foreachBatch`` append
     of the source columns, partitioned like the router's tables): one Spark job
     and one commit per batch, the same append as the router's first attempt at a
-    batch (``router.delta_append`` = direct,
+    batch (``routing.streaming.first_append``,
     :func:`routing.streaming.first_append`), which skips Delta's txn-version
     check because its ledger proves no earlier attempt wrote. Without a ledger the
     copy is not replay-safe; with that check (``txnAppId``, a state reconstruction
     of three Spark jobs per batch in Delta 4.4) it would be slower, so this is the
     harder baseline. Its table is created with the router's table properties
-    (``router.delta_checkpoint_interval``), not the deliveries' own (file statistics
+    (Delta's ``checkpointInterval``), not the deliveries' own (file statistics
     columns, the per-message columns without a Parquet dictionary:
     ``routing.router.pipeline.table_properties``): those name the deliveries' columns,
     and a plain copy writes Parquet's defaults. It shares the router's
@@ -73,7 +73,7 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
     and its msg/s is computed on that prefix. Its deliveries are checked against
     (b)'s deliveries of the same messages;
 (e) **native router + Kafka sink**: (b) also publishing every delivery to a
-    Kafka topic (``router.kafka_sink = "single"``), once per size.
+    Kafka topic (``router.kafka_sink_topic``), once per size.
 
 Every variant is warmed up first on a separate warm-up topic of
 ``--warmup-messages`` (1,000,000) messages, unreported: the passthrough once, every
@@ -84,7 +84,7 @@ time, and each worker loads its matcher there. 200,000 were not enough either:
 at the first size the two repeats of each variant still differed by 26-49%
 (passthrough 96,862 then 144,653 msg/s, router 81,920 then 103,393); after
 warm-ups of 1,000,000, in three runs, they agreed to 3-12% and 0.1-9%. The warm-up's router also writes
-each size's snapshot file (``router.snapshot_files``, beside the subscription
+each size's snapshot file (``router.snapshot_files_path``, beside the subscription
 table), so a measured run starts as a restarted router does: its first snapshot
 comes from that file, not from a build (the profile's last row says which).
 
@@ -125,6 +125,7 @@ import contextlib
 import dataclasses
 import datetime
 import gc
+import os
 import random
 import shutil
 import sys
@@ -154,6 +155,7 @@ from harness import (
 )
 
 from jobs.demo import create_topics, delete_topics
+from jobs.local_kafka import NUM_PARTITIONS
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 from routing.topic import HASH, STAR, split_words
 
@@ -374,14 +376,13 @@ def variant_settings(
     root = work / name
     router = dataclasses.replace(
         settings.router,
-        kafka_sink="single" if sink == KAFKA_SINK else "none",
-        kafka_sink_topic=f"{topic}.{name}.deliveries",
+        kafka_sink_topic=f"{topic}.{name}.deliveries" if sink == KAFKA_SINK else "",
         topics=(topic,),
         app_id=f"bench-stream-{name}",
         checkpoint_path=str(root / "checkpoint"),
         deliveries_path=str(root / "deliveries"),
         dead_letters_path=str(root / "dead_letters"),
-        unrouted_path=str(root / "unrouted"),
+        unrouted_path="",  # not written, as by default
         # The per-batch profile reads every batch's report (bench/latency.py's runs hold hundreds).
         retain_batches=0,
     )
@@ -480,18 +481,17 @@ def start_passthrough(
     """
     from pyspark.sql import functions as F
 
-    from routing.router.pipeline import SOURCE_DDL, kafka_stream, output_table_properties
+    from routing.router.pipeline import SOURCE_DDL, kafka_stream
     from routing.router.tables import PARTITION_COLUMN
     from routing.streaming import create_delta_table_if_absent, first_append, start_query
 
     router = settings.router
-    # Created like the router's tables (partitioning, properties such as router.delta_checkpoint_interval).
+    # Created like the router's tables (partitioning; Delta's session defaults such as its checkpointInterval).
     create_delta_table_if_absent(
         spark,
         router.deliveries_path,
         f"{SOURCE_DDL}, {PARTITION_COLUMN} DATE",
         partition_by=(PARTITION_COLUMN,),
-        properties=output_table_properties(router),
     )
 
     def copy(batch: DataFrame, batch_id: int) -> None:
@@ -725,7 +725,7 @@ def run_sql_rlike(
         key = F.col("routing_key")
         dotted = classified.withColumn("dotted_key", F.when(key == "", key).otherwise(F.concat(F.lit("."), key)))
         joined = dotted.join(F.broadcast(regexes), F.expr("dotted_key rlike regex"))
-        out = deliveries_frame(joined, 0, batch_id, ids=router.delivery_ids).cache()
+        out = deliveries_frame(joined, 0, batch_id).cache()
         deliveries += out.count()
         idempotent_append(out, router.deliveries_path, router.app_id, batch_id, partition_by=(PARTITION_COLUMN,))
         out.unpersist()
@@ -1028,7 +1028,7 @@ def report(plan: Plan, results: Results) -> str:
         if (sink := results.get(KAFKA_SINK, size)) and (native := results.get(NATIVE, size)) and native.msg_per_s
     ]
     if sink_rows:
-        lines += ["(e), the router also publishing every delivery to Kafka (`router.kafka_sink = single`):", ""]
+        lines += ["(e), the router also publishing every delivery to Kafka (`router.kafka_sink_topic`):", ""]
         lines += [markdown_table(["subscriptions", "(e) msg/s", "(e)/(b)"], sink_rows), ""]
     lines += ["Targets:", ""] + [f"- {verdict}" for verdict in verdicts] + [""]
     lines += ["Matching alone (time inside the UDF's matcher call, best repeats):", ""]
@@ -1185,8 +1185,12 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     plan, args = parse_args(argv)
+    from dev import local_spark
     from jobs import local_kafka
     from jobs.produce import produce
+
+    if local_spark.SUBMIT_ARGS not in os.environ:  # both sessions' JVMs as the demo's and the tests' (dev/)
+        local_spark.use()
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic, prefix_topic = f"bench.stream.{run_id}", f"bench.stream.{run_id}.prefix"
@@ -1348,7 +1352,7 @@ def measure(
                 )
             progress(results.checks[-1])
     results.notes += [
-        f"producer: {results.produced.get('msg_per_s', 0):,.0f} msg/s into {settings.kafka.num_partitions} "
+        f"producer: {results.produced.get('msg_per_s', 0):,.0f} msg/s into {NUM_PARTITIONS} "
         "partitions (not part of any figure).",
         f"Repeats: at each size (a) {min(plan.repeats, 2)}x (before and after (b) and (c)), (b) and (c) "
         f"{plan.repeats}x each in ABBA order, (e) and (d) once; the throughput table and the ratios use each "

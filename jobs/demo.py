@@ -49,8 +49,6 @@ def demo_settings(base_overrides: dict[str, dict[str, object]], conf: str | None
             "deliveries_path": str(work / "deliveries"),
             "dead_letters_path": str(work / "dead_letters"),
             "unrouted_path": str(work / "unrouted"),
-            "ledger_path": str(work / "router_ledger"),
-            "write_unrouted": "true",
             "max_offsets_per_trigger": "5000",
         },
         # Kafka's own default caps records near 1 MB, so the demo lowers ours to show the dead letter.
@@ -77,11 +75,17 @@ def publish_subscriptions(settings: Settings, path: Path) -> int:
 
 
 def create_topics(settings: Settings, topics: Sequence[str], partitions: int | None = None) -> None:
-    """Create ``topics`` (``partitions`` each, default ``kafka.num_partitions``); also the benchmarks' helper."""
+    (
+        """Create ``topics`` (``partitions`` each, default the local broker's ``NUM_PARTITIONS``); also the benchmarks'
+    helper."""
+        ""
+    )
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient(settings.kafka_client_config())
-    count = settings.kafka.num_partitions if partitions is None else partitions
+    from jobs.local_kafka import NUM_PARTITIONS
+
+    count = NUM_PARTITIONS if partitions is None else partitions
     for future in admin.create_topics([NewTopic(topic, count, 1) for topic in topics]).values():
         future.result(30)
 

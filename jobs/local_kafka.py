@@ -16,7 +16,7 @@ Start-up checks come first so failures are clear: Java present, jars resolved (`
 both ports free. ``start`` returns once the broker answers a metadata request; if it exits or
 does not answer within ``kafka.start_timeout_s`` its process group is killed and the error
 carries the tail of its logs. ``stop`` sends SIGTERM to the process group (a clean shutdown),
-then SIGKILL after ``kafka.stop_timeout_s``, and returns only when no process of the group is
+then SIGKILL after :data:`STOP_TIMEOUT_S`, and returns only when no process of the group is
 left, so nothing is orphaned. The pid file is trusted only if that pid's command line is a
 broker started with this data directory's configuration (pids get reused).
 
@@ -53,9 +53,27 @@ from pathlib import Path
 
 from routing.config import ConfigError
 from routing.processes import group_alive, process_alive
-from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, settings_from_args
+from routing.settings import (
+    LOCAL_HOST,
+    REPO_ROOT,
+    Settings,
+    add_settings_arguments,
+    load_settings,
+    settings_from_args,
+)
 
 SERVER_PROPERTIES_TEMPLATE = REPO_ROOT / "conf" / "kafka" / "server.properties"
+#: The broker's jars (``make jars``).
+JARS_DIR = REPO_ROOT / "var" / "jars" / "kafka"
+#: Loopback only: the local broker is a development and test tool (``kafka.client_port``'s host).
+HOST = LOCAL_HOST
+#: The broker JVM's heap options unless ``$KAFKA_HEAP_OPTS`` (Kafka's own variable, as its start scripts read it)
+#: gives others.
+DEFAULT_HEAP_OPTS = "-Xmx512m -Xms64m"
+#: Partitions of an auto-created topic (``num.partitions`` in conf/kafka/server.properties).
+NUM_PARTITIONS = 2
+#: Seconds ``stop`` waits after SIGTERM before killing the broker's process group.
+STOP_TIMEOUT_S = 30.0
 LOG4J2_CONFIG = REPO_ROOT / "conf" / "kafka" / "log4j2.properties"
 BROKER_MAIN = "kafka.Kafka"
 STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
@@ -161,8 +179,7 @@ def find_java(env: Mapping[str, str] | None = None) -> str:
     return found
 
 
-def broker_classpath(settings: Settings) -> str:
-    jars_dir = Path(settings.kafka.jars_dir)
+def broker_classpath(jars_dir: Path = JARS_DIR) -> str:
     if not any(jars_dir.glob("kafka_2.13-*.jar")):
         raise BrokerError(f"Kafka broker jars missing from {jars_dir}: run `make jars`")
     return str(jars_dir / "*")
@@ -185,23 +202,23 @@ def _check_ports_free(settings: Settings) -> None:
     if kafka.sasl_port is not None:
         ports.append(("sasl_port", kafka.sasl_port))
     for name, port in ports:
-        if port_in_use(kafka.host, port):
+        if port_in_use(HOST, port):
             raise BrokerError(
-                f"port {port} on {kafka.host} (kafka.{name}) is already in use; stop whatever holds it or "
+                f"port {port} on {HOST} (kafka.{name}) is already in use; stop whatever holds it or "
                 f"choose another port, e.g. --set kafka.{name}=<port> or ROUTER__KAFKA__{name.upper()}=<port>"
             )
 
 
 def local_address(settings: Settings) -> str:
     """Where the local broker's PLAINTEXT listener is (its SCRAM listener, if any: :func:`sasl_address`)."""
-    return f"{settings.kafka.host}:{settings.kafka.client_port}"
+    return f"{HOST}:{settings.kafka.client_port}"
 
 
 def sasl_address(settings: Settings) -> str:
     """Where the local broker's SCRAM listener is (``kafka.sasl_port``; :class:`BrokerError` if unset)."""
     if settings.kafka.sasl_port is None:
         raise BrokerError("the local broker has no SASL listener: set kafka.sasl_port")
-    return f"{settings.kafka.host}:{settings.kafka.sasl_port}"
+    return f"{HOST}:{settings.kafka.sasl_port}"
 
 
 def sasl_client_config(settings: Settings) -> dict[str, str | int | float | bool]:
@@ -318,10 +335,9 @@ def log_tail(paths: BrokerPaths, lines: int = LOG_TAIL_LINES) -> str:
 # -- start / stop / status ----------------------------------------------------
 
 
-def _jvm_options(settings: Settings, paths: BrokerPaths) -> list[str]:
+def _jvm_options(paths: BrokerPaths, env: Mapping[str, str]) -> list[str]:
     return [
-        f"-Xmx{settings.kafka.heap}",
-        "-Xms64m",
+        *(env.get("KAFKA_HEAP_OPTS") or DEFAULT_HEAP_OPTS).split(),
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
         "-XX:+ExitOnOutOfMemoryError",
@@ -338,7 +354,7 @@ def _render_config(settings: Settings, paths: BrokerPaths) -> None:
     if kafka.sasl_port is not None:
         mechanism = str(kafka.sasl_mechanism)
         sasl = {
-            "sasl_listener": f",SASL_PLAINTEXT://{kafka.host}:{kafka.sasl_port}",
+            "sasl_listener": f",SASL_PLAINTEXT://{HOST}:{kafka.sasl_port}",
             "sasl_protocol": ",SASL_PLAINTEXT:SASL_PLAINTEXT",
             # The server side of SCRAM needs a login module but no options: credentials live in the metadata log.
             "sasl_properties": (
@@ -349,11 +365,10 @@ def _render_config(settings: Settings, paths: BrokerPaths) -> None:
         }
     paths.config.write_text(
         template.substitute(
-            host=kafka.host,
+            host=HOST,
             client_port=kafka.client_port,
             controller_port=kafka.controller_port,
             log_dirs=paths.data,
-            num_partitions=kafka.num_partitions,
             **sasl,
         )
     )
@@ -379,14 +394,14 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def _format_storage(java: str, settings: Settings, paths: BrokerPaths, env: Mapping[str, str]) -> None:
+def _format_storage(java: str, paths: BrokerPaths, env: Mapping[str, str], jars_dir: Path) -> None:
     if (paths.data / "meta.properties").exists():
         return
     command = [
         java,
-        *_jvm_options(settings, paths),
+        *_jvm_options(paths, env),
         "-cp",
-        broker_classpath(settings),
+        broker_classpath(jars_dir),
         STORAGE_TOOL_MAIN,
         "format",
         f"--cluster-id={_cluster_id(paths)}",  # one token: a stored id may start with "-"
@@ -418,7 +433,9 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
     return not _process_alive(pid) and not group_alive(pid)
 
 
-def start(settings: Settings | None = None, *, env: Mapping[str, str] | None = None) -> Broker:
+def start(
+    settings: Settings | None = None, *, env: Mapping[str, str] | None = None, jars_dir: Path = JARS_DIR
+) -> Broker:
     """Start the broker and wait until it answers; :class:`BrokerError` if it is already running."""
     settings = settings or load_settings()
     environment = dict(os.environ if env is None else env)
@@ -427,16 +444,16 @@ def start(settings: Settings | None = None, *, env: Mapping[str, str] | None = N
     if running is not None:
         raise BrokerError(f"the broker in {paths.root} is already running (pid {running})")
     java = find_java(environment)
-    classpath = broker_classpath(settings)
+    classpath = broker_classpath(jars_dir)
     if settings.kafka.sasl_port is not None:
         _scram_password(settings)
     _check_ports_free(settings)
     for directory in (paths.root, paths.data, paths.logs):
         directory.mkdir(parents=True, exist_ok=True)
     _render_config(settings, paths)
-    _format_storage(java, settings, paths, environment)
+    _format_storage(java, paths, environment, jars_dir)
 
-    command = [java, *_jvm_options(settings, paths), "-cp", classpath, BROKER_MAIN, str(paths.config)]
+    command = [java, *_jvm_options(paths, environment), "-cp", classpath, BROKER_MAIN, str(paths.config)]
     with paths.console_log.open("ab") as console:
         process = subprocess.Popen(
             command,
@@ -501,8 +518,8 @@ def _scram_login_works(settings: Settings) -> bool:
     return True
 
 
-def stop(settings: Settings | None = None) -> bool:
-    """Stop the managed broker (SIGTERM, then SIGKILL); True if one was running."""
+def stop(settings: Settings | None = None, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """Stop the managed broker (SIGTERM, then SIGKILL after ``timeout_s``); True if one was running."""
     settings = settings or load_settings()
     paths = BrokerPaths(Path(settings.kafka.data_dir))
     pid = _managed_pid(paths)
@@ -511,7 +528,7 @@ def stop(settings: Settings | None = None) -> bool:
         return False
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
-    if not _wait_gone(pid, settings.kafka.stop_timeout_s):
+    if not _wait_gone(pid, timeout_s):
         _kill_group(pid, KILL_WAIT_S)
     if _process_alive(pid) or group_alive(pid):
         raise BrokerError(f"the Kafka broker (pid {pid}) survived SIGKILL")
@@ -579,7 +596,7 @@ def status(settings: Settings | None = None) -> BrokerStatus:
     local = settings.kafka.bootstrap_servers == local_address(settings)
     if pid is not None:
         state = "running" if answers(settings, local=True) else "unresponsive"
-    elif local and not port_in_use(settings.kafka.host, settings.kafka.client_port):
+    elif local and not port_in_use(HOST, settings.kafka.client_port):
         state = "stopped"  # nothing listens: no need to wait for a metadata request to time out
     else:
         state = "external" if answers(settings, timeout_s=1.0) else "stopped"
@@ -651,7 +668,7 @@ def stop_with_this_process(broker: Broker, settings: Settings) -> Watchdog:
             _WATCHDOG_SCRIPT,
             str(broker.pid),
             str(paths.config),
-            str(settings.kafka.stop_timeout_s),
+            str(STOP_TIMEOUT_S),
         ],
         stdin=subprocess.PIPE,
         start_new_session=True,  # a Ctrl-C aimed at the test run must not kill the watchdog first

@@ -91,13 +91,13 @@ def key_stream(
 def placed(settings: Settings, key: bytes | None, payload: bytes) -> dict[str, Any]:
     """Producer arguments putting the routing key where the router will look for it."""
     router = settings.router
-    if router.key_source == "key":
+    if router.key_kind == "key":
         return {"key": key, "value": payload}
-    if router.key_source == "header":
-        return {"key": None, "value": payload, "headers": [] if key is None else [(router.key_header, key)]}
+    if router.key_kind == "header":
+        return {"key": None, "value": payload, "headers": [] if key is None else [(router.key_name, key)]}
     body: dict[str, Any] = {"payload": payload.decode("latin-1")}
     if key is not None:
-        body[router.key_json_field] = key.decode("utf-8", "surrogateescape").encode("utf-8", "replace").decode()
+        body[router.key_name] = key.decode("utf-8", "surrogateescape").encode("utf-8", "replace").decode()
     return {"key": None, "value": json.dumps(body).encode()}
 
 

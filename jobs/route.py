@@ -13,7 +13,7 @@ picked up between batches, without restarting.
 SIGTERM or Ctrl-C stops the query after the batch in flight. With
 ``--available-now`` the job drains what is in Kafka, prints a summary and exits.
 The terminal gets the job's own lines only: Spark's output goes to
-``<spark.local_dir>/logs/spark-topic-router.log`` unless ``--verbose``
+``<spark.local.dir>/logs/spark-topic-router.log`` unless ``--verbose``
 (:mod:`routing.console`).
 
 Exit status: 0 stopped cleanly or drained; 1 the query failed (restart it: it

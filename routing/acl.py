@@ -278,10 +278,11 @@ class AclSettings:
 
     SECTION: ClassVar[str] = "acl"
 
-    #: What a subscriber that no rule names may hold: everything (true) or nothing (false).
     default_allow: bool = False
-    #: ``[{subscribers = "glob", patterns = ["..."]}, ...]``, in the file; JSON text from the environment or ``--set``.
+    """What a subscriber that no rule names may hold: everything (true) or nothing (false)."""
     rules: Sequence[AclRule] = ()
+    """Which subscribers (a glob) may hold which patterns: ``[{subscribers = "glob", patterns = ["..."]}, ...]``
+    in the file; JSON text from the environment or ``--set``."""
 
     def __post_init__(self) -> None:
         raw: object = self.rules

@@ -96,7 +96,7 @@ class CheckpointFiles:
     of the driver's time (measured per ledger entry: creating the temporary file 10 ms, closing and
     renaming it 29 ms, each path 12 gateway calls), where the same file written in-process takes well
     under a millisecond, and the router writes one per batch. Most of those 40 ms were Hadoop forking
-    ``chmod`` and ``readlink``, which the spawn-free local file system (:func:`routing.spark.local_fs_conf`)
+    ``chmod`` and ``readlink``, which the spawn-free local file system (``dev.local_spark``, development tooling)
     removes; local directories still skip Hadoop for the atomic create-without-overwrite ("Limits") and the
     gateway calls. ``backend`` forces one (tests of each).
     """

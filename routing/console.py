@@ -8,10 +8,11 @@ Every entry point (``python -m routing ...``, ``python -m jobs.route``, the othe
   ("Received command c on object id p0") and its shutdown errors are about its own sockets, and a call
   that fails reaches this code as an exception anyway. ``--verbose`` logs everything at the job's level.
 * **The driver JVM** that :func:`routing.spark.get_spark` starts writes its stdout and stderr to
-  ``<spark.local_dir>/logs/<app name>.log`` (appended to, one header line per run) instead of the
-  terminal: the JDK's own warnings ("Using incubator modules"), log4j's output with Spark's default
-  profile, Spark's warnings, Python workers' output. A command that fails names that file in one line
-  (:func:`report_jvm_log`). ``--verbose`` leaves the JVM's output on the terminal.
+  ``<scratch>/logs/<app name>.log`` (appended to, one header line per run) instead of the terminal, where
+  ``<scratch>`` is Spark's ``spark.local.dir``, else a directory of the user's in the temporary directory
+  (:func:`routing.spark.scratch_dir`): the JDK's own warnings ("Using incubator modules"), log4j's output with
+  Spark's default profile, Spark's warnings, Python workers' output. A command that fails names that file in
+  one line (:func:`report_jvm_log`). ``--verbose`` leaves the JVM's output on the terminal.
 
 A process that never calls :func:`configure` (a notebook, the tests, a library user) is left as it is.
 Under spark-submit the JVM already exists: its output and log4j configuration are the submitter's.
@@ -32,7 +33,7 @@ from typing import IO
 PROJECT_LOGGERS = ("routing", "jobs", "udfs", "bench")
 #: Loggers silenced unless ``--verbose``: py4j's own (see the module doc).
 SILENCED_LOGGERS = ("py4j",)
-#: The directory under ``spark.local_dir`` the driver JVM's output goes to.
+#: The directory under the driver's scratch directory (:func:`routing.spark.scratch_dir`) the JVM's output goes to.
 JVM_LOG_DIRECTORY = "logs"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Exit status of a command stopped by Ctrl-C before it could stop cleanly (128 + SIGINT, as shells report).
@@ -50,7 +51,7 @@ def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
         "--verbose",
         action="store_true",
         help="also print Spark's, log4j's and py4j's own output (by default the driver JVM's goes to "
-        f"<spark.local_dir>/{JVM_LOG_DIRECTORY}/<app>.log)",
+        f"<spark.local.dir>/{JVM_LOG_DIRECTORY}/<app>.log, named on failure)",
     )
 
 

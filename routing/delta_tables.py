@@ -294,6 +294,12 @@ LOG = logging.getLogger(__name__)
 _log_calls_missing = False
 
 
+#: The Delta releases (version prefixes) whose internal API this project's fast paths were written and tested
+#: against: on any other the direct append stands down and Delta's public writer serves
+#: (:func:`routing.streaming.first_append`).
+TESTED_DELTA = ("4.4.",)
+
+
 class DeltaJvm:
     """The JVM classes and methods by which this project calls Delta's internal API, looked up once per JVM.
 
@@ -315,6 +321,15 @@ class DeltaJvm:
         self.option = jvm.scala.Option.apply
         self.option_empty = jvm.scala.Option.empty
         self.long_value_of = jvm.java.lang.Long.valueOf
+
+    @functools.cached_property
+    def version(self) -> str:
+        """The running Delta's release (``io.delta.VERSION``)."""
+        return str(self.jvm.io.delta.package.VERSION())
+
+    def tested(self) -> bool:
+        """Whether the running Delta is one of :data:`TESTED_DELTA`."""
+        return self.version.startswith(TESTED_DELTA)
 
     @functools.cached_property
     def append_operation(self) -> Any:

@@ -22,37 +22,37 @@ MAX_LIMIT = 2**31 - 1
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    #: UTF-8 bytes of a routing key (AMQP short string: 255).
     max_key_bytes: int = 255
-    #: Words in a routing key.
+    """UTF-8 bytes of a routing key (AMQP short string: 255)."""
     max_key_words: int = 32
-    #: UTF-8 bytes of a subscription pattern.
+    """Words in a routing key."""
     max_pattern_bytes: int = 255
-    #: Words in a subscription pattern, wildcards included.
+    """UTF-8 bytes of a subscription pattern."""
     max_pattern_words: int = 32
-    #: ``#`` words in one pattern.
+    """Words in a subscription pattern, wildcards included."""
     max_hash_words: int = 16
-    #: UTF-8 bytes of a subscriber id.
+    """``#`` words in one pattern."""
     max_subscriber_bytes: int = 255
-    #: Distinct patterns one subscriber may hold.
+    """UTF-8 bytes of a subscriber id."""
     max_subscriptions_per_subscriber: int = 10_000
-    #: Matching work one subscriber's patterns may add to the lookup of any one routing key, in trie
-    #: states (:func:`routing.topic.match_cost`: a word before a pattern's first ``#`` costs 1, a word
-    #: from it on ``max_key_words + 1``, since the walk may meet it at every key position). One
-    #: subscriber cannot slow every message down; the refresh job rejects a subscribe past it
-    #: (``match_cost_exceeded``). The default lets one subscriber hold 10,000 three-word patterns, or
-    #: about a thousand of the ``tenant.<id>.#`` kind, and keeps the worst key near a millisecond.
+    """Distinct patterns one subscriber may hold."""
     max_match_cost_per_subscriber: int = 50_000
-    #: Active (pattern, subscriber) pairs the subscription table may hold in all: the matcher every
-    #: executor receives grows with it. The refresh job rejects subscribes past it
-    #: (``subscription_table_full``); rows already active are never dropped.
+    """Matching work one subscriber's patterns may add to the lookup of any one routing key, in trie states
+    (:func:`routing.topic.match_cost`: a word before a pattern's first ``#`` costs 1, a word from it on
+    ``max_key_words + 1``, since the walk may meet it at every key position). One subscriber cannot slow every
+    message down; the refresh job rejects a subscribe past it (``match_cost_exceeded``). The default lets one
+    subscriber hold 10,000 three-word patterns, or about a thousand of the ``tenant.<id>.#`` kind, and keeps the
+    worst key near a millisecond."""
     max_subscriptions_per_table: int = 5_000_000
-    #: Bytes of one message payload (1 MiB, like Kafka and NATS).
+    """Active (pattern, subscriber) pairs the subscription table may hold in all: the matcher every executor receives
+    grows with it. The refresh job rejects subscribes past it (``subscription_table_full``); rows already active are
+    never dropped."""
     max_payload_bytes: int = 1_048_576
-    #: Subscribers one message may fan out to; past it the message is dead-lettered whole.
+    """Bytes of one message payload (1 MiB, like Kafka and NATS)."""
     max_fanout: int = 10_000
-    #: Rows one matcher call may take.
+    """Subscribers one message may fan out to; past it the message is dead-lettered whole."""
     max_batch_rows: int = 1_000_000
+    """Rows one matcher call may take."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

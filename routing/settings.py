@@ -61,6 +61,8 @@ SASL_PASSWORD_ENV = "ROUTER_KAFKA_SASL_PASSWORD"
 #: A password file larger than this is a mistake (a device, a wrong path), read no further.
 MAX_PASSWORD_FILE_BYTES = 64 * 1024
 
+#: The local broker's address (``jobs.local_kafka``: loopback only, a development and test tool).
+LOCAL_HOST = "127.0.0.1"
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 SASL_LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -197,72 +199,43 @@ def ascii_number(text: str) -> float:
     return number
 
 
-#: A JVM memory size as ``-Xmx`` and Spark take it: ASCII digits, no leading zero, one unit letter.
-MEMORY_SIZE = re.compile(r"([1-9][0-9]*)([kmgt])", re.IGNORECASE)
-MEMORY_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-#: Smallest and largest JVM heap a setting may ask for: below 16 MiB no JVM of this stack starts.
-MIN_MEMORY, MAX_MEMORY = 16 * 2**20, 2**40
-
-
-def _check_memory(section: str, name: str, value: str) -> None:
-    """``value`` is a JVM memory size (``512m``, ``2g``) of at least 16m and at most 1t."""
-    match = MEMORY_SIZE.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-        raise ConfigError(
-            f"setting {section}.{name} must be a JVM memory size like 512m or 2g (ASCII digits, then k, m, g or t), "
-            f"got {value!r}"
-        )
-    size = int(match[1]) * MEMORY_UNITS[match[2].lower()]
-    if not MIN_MEMORY <= size <= MAX_MEMORY:
-        raise ConfigError(f"setting {section}.{name} must be between 16m and 1t, got {value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class KafkaSettings:
-    """The Kafka cluster the jobs talk to, and the local single-node broker (``jobs.local_kafka``)."""
+    """The Kafka cluster the jobs talk to (by default the local single-node broker, ``jobs.local_kafka``)."""
 
     SECTION: ClassVar[str] = "kafka"
-    PATHS: ClassVar[tuple[str, ...]] = ("data_dir", "jars_dir", "sasl_password_file")
+    PATHS: ClassVar[tuple[str, ...]] = ("data_dir", "sasl_password_file")
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
         "client_port": (1, 65535, " a TCP port"),
         "controller_port": (1, 65535, " a TCP port"),
     }
 
-    #: Clients connect here; empty means the local broker, ``<host>:<client_port>``. Filled in on
-    #: construction, so a ``dataclasses.replace`` with new ports must also pass ``bootstrap_servers=""``.
     bootstrap_servers: str = ""
-    #: Loopback only: the local broker is a development and test tool.
-    host: str = "127.0.0.1"
-    #: Local broker's client listener; must differ from ``controller_port``.
+    """The Kafka cluster's bootstrap servers (``host:port,...``) the jobs read from and write to; empty means the
+    local broker, ``127.0.0.1:<client_port>``. Filled in on construction, so a ``dataclasses.replace`` with new
+    ports must also pass ``bootstrap_servers=""``."""
     client_port: int = 19092
-    #: Local broker's KRaft controller listener.
+    """Local broker's client listener; must differ from ``controller_port``."""
     controller_port: int = 19093
-    #: Local broker's data (``data/``), logs (``logs/``), pid file and cluster id.
+    """Local broker's KRaft controller listener."""
     data_dir: str = "var/kafka"
-    #: The broker's jars (``make jars``).
-    jars_dir: str = "var/jars/kafka"
-    #: JVM heap of the local broker (``-Xmx``), e.g. ``512m``: 16m to 1t.
-    heap: str = "512m"
-    #: Partitions of auto-created topics on the local broker.
-    num_partitions: int = 2
-    #: Seconds the local broker's ``start`` waits for it to answer a metadata request, and the jobs wait at start
-    #: for a bootstrap server to accept a connection before they exit 1 (:func:`routing.streaming.wait_for_kafka`).
+    """Local broker's data (``data/``), logs (``logs/``), pid file and cluster id."""
     start_timeout_s: float = 90.0
-    #: Seconds ``stop`` waits after SIGTERM before killing the broker's process group.
-    stop_timeout_s: float = 30.0
-    #: Local broker's extra SASL_PLAINTEXT listener (SCRAM, user ``sasl_username`` with the configured
-    #: password); None: none. With ``security_protocol = "SASL_PLAINTEXT"`` and no ``bootstrap_servers``,
-    #: clients connect here.
+    """Seconds the local broker's ``start`` waits for it to answer a metadata request, and the jobs wait at start for a
+    bootstrap server to accept a connection before they exit 1 (:func:`routing.streaming.wait_for_kafka`)."""
     sasl_port: int | None = None
-    #: One of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the local broker's client_port speaks PLAINTEXT).
+    """Local broker's extra SASL_PLAINTEXT listener (SCRAM, user ``sasl_username`` with the configured password); None:
+    none. With ``security_protocol = "SASL_PLAINTEXT"`` and no ``bootstrap_servers``, clients connect here."""
     security_protocol: str = "PLAINTEXT"
-    #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; required with a SASL protocol.
+    """One of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the local broker's client_port speaks PLAINTEXT)."""
     sasl_mechanism: str | None = None
+    """PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; required with a SASL protocol."""
     sasl_username: str | None = None
-    #: A file holding the SASL password (alternative to env ROUTER_KAFKA_SASL_PASSWORD).
+    """The SASL user the jobs log in as; required with a SASL protocol."""
     sasl_password_file: str | None = None
-    #: Only from env ROUTER_KAFKA_SASL_PASSWORD or ``sasl_password_file`` (see module docstring).
+    """A file holding the SASL password (alternative to env ROUTER_KAFKA_SASL_PASSWORD)."""
     sasl_password: Secret | None = None
+    """Only from env ROUTER_KAFKA_SASL_PASSWORD or ``sasl_password_file`` (see module docstring)."""
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -276,11 +249,7 @@ class KafkaSettings:
         _check_integers(self)
         if self.client_port == self.controller_port:
             raise ConfigError(f"settings {section}.client_port and {section}.controller_port must differ")
-        if not self.host:
-            raise ConfigError(f"setting {section}.host must not be empty")
         _check_seconds(section, "start_timeout_s", self.start_timeout_s)
-        _check_seconds(section, "stop_timeout_s", self.stop_timeout_s)
-        _check_memory(section, "heap", self.heap)
         if self.security_protocol not in SECURITY_PROTOCOLS:
             known = ", ".join(sorted(SECURITY_PROTOCOLS))
             raise ConfigError(
@@ -300,7 +269,7 @@ class KafkaSettings:
             local_port = self.client_port
             if self.sasl_port is not None and self.security_protocol == "SASL_PLAINTEXT":
                 local_port = self.sasl_port
-            object.__setattr__(self, "bootstrap_servers", f"{self.host}:{local_port}")
+            object.__setattr__(self, "bootstrap_servers", f"{LOCAL_HOST}:{local_port}")
         _resolve_paths(self)
 
     def _check_sasl_listener(self) -> None:
@@ -324,24 +293,22 @@ class KafkaSettings:
         return self.security_protocol.startswith("SASL_")
 
 
-#: ``spark.jit``: the driver JVM options of each mode (:attr:`SparkSettings.jit`). Stopping at C1 also
-#: shrinks the JVM's default code cache to 48 MB, which a Spark driver fills within minutes (then the JVM
-#: turns its compiler off and interprets whatever is new): so "quick" keeps the tiered default of 240 MB.
-#: "lazy" keeps both tiers but asks ten times HotSpot's call and loop counts before C2 compiles a method:
-#: a session of many short, different queries (each with classes of its own) stops spending a third of its
-#: CPU in C2 on code that runs a few thousand times, while a hot loop still reaches C2 within a second.
-JIT_MODES: dict[str, str] = {
-    "full": "",
-    "quick": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
-    "lazy": (
-        "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
-        "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
-    ),
+#: Spark's own settings with this project's defaults (``[spark.conf]``, which conf/router.toml spells out): the
+#: settings file's ``[spark.conf]`` table replaces them as a whole, a ``--set spark.conf.KEY=VALUE`` one by one.
+DEFAULT_SPARK_CONF: Mapping[str, str] = {
+    # The web UI (port 4040+): off for tests and small machines.
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "2g",
+    # The parallel collector: the least CPU per byte collected (a stream routes more messages a second on the
+    # same cores), with full collections of 0.3-0.7 s every few minutes under load; drop it for G1.
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    # Spark's 200 is far too many for micro-batches on 2 cores.
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    # Partitions of Delta's log replay, which every idempotent append needs for each new table version:
+    # Delta's 50 assume a cluster; on 2 cores 1 replayed fastest (tables of 1 to 8,000 files).
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
-#: ``spark.gc``: the driver JVM's garbage collector (:attr:`SparkSettings.gc`). "g1" is the JVM's default
-#: (no option); "parallel" spends less CPU per byte collected and has no concurrent marking threads, for
-#: longer stop-the-world pauses (an old-generation collection stops the JVM for the whole heap).
-GC_MODES: dict[str, str] = {"g1": "", "parallel": "-XX:+UseParallelGC"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,64 +316,25 @@ class SparkSettings:
     """The one SparkSession (:func:`routing.spark.get_spark`)."""
 
     SECTION: ClassVar[str] = "spark"
-    PATHS: ClassVar[tuple[str, ...]] = (
-        "jars_dir",
-        "ivy_dir",
-        "warehouse_dir",
-        "local_dir",
-        "class_archive",
-        "local_fs_jar",
-    )
-    URI_PATHS: ClassVar[tuple[str, ...]] = ("warehouse_dir",)
-    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("class_archive", "local_fs_jar")
+    PATHS: ClassVar[tuple[str, ...]] = ("jars_dir",)
 
-    #: ``local[N]`` runs in this process's JVM; N = cores.
     master: str = "local[2]"
-    #: A Spark Connect server (``sc://host:port``) to run on instead of a JVM in this process; empty: classic
-    #: Spark. The server brings its own jars and static configuration (``python -m jobs.connect_server``).
+    """Where the session runs: ``local[N]`` runs it in this process's JVM on N cores; under spark-submit the
+    submitter's ``--master`` wins."""
     remote: str = ""
-    #: The web UI (port 4040+); off for tests and small machines.
-    ui_enabled: bool = False
-    #: ``spark.sql.shuffle.partitions``: Spark's 200 is far too many for micro-batches on 2 cores.
-    shuffle_partitions: int = 4
-    #: ``spark.databricks.delta.snapshotPartitions``: partitions of Delta's log replay, which every idempotent
-    #: append needs for each new table version (``routing.streaming.warm_append_state``). Delta's 50 assume
-    #: a cluster; on 2 cores 1 replayed fastest (tables of 1 to 8,000 files; README "Settings that matter").
-    delta_snapshot_partitions: int = 1
-    driver_memory: str = "2g"
-    #: Kafka source + Delta jars resolved by ``make jars``; the only jars a session loads.
+    """A Spark Connect server (``sc://host:port``) to run on instead of a JVM in this process; empty: classic
+    Spark. The server brings its own jars and static configuration (``python -m jobs.connect_server``)."""
     jars_dir: str = "var/jars/spark"
-    #: The runtime already has Delta and the Kafka source on its classpath (a managed Spark, an image
-    #: with them in ``$SPARK_HOME/jars``): no jar check, and nothing added to ``spark.jars``.
+    """The Kafka source and Delta jars ``make jars`` resolved: the only jars a session loads (nothing is
+    resolved at run time)."""
     jars_provided: bool = False
-    #: The jar of Hadoop's local file system without child processes (``conf/jvm/src``, built by ``make jars``;
-    #: :func:`routing.spark.local_fs_conf`): a session with a local master that this process starts puts it on
-    #: the driver's class path and reads and writes ``file:`` paths through it. Hadoop's own forks ``chmod``
-    #: for every file it creates and ``readlink`` twice for every rename, about 44 processes a streaming batch.
-    #: Empty: Hadoop's own.
-    local_fs_jar: str = "var/jars/localfs/spark-topic-router-localfs.jar"
-    #: Ivy home, kept empty: nothing is resolved at run time.
-    ivy_dir: str = "var/ivy"
-    warehouse_dir: str = "var/spark-warehouse"
-    #: Spark's scratch space (shuffle files, spills).
-    local_dir: str = "var/spark-local"
-    #: Directory of the driver JVM's class-data archive (AppCDS, :mod:`routing.class_archive`), which
-    #: ``python -m jobs.class_archive`` builds and every driver JVM this process starts then maps: a session
-    #: starts about 4 s and its first Delta write about 5 s sooner. Empty: off.
-    class_archive: str = "var/jvm"
-    #: How the driver JVM this process starts compiles (:data:`JIT_MODES`): "full" is the JVM's own tiered
-    #: compilation, best for a stream that runs for hours; "quick" stops at the first tier (C1,
-    #: ``-XX:TieredStopAtLevel=1``), which costs a run of a minute or two about half the JVM's CPU: a
-    #: scheduled refresh run, an ``--available-now`` route (bench/results/jvm_start.md). "lazy" keeps C2 for
-    #: the hottest code only: a long session of many short queries (a notebook, a test session).
-    jit: str = "full"
-    #: The driver JVM's garbage collector (:data:`GC_MODES`): "parallel", the least CPU per byte collected, with
-    #: young pauses as short as G1's here but a full collection of 0.3-0.7 s every few minutes under load (a
-    #: stream routes more messages a second on the same cores: README "Settings that matter"); "g1", the JVM's
-    #: own default, where that stop matters more than throughput, or for a heap of many GB.
-    gc: str = "parallel"
-    #: Extra Spark configuration, applied after the settings above (``[spark.conf]`` in the file).
-    conf: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    """Whether the runtime already has Delta and the Kafka source on its class path (a managed Spark, an image
+    with them in ``$SPARK_HOME/jars``): then no jar check, and nothing is added to ``spark.jars``."""
+    conf: dict[str, str] = dataclasses.field(default_factory=lambda: dict(DEFAULT_SPARK_CONF), hash=False)
+    """Spark's (and Delta's) own configuration keys for the session, applied over what the project must set;
+    JVM flags go in ``spark.driver.extraJavaOptions``. Default: :data:`DEFAULT_SPARK_CONF`, which a settings
+    file's ``[spark.conf]`` replaces as a whole (conf/router.toml spells it out) and ``--set
+    spark.conf.KEY=VALUE`` entry by entry."""
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -416,12 +344,6 @@ class SparkSettings:
             raise ConfigError(
                 f"setting {section}.remote must be a Spark Connect URL sc://host:port, got {self.remote!r}"
             )
-        _check_integers(self)
-        _check_memory(section, "driver_memory", self.driver_memory)
-        if self.jit not in JIT_MODES:
-            raise ConfigError(f"setting {section}.jit must be one of {', '.join(JIT_MODES)}, got {self.jit!r}")
-        if self.gc not in GC_MODES:
-            raise ConfigError(f"setting {section}.gc must be one of {', '.join(GC_MODES)}, got {self.gc!r}")
         conf: dict[str, str] = {}
         for key, value in self.conf.items():
             if isinstance(value, (dict, list, tuple)) or value is None:
@@ -442,16 +364,19 @@ class SubscriptionSettings:
     TABLES: ClassVar[tuple[str, ...]] = ("table_path", "rejects_path")
 
     table_path: str = "var/delta/subscriptions"
-    #: Subscription events that failed validation, with their reason codes.
+    """The subscription table (Delta) the router matches against and the refresh job maintains."""
     rejects_path: str = "var/delta/subscription_rejects"
+    """Subscription events that failed validation, with their reason codes."""
     events_topic: str = "subscriptions"
+    """The Kafka topic of subscribe and unsubscribe events the refresh job applies."""
     checkpoint_path: str = "var/checkpoints/refresh_subscriptions"
-    #: Where a refresh job with no checkpoint starts reading: earliest or latest.
+    """The refresh job's checkpoint (the events it has applied)."""
     starting_offsets: str = "earliest"
-    #: Upper bound on events one micro-batch reads (``maxOffsetsPerTrigger``).
+    """Where a refresh job with no checkpoint starts reading: earliest or latest."""
     max_offsets_per_trigger: int = 100_000
-    #: Bytes of one subscription event (Kafka value or import line); larger ones are rejected.
+    """Upper bound on events one micro-batch reads (``maxOffsetsPerTrigger``)."""
     max_event_bytes: int = 65_536
+    """Bytes of one subscription event (Kafka value or import line); larger ones are rejected."""
 
     def __post_init__(self) -> None:
         section = self.SECTION
@@ -467,11 +392,7 @@ class SubscriptionSettings:
 
 KEY_SOURCES = frozenset({"key", "header", "json"})
 TRIGGERS = frozenset({"processing_time", "available_now"})
-KAFKA_SINKS = frozenset({"none", "single", "per_subscriber"})
 SNAPSHOT_TRANSPORTS = frozenset({"file", "broadcast"})
-DELTA_WARMS = frozenset({"auto", "inline", "background"})
-DELTA_APPENDS = frozenset({"direct", "writer"})
-DELIVERY_IDS = frozenset({"coordinates", "sha256"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,137 +405,114 @@ class RouterSettings:
         "deliveries_path",
         "dead_letters_path",
         "unrouted_path",
-        "ledger_path",
         "metrics_path",
         "snapshot_files_path",
     )
     URI_PATHS: ClassVar[tuple[str, ...]] = PATHS
     #: Delta tables: each a path or a catalog table name (``routing.delta_tables``).
     TABLES: ClassVar[tuple[str, ...]] = ("deliveries_path", "dead_letters_path", "unrouted_path", "metrics_path")
-    #: Empty means the default place (``ledger_path``, ``snapshot_files_path``) or off (``metrics_path``), and
+    #: Empty means the default place (``snapshot_files_path``) or off (``unrouted_path``, ``metrics_path``), and
     #: stays empty.
-    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("ledger_path", "metrics_path", "snapshot_files_path")
+    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("unrouted_path", "metrics_path", "snapshot_files_path")
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
-        "refresh_thread_nice": (0, 19, " a nice increment"),
         "retain_batches": (0, MAX_INT_SETTING, " 0 (keep everything) or a number of batches"),
     }
 
-    #: Kafka topics to route (ignored when ``subscribe_pattern`` is set).
     topics: tuple[str, ...] = ("messages",)
-    #: A Java regex of topics to route, instead of ``topics``.
+    """Kafka topics to route (ignored when ``subscribe_pattern`` is set)."""
     subscribe_pattern: str = ""
-    #: Where a router with no checkpoint starts: earliest or latest.
+    """A Java regex of topics to route, instead of ``topics``."""
     starting_offsets: str = "earliest"
-    #: Upper bound on records per micro-batch, so every batch is bounded.
+    """Where a router with no checkpoint starts: earliest or latest."""
     max_offsets_per_trigger: int = 50_000
-    #: processing_time (every ``trigger_interval``) or available_now (drain what is there, then stop).
+    """Upper bound on records per micro-batch, so every batch is bounded."""
     trigger: str = "processing_time"
+    """``processing_time`` (a stream: a batch every ``trigger_interval``) or ``available_now`` (drain what is
+    there, then stop: backfills and scheduled runs)."""
     trigger_interval: str = "5 seconds"
+    """How often a processing-time trigger starts a batch (Spark's interval text): the floor of a message's
+    latency when traffic is light, and the batch size's when it is heavy."""
     checkpoint_path: str = "var/checkpoints/route"
-    #: Fail the query when Kafka data is lost (deleted topics, expired offsets).
+    """The router's checkpoint: Spark's offsets and commits, and the replay ledger beside them. Keep it as long as
+    the router's output: a new one starts a new query, whose batches from 0 are written again."""
     fail_on_data_loss: bool = True
-    #: Where the routing key is: the Kafka message key, a named header, or a field of a JSON value.
+    """Fail the query when Kafka data is lost (deleted topics, expired offsets)."""
     key_source: str = "key"
-    key_header: str = "routing_key"
-    key_json_field: str = "routing_key"
-    #: Seconds between checks of the subscription table's latest version.
+    """Where the routing key is: ``key`` (the Kafka message key), ``header:NAME`` (the Kafka header NAME) or
+    ``json:FIELD`` (the top-level FIELD of a JSON value), for producers that cannot set the key."""
     refresh_interval_s: float = 30.0
-    #: Added to the driver's nice value for the snapshot refresh thread (Linux, where nice is per thread), so
-    #: that freezing a large snapshot yields the CPUs to running batches; 0 leaves it as the process.
-    refresh_thread_nice: int = 10
-    #: Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it
-    #: is the Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``).
+    """Seconds between checks of the subscription table for a new version: at most this long until a subscribe
+    the refresh job applied reaches the router."""
     app_id: str = "spark-topic-router"
-    #: What ``delivery_id`` and ``dead_letter_id`` are (``routing.router.tables``, Delivery ids): ``coordinates``,
-    #: the source coordinates and subscriber as text (``topic|partition|offset|subscriber``: unique by
-    #: construction, and the cheaper to compute and to write), or ``sha256``, the SHA-256 hex of that text (what
-    #: releases before 2026-11-28 wrote; keep it where consumers already dedupe on those ids).
-    delivery_ids: str = "coordinates"
+    """Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it is the
+    Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``)."""
     deliveries_path: str = "var/delta/deliveries"
+    """The deliveries table, one row per (message, subscriber) matched: what subscribers read (a path or a
+    catalog table name)."""
     dead_letters_path: str = "var/delta/dead_letters"
-    #: Unmatched messages are always counted; also written here when ``write_unrouted``.
-    write_unrouted: bool = False
-    unrouted_path: str = "var/delta/unrouted"
-    #: Directory of the replay ledger: one write-once file per batch id (which snapshot version it routed
-    #: with). Empty: ``router_ledger`` inside ``checkpoint_path``, beside Spark's own offset log.
-    ledger_path: str = ""
-    #: Batches whose ledger entries and reports (in the driver's memory) are kept: the last this many, older
-    #: ones pruned every this many batches, as Spark keeps its offset log (``minBatchesToRetain``, 100). Only
-    #: the batch in flight is ever replayed; the rest is for audits. 0 keeps everything. A run's totals are
-    #: summed as it goes, so they cover every batch either way.
+    """The dead letters table: each message the router could not route, with its reason code."""
+    unrouted_path: str = ""
+    """A table to also write each message no subscription matched to (to audit or replay them later); empty: not
+    written (they are always counted)."""
     retain_batches: int = 100
-    #: Also publish deliveries to Kafka: none, single (one topic) or per_subscriber (a topic template).
-    kafka_sink: str = "none"
-    kafka_sink_topic: str = "deliveries"
-    kafka_sink_topic_template: str = "deliveries.{subscriber}"
-    #: Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch).
+    """Batches whose ledger entries and reports (in the driver's memory) are kept: the last this many, older ones pruned
+    every this many batches, as Spark keeps its offset log (``minBatchesToRetain``, 100). Only the batch in flight is
+    ever replayed; the rest is for audits. 0 keeps everything. A run's totals are summed as it goes, so they cover
+    every batch either way."""
+    kafka_sink_topic: str = ""
+    """Also publish every delivery to Kafka, keyed by its delivery id, for consumers that read Kafka rather than
+    Delta: empty, none; a topic name; or a template with ``{subscriber}``, one topic per subscriber (characters
+    Kafka forbids in topic names become ``_``)."""
     arrow_batch_rows: int = 10_000
-    #: Bytes of one Arrow batch the routing UDF returns (subscriber lists): batches are cut by bytes as well
-    #: as rows, like Spark's spark.sql.execution.arrow.maxBytesPerOutputBatch. Below 2 GiB (32-bit offsets).
+    """Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch)."""
     max_output_batch_bytes: int = 64 * 1024 * 1024
-    #: Delta table of one metrics row per batch (the BatchReport); empty = not written.
+    """Bytes of one Arrow batch the routing UDF returns (subscriber lists): batches are cut by bytes as well as rows,
+    like Spark's spark.sql.execution.arrow.maxBytesPerOutputBatch. Below 2 GiB (32-bit offsets)."""
     metrics_path: str = ""
-    #: ``delta.checkpointInterval`` of the output tables the router creates: every this many commits, the
-    #: commit that reaches it also writes a checkpoint of the log (Delta's default, 10). Fewer checkpoints
-    #: mean fewer slow batches (a checkpoint adds six Spark jobs to its batch) but more log files for a
-    #: reader starting cold and for each batch's state replay. Applies to tables created from then on.
-    delta_checkpoint_interval: int = 10
-    #: Keep every published snapshot as a file too (``routing.router.snapshot_files``), so that a router starting
-    #: on a version that has one loads it instead of rebuilding it from the table (and replays read it).
-    snapshot_files: bool = True
-    #: Directory of those files. Empty: ``_snapshots`` inside the subscription table (Delta ignores it).
+    """Delta table of one metrics row per batch (the BatchReport); empty = not written."""
     snapshot_files_path: str = ""
-    #: Versions whose files are kept; older ones are deleted as new ones are written.
+    """Directory of the snapshot files: every published snapshot is also kept as a content-addressed file
+    (``routing.router.snapshot_files``), so that a router starting on a version that has one loads it instead of
+    rebuilding it from the table (and replays read it). Empty: ``_snapshots`` inside the subscription table (Delta
+    ignores it)."""
     snapshot_files_keep: int = 3
-    #: How a snapshot reaches the UDF: ``file`` (its snapshot file, read once per version by each Python
-    #: worker; measured faster than a broadcast, ``bench/results/snapshot_transport.md``, and the only way on
-    #: Spark Connect) or ``broadcast`` (classic sessions; for executors that cannot open the snapshot
-    #: directory with pyarrow). Without snapshot files (``snapshot_files = false``) a classic session broadcasts.
+    """Versions whose files are kept; older ones are deleted as new ones are written."""
     snapshot_transport: str = "file"
-    #: When the Delta state the next append's ``txnAppId`` check needs is computed after a batch commits
-    #: (``routing.streaming.AppendStateWarmer``): ``inline``, before the batch returns, off the path from a
-    #: trigger to its visible commit; ``background``, overlapping Spark's commit log and the next batch's start,
-    #: which waits for it before its write; ``auto``: ``background`` under the available-now trigger (a drain:
-    #: batches run back to back and only throughput counts), ``inline`` under processing time (measured with a
-    #: 1 s trigger on 2 cores: the background warm slowed the next batch's own work beside it and doubled p99).
-    delta_warm: str = "auto"
-    #: How a batch's first attempt appends (``routing.streaming.first_append``): ``direct``, Delta's transaction
-    #: with the batch's set transaction and without the public writer's check of it (its ledger entry proves
-    #: no earlier attempt wrote, so the check's state reconstruction, three Spark jobs a batch, is skipped and
-    #: there is nothing to warm); ``writer``, the public writer with ``txnAppId`` as for a re-execution (and the
-    #: warm above). Re-executions, catalog table names and Spark Connect always take the writer.
-    delta_append: str = "direct"
+    """How a snapshot reaches the UDF: ``file`` (its snapshot file, read once per version by each Python worker;
+    measured faster than a broadcast, ``bench/results/snapshot_transport.md``, and the only way on Spark Connect) or
+    ``broadcast`` (classic sessions; for executors that cannot open the snapshot directory with pyarrow; the files
+    are still kept for restarts where the driver can write them)."""
 
     @property
-    def background_warm(self) -> bool:
-        """Whether ``delta_warm`` (``auto`` resolved by the trigger) runs the warm in the background."""
-        if self.delta_warm == "auto":
-            return self.trigger == "available_now"
-        return self.delta_warm == "background"
+    def key_kind(self) -> str:
+        """``key``, ``header`` or ``json``: the part of ``key_source`` before its colon."""
+        return self.key_source.partition(":")[0]
+
+    @property
+    def key_name(self) -> str:
+        """The header's name or the JSON field of ``key_source`` (after its colon); "" for ``key``."""
+        return self.key_source.partition(":")[2]
 
     def __post_init__(self) -> None:
         section = self.SECTION
         for name, value, allowed in (
             ("starting_offsets", self.starting_offsets, STARTING_OFFSETS),
             ("trigger", self.trigger, TRIGGERS),
-            ("key_source", self.key_source, KEY_SOURCES),
-            ("kafka_sink", self.kafka_sink, KAFKA_SINKS),
             ("snapshot_transport", self.snapshot_transport, SNAPSHOT_TRANSPORTS),
-            ("delta_warm", self.delta_warm, DELTA_WARMS),
-            ("delta_append", self.delta_append, DELTA_APPENDS),
-            ("delivery_ids", self.delivery_ids, DELIVERY_IDS),
         ):
             if value not in allowed:
                 choices = ", ".join(sorted(allowed))
                 raise ConfigError(f"setting {section}.{name} must be one of {choices}, got {value!r}")
+        if self.key_kind not in KEY_SOURCES or (self.key_kind == "key") != (self.key_name == ""):
+            raise ConfigError(
+                f"setting {section}.key_source must be key, header:NAME or json:FIELD, got {self.key_source!r}"
+            )
         if not self.topics and not self.subscribe_pattern:
             raise ConfigError(f"setting {section}.topics is empty and {section}.subscribe_pattern is not set")
         _check_integers(self)  # max_output_batch_bytes among them: below 2 GiB (32-bit offsets)
         _check_seconds(section, "refresh_interval_s", self.refresh_interval_s)
         if not self.app_id:
             raise ConfigError(f"setting {section}.app_id must not be empty")
-        if "{subscriber}" not in self.kafka_sink_topic_template:
-            raise ConfigError(f"setting {section}.kafka_sink_topic_template must contain {{subscriber}}")
         _resolve_paths(self)
 
 
@@ -639,12 +537,11 @@ class Settings:
                 f"matcher call, which refuses more than limits.max_batch_rows rows; lower router.arrow_batch_rows "
                 f"or raise limits.max_batch_rows"
             )
-        if self.spark.remote and (not self.router.snapshot_files or self.router.snapshot_transport != "file"):
+        if self.spark.remote and self.router.snapshot_transport != "file":
             raise ConfigError(
-                f"settings spark.remote={self.spark.remote!r} and router.snapshot_files={self.router.snapshot_files}, "
+                f"settings spark.remote={self.spark.remote!r} and "
                 f"router.snapshot_transport={self.router.snapshot_transport!r} disagree: Spark Connect has no "
-                "broadcasts, so snapshots reach the UDF as snapshot files; set router.snapshot_files = true and "
-                "router.snapshot_transport = file"
+                "broadcasts, so snapshots reach the UDF as snapshot files; set router.snapshot_transport = file"
             )
 
     def validator(self) -> Validator:

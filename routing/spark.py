@@ -21,39 +21,38 @@ The loopback driver address is for local masters only: on a cluster Spark picks 
 With ``spark.remote = "sc://host:port"`` the session is a Spark Connect client instead: no JVM in
 this process, and the server (``python -m jobs.connect_server`` starts one with this project's jars and
 settings) owns every static setting. Only the runtime SQL settings (:func:`runtime_conf`, then
-``[spark.conf]``) are set on the session; :func:`is_connect` tells the two kinds apart.
+``[spark.conf]``; its static defaults, such as the JVM's flags, are the server's) are set on the session;
+:func:`is_connect` tells the two kinds apart.
 
 Where the runtime itself provides Delta and the Kafka source (a managed Spark, or an image with them in
 ``$SPARK_HOME/jars``), ``spark.jars_provided = true`` skips the jar check and adds nothing to
 ``spark.jars``: loading the open-source jars beside the runtime's own would shadow them.
 
-Jobs are scheduled FAIR between two pools (:func:`scheduler_pools_xml`, written under ``spark.local_dir``): the
+Jobs are scheduled FAIR between two pools (:func:`scheduler_pools_xml`, written under ``spark.local.dir``): the
 default pool, where the stream's batches run, is always served first, and the driver's background work (the
 snapshot refresh's change-feed reads, :func:`run_in_background_pool`) takes the task slots the stream leaves
 idle. With Spark's default FIFO, a refresh job submitted between two batches ran all its tasks before the next
 batch's. ``[spark.conf]`` may set ``spark.scheduler.mode`` or ``spark.scheduler.allocation.file`` instead.
 
-A driver JVM this process starts (not under spark-submit) maps the class-data archive of
-``spark.class_archive`` when one was built for its JDK, pyspark and jars (:mod:`routing.class_archive`):
-the options go first in ``spark.driver.extraJavaOptions``, before any of the settings' own. So does
-``spark.jit`` (``"quick"``: C1 only, for runs of a minute or two; ``"lazy"``: C2 for the hottest code only;
-:data:`routing.settings.JIT_MODES`) and ``spark.gc`` (``"parallel"``; :data:`routing.settings.GC_MODES`).
-Such a JVM with a local master also reads and writes ``file:`` paths through the spawn-free local file system
-of ``spark.local_fs_jar`` (:func:`local_fs_conf`).
+JVM flags, memory, the UI and every other Spark or Delta knob are Spark's own keys: ``[spark.conf]`` of the
+settings (:data:`routing.settings.DEFAULT_SPARK_CONF` holds the project's local defaults, such as the parallel
+collector in ``spark.driver.extraJavaOptions``), or Spark's own properties files (``spark-defaults.conf``,
+``--properties-file``), which the ``spark-submit`` that starts a local session's JVM reads too (the development
+tooling in ``dev/`` hands it its class-data archive and local file system that way).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from routing import class_archive, console
-from routing.settings import GC_MODES, JIT_MODES, Settings, load_settings
+from routing import console
+from routing.settings import DEFAULT_SPARK_CONF, Settings, load_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,58 +64,6 @@ DEFAULT_APP_NAME = "spark-topic-router"
 REQUIRED_JARS = ("delta-spark_", "delta-storage-", "spark-sql-kafka-0-10_", "kafka-clients-")
 #: Run-time dependency resolution: never (see module docstring).
 FORBIDDEN_CONF = ("spark.jars.packages", "spark.jars.repositories", "spark.jars.excludes")
-DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-#: A JVM option that picks the garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...). The JVM refuses to start
-#: with two ("Multiple garbage collectors selected"), so where the user's own options pick one, ``spark.gc`` adds none.
-COLLECTOR_OPTION = re.compile(r"(?:^|\s)-XX:\+Use\w*GC(?=\s|$)")
-#: Where else a driver JVM started here reads options from: Spark's prepended driver options, and the variables the
-#: JVM (``JAVA_TOOL_OPTIONS``, ``_JAVA_OPTIONS``) and the ``java`` launcher (``JDK_JAVA_OPTIONS``) read at start.
-#: A collector picked in any of them and ours would stop the JVM before the session exists.
-DRIVER_DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
-JVM_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")
-
-
-def user_collector(conf: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str | None:
-    """Where the user's own JVM options pick a garbage collector (a conf key or an environment variable), or None."""
-    environ = os.environ if environ is None else environ
-    sources = [(key, conf.get(key)) for key in (DRIVER_JAVA_OPTIONS, DRIVER_DEFAULT_JAVA_OPTIONS)]
-    sources += [(f"${name}", environ.get(name)) for name in JVM_OPTION_VARIABLES]
-    return next((where for where, options in sources if options and COLLECTOR_OPTION.search(options)), None)
-
-
-#: The Hadoop settings that name the ``file:`` file systems (``FileSystem``; ``FileContext``, which Spark's offset
-#: and commit logs and Delta's log store use), and the spawn-free classes of ``spark.local_fs_jar`` for each.
-LOCAL_FS_CLASSES = {
-    "spark.hadoop.fs.file.impl": "sparktopicrouter.hadoop.SpawnFreeLocalFileSystem",
-    "spark.hadoop.fs.AbstractFileSystem.file.impl": "sparktopicrouter.hadoop.SpawnFreeLocalFs",
-}
-DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
-
-
-def local_fs_conf(jar: str, conf: Mapping[str, str]) -> dict[str, str]:
-    """What makes a driver JVM to be started with ``conf`` use the spawn-free local file system of ``jar``.
-
-    Hadoop's local file system, without its native library (pyspark ships none), runs ``chmod`` in a child
-    process for every file it creates and ``readlink`` for both paths of every ``FileContext`` rename: about 44
-    processes a streaming batch (offset and commit logs, the Delta commit, its checksum file, the data files),
-    and 37-39 ms for each small atomic write (1.7 ms without them). The classes in ``jar`` (``conf/jvm/src``)
-    make the same calls through ``java.nio`` instead. Only for a local master, whose executors are this JVM
-    (executors elsewhere would need the jar on their own class path), and only on the JVM's class path: Hadoop
-    looks the class up when spark-submit first resolves a path, before ``spark.jars`` are loaded. Nothing when
-    ``jar`` is "" or ``conf`` names a ``file:`` file system of its own; a missing jar is logged (``make jars``
-    builds it).
-    """
-    if not jar or not conf.get("spark.master", "").startswith("local"):
-        return {}
-    if any(key in conf for key in LOCAL_FS_CLASSES):
-        return {}
-    if not Path(jar).is_file():
-        log.warning("spark.local_fs_jar %s is missing (run `make jars`): Hadoop's local file system forks", jar)
-        return {}
-    class_path = conf.get(DRIVER_CLASS_PATH, "")
-    return {**LOCAL_FS_CLASSES, DRIVER_CLASS_PATH: os.pathsep.join(part for part in (class_path, jar) if part)}
-
-
 #: The fair-scheduler pool of the driver's background Spark jobs (the snapshot refresh), below the stream's.
 BACKGROUND_POOL = "background"
 #: The default pool's minShare: more cores than any cluster has, so the pool is always "below its minimum share"
@@ -148,9 +95,10 @@ def write_scheduler_pools(directory: str) -> Path:
     """:func:`scheduler_pools_xml` in ``directory`` (rewritten only when it differs); its path.
 
     Written beside and renamed into place: another process's JVM starting at the same moment (a job and
-    a Spark Connect server share ``spark.local_dir``) reads the old file or the new one, never a part.
+    a Spark Connect server share the directory) reads the old file or the new one, never a part.
     """
     path = Path(directory).resolve() / "fairscheduler.xml"
+    path.parent.mkdir(parents=True, exist_ok=True)
     text = scheduler_pools_xml()
     if not path.is_file() or path.read_text() != text:
         partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -220,11 +168,8 @@ def runtime_conf(settings: Settings) -> dict[str, str]:
     """The SQL settings a session may change after it started: part of :func:`spark_conf`, and all a Spark
     Connect session sets on itself (the server owns the static rest)."""
     return {
-        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
-        # Delta's defaults assume a cluster: 50 partitions to replay a table's log is slow on 2 cores.
-        "spark.databricks.delta.snapshotPartitions": str(settings.spark.delta_snapshot_partitions),
         # Parquet's INT64 timestamps instead of Spark's default, the deprecated INT96: cheaper to write, smaller,
         # and what other Parquet readers expect (routing.router.tables, Parquet encodings).
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -245,8 +190,6 @@ def spark_conf(
     """
     spark = settings.spark
     submitted = submitted or {}
-    for directory in (spark.ivy_dir, spark.local_dir):
-        Path(directory).mkdir(parents=True, exist_ok=True)
     jars: dict[str, str] = {}
     if spark.jars_provided:
         pass  # the runtime's classpath has them: check nothing, add nothing
@@ -260,25 +203,18 @@ def spark_conf(
         "spark.master": master or spark.master,
         "spark.app.name": app_name,
         **jars,
-        "spark.jars.ivy": spark.ivy_dir,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.ui.enabled": str(spark.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": spark.driver_memory,
         # Loopback: no hostname lookups, nothing listens on other interfaces.
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         **runtime_conf(settings),
-        "spark.default.parallelism": str(spark.shuffle_partitions),
         # Compiled whole-stage classes kept for reuse (Spark's 100 thrashes: a test session compiled 5,058 and
         # 949 with 2,000 entries, 0.92x its CPU; README "Settings that matter"). A few MB of metaspace.
         CODEGEN_CACHE_ENTRIES: str(DEFAULT_CODEGEN_CACHE_ENTRIES),
         # The stream's jobs before the driver's background work (module docs).
         "spark.scheduler.mode": "FAIR",
-        "spark.scheduler.allocation.file": str(write_scheduler_pools(spark.local_dir)),
-        "spark.sql.warehouse.dir": spark.warehouse_dir,
-        "spark.local.dir": spark.local_dir,
         # Python workers run this interpreter (the project's virtualenv), not whatever is on PATH.
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
@@ -293,24 +229,8 @@ def spark_conf(
     conf.update(spark.conf)
     conf.update(extra_conf or {})
     conf.update(submitted)
-    if not submitted:
-        # This process starts the driver JVM (spark-submit started it already otherwise): the local file system's
-        # class path first (the class archive is keyed by the class path), then map the class archive, pick the
-        # compiler tiers and the collector; the user's options last, so theirs win (a collector of theirs
-        # replaces ours: the JVM would refuse both).
-        conf.update(local_fs_conf(spark.local_fs_jar, conf))
-        user_options = conf.get(DRIVER_JAVA_OPTIONS) or ""
-        theirs = user_collector(conf)
-        if theirs is not None and GC_MODES[spark.gc]:
-            log.info("spark.gc = %r not applied: %s picks the garbage collector", spark.gc, theirs)
-        options = class_archive.merge_java_options(
-            class_archive.java_options(spark.class_archive, conf),
-            JIT_MODES[spark.jit],
-            "" if theirs is not None else GC_MODES[spark.gc],
-            user_options,
-        )
-        if options:
-            conf[DRIVER_JAVA_OPTIONS] = options
+    if "spark.scheduler.allocation.file" not in conf:
+        conf["spark.scheduler.allocation.file"] = str(write_scheduler_pools(scratch_dir(conf)))
     forbidden = sorted(key for key in conf if key in FORBIDDEN_CONF)
     if forbidden:
         raise ValueError(
@@ -318,6 +238,14 @@ def spark_conf(
             "declare them in conf/jvm/pom.xml and run `make jars`"
         )
     return conf
+
+
+def scratch_dir(conf: Mapping[str, str]) -> str:
+    """Where the driver keeps its own files (scheduler pools, a quiet command's JVM log): Spark's first
+    ``spark.local.dir`` when the configuration names one, else a directory of this user's in the machine's
+    temporary directory."""
+    default = os.path.join(tempfile.gettempdir(), f"spark-topic-router-{os.getuid()}")
+    return conf.get("spark.local.dir", "").split(",")[0] or default
 
 
 def get_spark(
@@ -345,11 +273,16 @@ def get_spark(
     # run this interpreter, whose environment has pyarrow and the native module.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # A quiet command line's JVM writes its output to a log file (routing.console); log levels are log4j's.
-    console.start_driver_jvm(conf, local_dir=settings.spark.local_dir, app_name=app_name)
+    console.start_driver_jvm(conf, local_dir=scratch_dir(conf), app_name=app_name)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+#: Prefixes of the SQL settings a session may set after it started (Spark's and Delta's); the rest of Spark's
+#: configuration belongs to the JVM that runs it.
+RUNTIME_PREFIXES = ("spark.sql.", "spark.databricks.")
 
 
 def _connect_session(settings: Settings, extra_conf: Mapping[str, str] | None) -> SparkSession:
@@ -361,9 +294,15 @@ def _connect_session(settings: Settings, extra_conf: Mapping[str, str] | None) -
     runtime.update(extra_conf or {})
     session = SparkSession.builder.remote(settings.spark.remote).getOrCreate()
     for key, value in runtime.items():
+        if DEFAULT_SPARK_CONF.get(key) == value and not key.startswith(RUNTIME_PREFIXES):
+            continue  # a JVM-wide default (flags, memory, the UI): the server's own, never a session's
         try:
             session.conf.set(key, value)
-        except Exception as error:  # a static setting: the server's to set
+        except Exception as error:  # a static setting: the server's own
+            # The project's local defaults (the JVM's flags and memory, the UI) are the server's to choose; a
+            # static key the settings name beyond them is a mistake, unless the server already has its value.
+            if DEFAULT_SPARK_CONF.get(key) == value or session.conf.get(key, None) == value:
+                continue
             raise ValueError(
                 f"{key} cannot be set on a Spark Connect session (start the server with it instead): {error}"
             ) from error

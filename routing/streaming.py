@@ -385,7 +385,8 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
 
     Declines (False) on Spark Connect (no JVM here), for catalog table names (the public writer resolves
     them), when the frame's columns are not the table's (in any order; the public writer enforces or merges
-    the schema), and when Delta's internal API differs (logged once). A failure of the write or the commit
+    the schema), on a Delta release it was not tested with (:data:`routing.delta_tables.TESTED_DELTA`), and when
+    Delta's internal API differs (both logged once). A failure of the write or the commit
     itself raises, like the public writer's.
     """
     global _first_append_missing
@@ -396,6 +397,14 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
     spark = frame.sparkSession
     try:
         delta = delta_tables.delta_jvm(spark)
+        if not delta.tested():
+            _first_append_missing = True
+            log.warning(
+                "Delta %s is not a release the direct append was tested with (%s): appending through the public writer",
+                delta.version,
+                ", ".join(f"{prefix}x" for prefix in delta_tables.TESTED_DELTA),
+            )
+            return False
         transaction = delta.for_table(spark._jsparkSession, table).startTransaction()
         # The schema's JSON in one call (its fieldNames array would be read one element per JVM round trip);
         # None before the table's first commit, which then has no columns to append to.
@@ -472,10 +481,11 @@ class AppendStateWarmer:
     starts, so that append finds the state computed (one Spark job) exactly as before. A warm that
     fails only loses the head start (:func:`warm_append_state` logs it once).
 
-    The router waits at once instead (``router.delta_warm`` inline, the default under a processing-time
-    trigger): on 2 cores the warm's Spark jobs beside the next batch's ledger, planning and write slowed
-    each of them (planning 2x, the ledger 2x), so batches grew and p99 latency doubled at 15,000 msg/s;
-    in line, the warm sits after the commit, off the path from a trigger to its visible commit.
+    The router waits at once instead under a processing-time trigger
+    (:func:`routing.router.pipeline.warm_in_background`): on 2 cores the warm's Spark jobs beside the
+    next batch's ledger, planning and write slowed each of them (planning 2x, the ledger 2x), so batches
+    grew and p99 latency doubled at 15,000 msg/s; in line, the warm sits after the commit, off the path from
+    a trigger to its visible commit.
 
     Concurrency contract: :meth:`start`, :meth:`wait` and :meth:`close` are called from one thread (the
     ``foreachBatch`` caller); the warm itself runs on the executor's thread. One thread, not one per

@@ -128,6 +128,8 @@ def _first_broken(
 @dataclasses.dataclass(frozen=True)
 class ValidationSettings:
     policy: str = "amqp"
+    """Which words keys and patterns may have: ``amqp`` accepts everything RabbitMQ accepts (within the limits),
+    ``strict`` only words of ``[A-Za-z0-9_-]+`` (for consumers that put words into file or topic names)."""
 
     def __post_init__(self) -> None:
         Policy.parse(self.policy)

@@ -15,19 +15,23 @@ are marked ``integration`` by folder (:func:`pytest_collection_modifyitems`); ``
 * ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
   end of the session only if it started it (a watchdog stops it even if the run is killed).
 * ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
-* Every job a test starts as a process of its own runs a minute or two, so it inherits
-  ``ROUTER__SPARK__JIT=quick`` (:data:`CHILD_JIT`): about half the JVM CPU each, on a machine whose two
-  cores both workers share (pytest 44 to 38 minutes in a clean-clone run). The session's JVM and the
-  Connect server's live as long as the session and run hundreds of short queries: "lazy" (with quick
-  too the run took 40 minutes, the 9M-row batch test twice as long; lazy with the parallel collector
-  cut the CPU of five integration files to 0.80x). Every JVM here collects with ``spark.gc = "parallel"``
-  (:data:`TEST_GC`; a quick job process 0.90x the CPU of G1's).
+* Every driver JVM the tests start runs with the development tooling's Spark properties (``dev.local_spark``:
+  a properties file in ``$PYSPARK_SUBMIT_ARGS``, inherited by every job a test starts as a process of its own;
+  the same entries in the session's own ``[spark.conf]``, which the Connect server gets too): the class-data
+  archive, the spawn-free local file system, the session's scratch paths, and JIT flags.
+  Every job a test starts as a process of its own runs a minute or two, so its JVM compiles with C1 only
+  (``dev.local_spark.JIT_QUICK``): about half the JVM CPU each, on a machine whose two cores both workers
+  share (pytest 44 to 38 minutes in a clean-clone run). The session's JVM and the Connect server's live as
+  long as the session and run hundreds of short queries: ``JIT_LAZY`` (with quick too the run took 40
+  minutes, the 9M-row batch test twice as long), in the session's own ``spark.driver.defaultJavaOptions``.
+  Every JVM here collects with the parallel collector of conf/router.toml's ``spark.driver.extraJavaOptions``.
 * ``connect_server`` is a Spark Connect server (``jobs.connect_server``) on a free port, started the
   first time a test asks for it and stopped at the end of the session.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import random
@@ -38,8 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dev import local_spark
 from jobs.cluster import ephemeral_port_range, free_port_candidates, free_ports
-from routing.settings import REPO_ROOT, Settings, load_settings
+from routing.settings import LOCAL_HOST, REPO_ROOT, Settings, load_settings
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -50,14 +55,8 @@ if TYPE_CHECKING:
 
 #: Seconds an AdminClient operation in a fixture may take.
 ADMIN_TIMEOUT_S = 30.0
-#: The ``spark.jit`` of every job a test starts in a process of its own (module docstring).
-CHILD_JIT = "quick"
-#: The ``spark.jit`` of the session's JVM and the Connect server's (module docstring).
-SESSION_JIT = "lazy"
-#: The ``spark.gc`` of every driver JVM the tests start.
-TEST_GC = "parallel"
-os.environ.setdefault("ROUTER__SPARK__JIT", CHILD_JIT)
-os.environ.setdefault("ROUTER__SPARK__GC", TEST_GC)
+# Before any test starts a JVM (the ``settings`` fixture then points it at the session's own file).
+local_spark.use(path=local_spark.VAR / "spark-conf" / "tests.conf", java_options=local_spark.JIT_QUICK)
 #: Ports between the starts of two pytest-xdist workers' searches for free ports.
 WORKER_PORT_BAND = 1000
 #: Every test under this folder is marked ``integration`` (real Kafka, Spark or Delta), so no file has to say so.
@@ -109,26 +108,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def make_test_settings(root: Path, *, client_port: int, controller_port: int) -> Settings:
-    """Settings with every var/ path under ``root`` (jars from the real var/jars)."""
-    base = load_settings()
-    return load_settings(
+    """Settings with every var/ path under ``root`` (jars from the real var/jars), Spark's among them."""
+    settings = load_settings(
         overrides={
             "kafka": {
                 "data_dir": str(root / "kafka"),
                 "client_port": client_port,
                 "controller_port": controller_port,
                 # An explicit bootstrap address would point the tests at another broker.
-                "bootstrap_servers": f"{base.kafka.host}:{client_port}",
+                "bootstrap_servers": f"{LOCAL_HOST}:{client_port}",
             },
-            "spark": {
-                "ivy_dir": str(root / "ivy"),
-                "warehouse_dir": str(root / "spark-warehouse"),
-                "local_dir": str(root / "spark-local"),
-                "jars_dir": str(REPO_ROOT / "var" / "jars" / "spark"),
-                # The session's own JVM (and the Connect server's) lives as long as the session: both tiers.
-                "jit": SESSION_JIT,
-                "gc": TEST_GC,
-            },
+            "spark": {"jars_dir": str(REPO_ROOT / "var" / "jars" / "spark")},
             "subscriptions": {
                 "table_path": str(root / "delta" / "subscriptions"),
                 "rejects_path": str(root / "delta" / "subscription_rejects"),
@@ -136,6 +126,19 @@ def make_test_settings(root: Path, *, client_port: int, controller_port: int) ->
             },
         }
     )
+    defaults = local_spark.local_conf(settings, var=root, archive_dir=None)
+    return with_session_jvm_options(
+        settings.replace(spark=dataclasses.replace(settings.spark, conf={**settings.spark.conf, **defaults}))
+    )
+
+
+def with_session_jvm_options(settings: Settings) -> Settings:
+    """``settings`` whose driver JVM maps the class-data archive as it is now (built before this session, or by
+    tests/integration/test_class_archive.py during it) and compiles as a long-lived one: both tiers, C2 late
+    (the session's own JVM and the Connect server's; module docstring)."""
+    options = local_spark.join_options(local_spark.archive_options(settings, {}), local_spark.JIT_LAZY)
+    conf = {**settings.spark.conf, local_spark.DEFAULT_JAVA_OPTIONS: options}
+    return settings.replace(spark=dataclasses.replace(settings.spark, conf=conf))
 
 
 def worker_port_start(worker: str, offset: int) -> int | None:
@@ -156,13 +159,16 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     from jobs.local_kafka import port_in_use
 
     configured = load_settings().kafka
-    if port_in_use(configured.host, configured.client_port):
+    if port_in_use(LOCAL_HOST, configured.client_port):
         client_port, controller_port = configured.client_port, configured.controller_port
     else:
         start = worker_port_start(os.environ.get("PYTEST_XDIST_WORKER", ""), random.randrange(WORKER_PORT_BAND))
-        client_port, controller_port = free_ports(2, configured.host, start=start)
+        client_port, controller_port = free_ports(2, LOCAL_HOST, start=start)
     root = tmp_path_factory.mktemp("var")
-    return make_test_settings(root, client_port=client_port, controller_port=controller_port)
+    settings = make_test_settings(root, client_port=client_port, controller_port=controller_port)
+    # The jobs tests start as processes of their own: the same, with C1 only (module docstring).
+    local_spark.use(settings, path=root / "spark.conf", var=root, java_options=local_spark.JIT_QUICK)
+    return settings
 
 
 @pytest.fixture(scope="session")
@@ -228,5 +234,5 @@ def connect_server(settings: Settings, tmp_path_factory: pytest.TempPathFactory)
     from jobs.connect_server import ConnectServer
 
     log = tmp_path_factory.mktemp("connect") / "connect-server.log"
-    with ConnectServer(settings, port=free_ports(1)[0], log_path=log) as server:
+    with ConnectServer(with_session_jvm_options(settings), port=free_ports(1)[0], log_path=log) as server:
         yield server

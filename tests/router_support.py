@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
@@ -90,10 +89,8 @@ def router_settings(base: Settings, root: Path, topics: Sequence[str], **router_
         "deliveries_path": str(root / "deliveries"),
         "dead_letters_path": str(root / "dead_letters"),
         "unrouted_path": str(root / "unrouted"),
-        "ledger_path": str(root / "ledger"),
-        "write_unrouted": True,
         "app_id": f"router-test-{uuid.uuid4().hex[:12]}",
-        "kafka_sink": "none",
+        "kafka_sink_topic": "",
         **router_changes,
     }
     return base.replace(subscriptions=subscriptions, router=dataclasses.replace(base.router, **changes))
@@ -177,10 +174,10 @@ def produce(
 
 def routing_key_bytes(record: Record, router: RouterSettings) -> bytes | None:
     """Where ``router.key_source`` says the key is, located in plain Python."""
-    if router.key_source == "key":
+    if router.key_kind == "key":
         return record.key
-    if router.key_source == "header":
-        values = [value for name, value in record.headers if name == router.key_header]
+    if router.key_kind == "header":
+        values = [value for name, value in record.headers if name == router.key_name]
         return values[0] if values else None
     try:
         document = json.loads((record.value or b"").decode("utf-8"))
@@ -188,7 +185,7 @@ def routing_key_bytes(record: Record, router: RouterSettings) -> bytes | None:
         return None
     if not isinstance(document, dict):
         return None
-    field = document.get(router.key_json_field)
+    field = document.get(router.key_name)
     assert field is None or isinstance(field, str), "tests only put strings in the key field"
     return None if field is None else field.encode("utf-8")
 
@@ -258,40 +255,32 @@ def read_routed(spark: SparkSession, settings: Settings) -> Routed:
     return Routed(
         deliveries=rows(router.deliveries_path, ["delivery_id", "subscriber_id", "routing_key", *common]),
         dead_letters=rows(router.dead_letters_path, ["dead_letter_id", "reason", "raw_key", "fanout", *common]),
-        unrouted=rows(router.unrouted_path, ["routing_key", *common]) if router.write_unrouted else [],
+        unrouted=rows(router.unrouted_path, ["routing_key", *common]) if router.unrouted_path else [],
     )
 
 
-def delivery_id(topic: str, partition: int, offset: int, subscriber: str, ids: str = "coordinates") -> str:
-    """What ``router.delivery_ids = ids`` makes the delivery's id (routing.router.tables, Delivery ids), from Python."""
-    return source_id_text(f"{topic}|{partition}|{offset}|{subscriber}", ids)
+def delivery_id(topic: str, partition: int, offset: int, subscriber: str) -> str:
+    """The delivery's id (routing.router.tables, Delivery ids), from Python."""
+    return f"{topic}|{partition}|{offset}|{subscriber}"
 
 
-def dead_letter_id(topic: str, partition: int, offset: int, ids: str = "coordinates") -> str:
-    return source_id_text(f"{topic}|{partition}|{offset}", ids)
+def dead_letter_id(topic: str, partition: int, offset: int) -> str:
+    return f"{topic}|{partition}|{offset}"
 
 
-def source_id_text(coordinates: str, ids: str) -> str:
-    if ids == "coordinates":
-        return coordinates
-    if ids == "sha256":
-        return hashlib.sha256(coordinates.encode()).hexdigest()
-    raise ValueError(f"unknown delivery id format {ids!r}")
-
-
-def assert_ids_exact(routed: Routed, ids: str = "coordinates") -> None:
-    """Every delivery and dead-letter id is unique and what ``router.delivery_ids = ids`` makes of its coordinates."""
+def assert_ids_exact(routed: Routed) -> None:
+    """Every delivery and dead-letter id is unique and the text of its coordinates."""
     ids_seen = [row["delivery_id"] for row in routed.deliveries]
     assert len(ids_seen) == len(set(ids_seen)), "duplicate delivery ids"
     for row in routed.deliveries:
         assert row["delivery_id"] == delivery_id(
-            row["source_topic"], row["source_partition"], row["source_offset"], row["subscriber_id"], ids
+            row["source_topic"], row["source_partition"], row["source_offset"], row["subscriber_id"]
         )
     dead_ids = [row["dead_letter_id"] for row in routed.dead_letters]
     assert len(dead_ids) == len(set(dead_ids)), "duplicate dead-letter ids"
     for row in routed.dead_letters:
         assert row["dead_letter_id"] == dead_letter_id(
-            row["source_topic"], row["source_partition"], row["source_offset"], ids
+            row["source_topic"], row["source_partition"], row["source_offset"]
         )
 
 
@@ -300,7 +289,7 @@ def ledger_versions(spark: SparkSession, settings: Settings) -> list[tuple[int, 
     from routing.router.ledger import ledger_directory, ledger_entries
 
     router = settings.router
-    entries = ledger_entries(spark, ledger_directory(router.ledger_path, router.checkpoint_path))
+    entries = ledger_entries(spark, ledger_directory(router.checkpoint_path))
     return sorted((batch_id, version) for _, batch_id, version in entries)
 
 
@@ -332,9 +321,6 @@ def job_flags(settings: Settings) -> list[str]:
     values: dict[str, object] = {
         "kafka.bootstrap_servers": settings.kafka.bootstrap_servers,
         "spark.jars_dir": settings.spark.jars_dir,
-        "spark.ivy_dir": settings.spark.ivy_dir,
-        "spark.warehouse_dir": settings.spark.warehouse_dir,
-        "spark.local_dir": settings.spark.local_dir,
         **{
             f"limits.{field.name}": getattr(settings.limits, field.name)
             for field in dataclasses.fields(settings.limits)

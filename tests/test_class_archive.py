@@ -1,4 +1,5 @@
-"""The class-data archive's plumbing (:mod:`routing.class_archive`): which JVMs get it, its key, its builder's CLI.
+"""The class-data archive's plumbing (:mod:`dev.class_archive`, development tooling): which JVMs get it through
+:mod:`dev.local_spark`, its key, its builder's CLI.
 
 No JVM: a fake JDK (``JAVA_HOME`` pointing at a directory with an executable ``bin/java``) and fake archive
 files. ``tests/integration/test_class_archive.py`` builds a real archive and proves a JVM maps it.
@@ -6,38 +7,18 @@ files. ``tests/integration/test_class_archive.py`` builds a real archive and pro
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import shutil
-import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-from jobs import class_archive as class_archive_job
-from jobs.connect_server import ConnectServer
-from routing import class_archive
+from dev import class_archive, local_spark
+from dev.local_spark import DEFAULT_JAVA_OPTIONS
 from routing.settings import Settings, load_settings
-from routing.spark import (
-    COLLECTOR_OPTION,
-    DRIVER_DEFAULT_JAVA_OPTIONS,
-    DRIVER_JAVA_OPTIONS,
-    JVM_OPTION_VARIABLES,
-    spark_conf,
-    user_collector,
-)
-
-USER_OPTIONS = "-Dtopic.router=1 -Xshare:off"
-
-
-@pytest.fixture(autouse=True)
-def no_jvm_option_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A collector in the developer's own ``JAVA_TOOL_OPTIONS`` (and the like) would replace ``spark.gc`` in every
-    expectation here: each test starts without them, and the tests about them set their own."""
-    for name in JVM_OPTION_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+from routing.spark import spark_conf
 
 
 @pytest.fixture
@@ -55,112 +36,118 @@ def fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return java
 
 
-def archive_settings(tmp_path: Path, archive_dir: str | None = None, **spark: object) -> Settings:
-    """Settings with an archive directory under ``tmp_path`` and no jar check (no var/jars needed).
-
-    The collector is G1 (no option of ours) unless a test picks one, so the options seen are the archive's."""
-    spark.setdefault("gc", "g1")
-    return load_settings(
-        env={},
-        overrides={
-            "spark": {
-                "class_archive": str(tmp_path / "jvm") if archive_dir is None else archive_dir,
-                "jars_provided": True,
-                "ivy_dir": str(tmp_path / "ivy"),
-                "local_dir": str(tmp_path / "spark-local"),
-                "warehouse_dir": str(tmp_path / "warehouse"),
-                **spark,
-            }
-        },
-    )
+def archive_settings(**spark: object) -> Settings:
+    """Settings with no jar check (no var/jars needed)."""
+    return load_settings(env={}, overrides={"spark": {"jars_provided": True, **spark}})
 
 
-def publish(settings: Settings, *, size: int = 4096, manifest_size: int | None = None) -> Path:
-    """A fake archive where a session with ``settings`` looks for one, with its manifest."""
-    conf = spark_conf(settings.replace(spark=dataclasses.replace(settings.spark, class_archive="")))
+def publish(
+    settings: Settings,
+    directory: Path,
+    defaults: Mapping[str, str] | None = None,
+    *,
+    size: int = 4096,
+    manifest_size: int | None = None,
+) -> Path:
+    """A fake archive where a session of ``settings`` over ``defaults`` looks for one, with its manifest."""
     java = class_archive.java_binary()
     assert java is not None
-    archive = class_archive.archive_path(settings.spark.class_archive, conf, java)
+    archive = class_archive.archive_path(str(directory), {**(defaults or {}), **spark_conf(settings)}, java)
     archive.parent.mkdir(parents=True, exist_ok=True)
     archive.write_bytes(b"\0" * size)
     class_archive.write_manifest(archive, size if manifest_size is None else manifest_size)
     return archive
 
 
-def test_spark_conf_maps_the_archive_exactly_when_it_exists(fake_java: Path, tmp_path: Path) -> None:
-    settings = archive_settings(tmp_path)
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(settings)  # not built yet
-    archive = publish(settings)
-    options = spark_conf(settings)[DRIVER_JAVA_OPTIONS].split()
-    assert options == [f"-XX:SharedArchiveFile={archive}", *class_archive.USE_OPTIONS]
+def test_the_local_conf_maps_the_archive_exactly_when_it_exists(fake_java: Path, tmp_path: Path) -> None:
+    settings = archive_settings()
+    archive_dir = tmp_path / "jvm"
+
+    def options() -> str | None:
+        return local_spark.local_conf(settings, var=tmp_path, archive_dir=archive_dir).get(DEFAULT_JAVA_OPTIONS)
+
+    assert options() is None  # not built yet
+    defaults = local_spark.local_conf(settings, var=tmp_path, archive_dir=None)
+    archive = publish(settings, archive_dir, defaults)
+    assert options() == " ".join([f"-XX:SharedArchiveFile={archive}", *class_archive.USE_OPTIONS])
     assert archive.name.startswith("spark-") and archive.suffix == ".jsa"
+    # The tooling's own JVM options come after the archive's.
+    with_jit = local_spark.local_conf(settings, var=tmp_path, archive_dir=archive_dir, java_options=" -Xint ")
+    assert with_jit[DEFAULT_JAVA_OPTIONS] == f"{options()} -Xint"
     archive.unlink()
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(settings)
+    assert options() is None
 
 
 def test_an_archive_cut_short_or_without_a_manifest_is_not_offered(fake_java: Path, tmp_path: Path) -> None:
     """A file shorter than its header says crashes the JVM (SIGBUS): only a whole one is ever mapped."""
-    settings = archive_settings(tmp_path)
-    archive = publish(settings, size=4096, manifest_size=8192)
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(settings)
+    settings = archive_settings()
+    directory = tmp_path / "jvm"
+    archive = publish(settings, directory, size=4096, manifest_size=8192)
+    assert local_spark.archive_options(settings, {}, directory) == ""
     class_archive.write_manifest(archive, 4096)
-    assert DRIVER_JAVA_OPTIONS in spark_conf(settings)
+    assert local_spark.archive_options(settings, {}, directory) != ""
     class_archive.manifest_path(archive).unlink()
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(settings)
+    assert local_spark.archive_options(settings, {}, directory) == ""
     class_archive.manifest_path(archive).write_text("{not json")
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(settings)
+    assert local_spark.archive_options(settings, {}, directory) == ""
 
 
-@pytest.mark.parametrize("where", ["settings", "extra_conf"])
-def test_the_users_java_options_are_kept_and_come_last(fake_java: Path, tmp_path: Path, where: str) -> None:
-    settings = archive_settings(tmp_path)
-    if where == "settings":
-        settings = archive_settings(tmp_path, conf={DRIVER_JAVA_OPTIONS: USER_OPTIONS})
-    extra = {DRIVER_JAVA_OPTIONS: USER_OPTIONS} if where == "extra_conf" else None
-    assert spark_conf(settings, extra_conf=extra)[DRIVER_JAVA_OPTIONS] == USER_OPTIONS  # no archive: untouched
-    archive = publish(settings)
-    options = spark_conf(settings, extra_conf=extra)[DRIVER_JAVA_OPTIONS]
-    # The JVM takes the last of conflicting options: the user's -Xshare:off beats our -Xshare:auto.
-    assert options == " ".join([f"-XX:SharedArchiveFile={archive}", *class_archive.USE_OPTIONS, USER_OPTIONS])
-
-
-def test_nothing_is_added_under_spark_submit(fake_java: Path, tmp_path: Path) -> None:
-    """spark-submit started the JVM before this process runs: its options are final."""
-    settings = archive_settings(tmp_path)
-    publish(settings)
-    submitted = {"spark.master": "local[2]", "spark.app.name": "submitted"}
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(settings, submitted=submitted)
-    submitted[DRIVER_JAVA_OPTIONS] = USER_OPTIONS
-    assert spark_conf(settings, submitted=submitted)[DRIVER_JAVA_OPTIONS] == USER_OPTIONS
-
-
-def test_an_empty_setting_turns_it_off(fake_java: Path, tmp_path: Path) -> None:
-    settings = archive_settings(tmp_path)
-    publish(settings)
-    assert DRIVER_JAVA_OPTIONS in spark_conf(settings)
-    off = load_settings(
-        env={"ROUTER__SPARK__CLASS_ARCHIVE": ""}, overrides={"spark": {"jars_provided": True, "gc": "g1"}}
-    )
-    assert off.spark.class_archive == ""
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(off)
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(
-        settings.replace(spark=dataclasses.replace(settings.spark, class_archive=""))
-    )
+def test_the_archive_is_the_one_for_the_session_s_class_path(fake_java: Path, tmp_path: Path) -> None:
+    """The session's own ``spark.driver.extraClassPath`` (``--conf``) replaces the defaults file's: so does the key."""
+    jar = tmp_path / "localfs.jar"
+    jar.write_bytes(b"PK")
+    defaults = {local_spark.DRIVER_CLASS_PATH: str(jar)}
+    settings = archive_settings()
+    directory = tmp_path / "jvm"
+    archive = publish(settings, directory, defaults)
+    assert str(archive) in local_spark.archive_options(settings, defaults, directory)
+    assert local_spark.archive_options(settings, {}, directory) == ""
+    own = archive_settings(conf={local_spark.DRIVER_CLASS_PATH: "/opt/extra.jar"})
+    assert local_spark.archive_options(own, defaults, directory) == ""
 
 
 def test_without_java_there_is_no_archive(fake_java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = archive_settings(tmp_path)
-    publish(settings)
+    settings = archive_settings()
+    publish(settings, tmp_path / "jvm")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
     assert class_archive.java_binary() is None
-    assert DRIVER_JAVA_OPTIONS not in spark_conf(settings)
+    assert local_spark.archive_options(settings, {}, tmp_path / "jvm") == ""
 
 
-def test_the_setting_is_a_path_relative_to_the_settings_file(tmp_path: Path) -> None:
-    conf = tmp_path / "conf" / "router.toml"
-    conf.parent.mkdir()
-    conf.write_text('[spark]\nclass_archive = "../var/jvm"\n')
-    assert load_settings(conf, env={}).spark.class_archive == str(tmp_path / "var" / "jvm")
+def test_the_properties_file_holds_the_local_conf(
+    fake_java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Spark reads as a Java properties file: one ``key value`` line each; ``use`` points pyspark at it."""
+    settings = archive_settings()
+    publish(settings, tmp_path / "jvm", local_spark.local_conf(settings, var=tmp_path, archive_dir=None))
+    conf = local_spark.local_conf(settings, var=tmp_path, archive_dir=tmp_path / "jvm")
+    assert conf["spark.local.dir"] == str(tmp_path / "spark-local")
+    assert conf["spark.sql.warehouse.dir"] == str(tmp_path / "spark-warehouse")
+    path = local_spark.write_properties(tmp_path / "spark-conf" / "spark.conf", conf)
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    assert dict(line.split(" ", 1) for line in lines) == conf
+    assert [entry.name for entry in path.parent.iterdir()] == ["spark.conf"]  # no partial file left
+    monkeypatch.delenv(local_spark.SUBMIT_ARGS, raising=False)
+    spaced = tmp_path / "a dir" / "spark.conf"
+    assert local_spark.use(settings, path=spaced, var=tmp_path) == spaced
+    assert os.environ[local_spark.SUBMIT_ARGS] == f"--properties-file '{spaced}' pyspark-shell"
+
+
+def test_the_local_file_system_needs_its_jar(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    jar = tmp_path / "localfs.jar"
+    with caplog.at_level("WARNING", logger="dev.local_spark"):
+        assert local_spark.local_fs_conf(jar) == {}
+    assert f"{jar} is missing (run `make jars`)" in caplog.text
+    jar.write_bytes(b"PK")  # only its presence is checked here; tests/integration/test_local_fs.py loads it
+    assert local_spark.local_fs_conf(jar) == {**local_spark.LOCAL_FS_CLASSES, local_spark.DRIVER_CLASS_PATH: str(jar)}
+
+
+def test_joining_java_options() -> None:
+    assert local_spark.join_options("-Xa", None) == "-Xa"
+    assert local_spark.join_options("-Xa", "  ") == "-Xa"
+    assert local_spark.join_options("-Xa", " -Xb -Xc ") == "-Xa -Xb -Xc"
+    assert local_spark.join_options("", "-Xa", None, " -Xb ", "") == "-Xa -Xb"
+    assert local_spark.join_options() == ""
 
 
 def test_the_key_follows_the_jdk_pyspark_and_the_jars(fake_java: Path, tmp_path: Path) -> None:
@@ -228,38 +215,32 @@ def test_the_key_follows_the_java_spark_runs(fake_java: Path, tmp_path: Path, mo
     assert class_archive.archive_key({}, other, "4.2.0") != class_archive.archive_key({}, fake_java, "4.2.0")
 
 
-def test_the_connect_server_gets_the_archive_too(fake_java: Path, tmp_path: Path) -> None:
-    settings = archive_settings(tmp_path)
-    archive = publish(settings)
-    command = ConnectServer(settings, port=15123, log_path=tmp_path / "connect.log").command()
-    conf = dict(command[index + 1].split("=", 1) for index, flag in enumerate(command) if flag == "--conf")
-    # spark-submit in client mode starts the driver JVM with spark.driver.extraJavaOptions.
-    assert conf[DRIVER_JAVA_OPTIONS].split()[0] == f"-XX:SharedArchiveFile={archive}"
-
-
 def test_building_keeps_an_archive_that_is_there(fake_java: Path, tmp_path: Path) -> None:
-    settings = archive_settings(tmp_path)
-    archive = publish(settings)
+    settings = archive_settings()
+    archive = publish(settings, tmp_path / "jvm", local_spark.local_fs_conf())
     lines: list[str] = []
-    built = class_archive.build(settings, log=lines.append)
+    built = class_archive.build(settings, tmp_path / "jvm", log=lines.append)
     assert (built.path, built.built, built.size) == (archive, False, 4096)
     assert lines == []
 
 
 def test_a_builder_waits_for_the_one_building_and_then_finds_its_archive(fake_java: Path, tmp_path: Path) -> None:
     """Two builders (two pytest workers, two make runs) write one archive: the second waits on the lock."""
-    settings = archive_settings(tmp_path)
+    settings = archive_settings()
+    directory = tmp_path / "jvm"
     results: list[class_archive.Built] = []
     lines: list[str] = []
-    with class_archive.build_lock(Path(settings.spark.class_archive)):
-        waiter = threading.Thread(target=lambda: results.append(class_archive.build(settings, log=lines.append)))
+    with class_archive.build_lock(directory):
+        waiter = threading.Thread(
+            target=lambda: results.append(class_archive.build(settings, directory, log=lines.append))
+        )
         waiter.start()
         deadline = time.monotonic() + 10
         while not lines and time.monotonic() < deadline:
             time.sleep(0.01)
         assert lines and "waiting" in lines[0]
         assert results == []  # still waiting
-        archive = publish(settings)  # what the first builder writes
+        archive = publish(settings, directory, local_spark.local_fs_conf())  # what the first builder writes
     waiter.join(10)
     assert [(result.path, result.built) for result in results] == [(archive, False)]
 
@@ -279,30 +260,22 @@ def test_only_the_newest_archives_are_kept(tmp_path: Path) -> None:
     assert sorted(path.name for path in tmp_path.glob("*.json")) == [f"{name}.json" for name in kept]
 
 
-def test_merging_java_options() -> None:
-    assert class_archive.merge_java_options("-Xa", None) == "-Xa"
-    assert class_archive.merge_java_options("-Xa", "  ") == "-Xa"
-    assert class_archive.merge_java_options("-Xa", " -Xb -Xc ") == "-Xa -Xb -Xc"
-    assert class_archive.merge_java_options("", "-Xa", None, " -Xb ", "") == "-Xa -Xb"
-    assert class_archive.merge_java_options() == ""
-
-
-# -- python -m jobs.class_archive ----------------------------------------------------------------------------
+# -- python -m dev.class_archive ----------------------------------------------------------------------------
 
 
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        class_archive_job.main(["--help"])
+        class_archive.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert "--force" in out and "--set" in out
+    assert "--force" in out and "--set" in out and "--dir" in out
 
 
 def test_no_java_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
-    code = class_archive_job.main(["--set", f"spark.class_archive={tmp_path / 'jvm'}"])
+    code = class_archive.main(["--dir", str(tmp_path / "jvm")])
     captured = capsys.readouterr()
     assert code == 2
     assert captured.err.strip().splitlines() == ["class_archive: no java: set JAVA_HOME or put a JDK 17+ java on PATH"]
@@ -312,119 +285,16 @@ def test_no_java_is_one_line_and_exit_2(
 def test_missing_jars_and_bad_settings_exit_2(
     fake_java: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = class_archive_job.main(
-        ["--set", f"spark.class_archive={tmp_path / 'jvm'}", "--set", f"spark.jars_dir={tmp_path / 'no-jars'}"]
-    )
+    code = class_archive.main(["--dir", str(tmp_path / "jvm"), "--set", f"spark.jars_dir={tmp_path / 'no-jars'}"])
     err = capsys.readouterr().err
     assert code == 2 and "run `make jars`" in err and len(err.strip().splitlines()) == 1
-    assert class_archive_job.main(["--set", "spark.shuffle_partitions=0"]) == 2
-    assert "spark.shuffle_partitions" in capsys.readouterr().err
-
-
-def test_off_is_not_an_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert class_archive_job.main(["--set", "spark.class_archive="]) == 0
-    assert "off" in capsys.readouterr().out
+    assert class_archive.main(["--set", "router.arrow_batch_rows=0"]) == 2
+    assert "router.arrow_batch_rows" in capsys.readouterr().err
 
 
 def test_an_archive_that_is_there_is_reported_and_kept(
     fake_java: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = archive_settings(tmp_path)
-    archive = publish(settings)
-    flags = ["--set", f"spark.class_archive={tmp_path / 'jvm'}", "--set", "spark.jars_provided=true"]
-    for directory in ("ivy_dir", "local_dir", "warehouse_dir"):
-        flags += ["--set", f"spark.{directory}={getattr(settings.spark, directory)}"]
-    assert class_archive_job.main(flags) == 0
+    archive = publish(archive_settings(), tmp_path / "jvm", local_spark.local_fs_conf())
+    assert class_archive.main(["--dir", str(tmp_path / "jvm"), "--set", "spark.jars_provided=true"]) == 0
     assert f"{archive} is up to date" in capsys.readouterr().out
-
-
-#: What each ``spark.jit`` and ``spark.gc`` mode must put on the JVM's command line, written out here.
-JIT_OPTIONS = {
-    "full": [],
-    "quick": ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"],
-    "lazy": [
-        "-XX:Tier4InvocationThreshold=50000",
-        "-XX:Tier4MinInvocationThreshold=6000",
-        "-XX:Tier4CompileThreshold=150000",
-        "-XX:Tier4BackEdgeThreshold=400000",
-    ],
-}
-GC_OPTIONS = {"g1": [], "parallel": ["-XX:+UseParallelGC"]}
-
-
-@pytest.mark.parametrize("gc", sorted(GC_OPTIONS))
-@pytest.mark.parametrize("jit", sorted(JIT_OPTIONS))
-def test_jit_and_gc_options_follow_the_archive_and_precede_the_users_options(
-    fake_java: Path, tmp_path: Path, jit: str, gc: str
-) -> None:
-    settings = archive_settings(tmp_path, jit=jit, gc=gc, conf={DRIVER_JAVA_OPTIONS: USER_OPTIONS})
-    ours = [*JIT_OPTIONS[jit], *GC_OPTIONS[gc]]
-    assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == [*ours, *USER_OPTIONS.split()]
-    archive = publish(settings)
-    options = spark_conf(settings)[DRIVER_JAVA_OPTIONS].split()
-    assert options == [f"-XX:SharedArchiveFile={archive}", *class_archive.USE_OPTIONS, *ours, *USER_OPTIONS.split()]
-    # spark-submit started the JVM already: its tiers and collector are the submitter's.
-    submitted = {"spark.master": "local[2]", DRIVER_JAVA_OPTIONS: USER_OPTIONS}
-    assert spark_conf(settings, submitted=submitted)[DRIVER_JAVA_OPTIONS] == USER_OPTIONS
-
-
-@pytest.mark.parametrize(
-    "collector", ["-XX:+UseG1GC", "-XX:+UseZGC", "-XX:+UseSerialGC", "-XX:+UseShenandoahGC", "-XX:+UseParallelGC"]
-)
-@pytest.mark.parametrize("gc", sorted(GC_OPTIONS))
-def test_a_collector_in_the_users_options_replaces_spark_gc(
-    fake_java: Path, tmp_path: Path, gc: str, collector: str
-) -> None:
-    """The JVM refuses two collectors ("Multiple garbage collectors selected"): the user's choice is the one."""
-    user = f"-Xss4m {collector} -XX:+UseGCOverheadLimit"
-    settings = archive_settings(tmp_path, jit="full", gc=gc, conf={DRIVER_JAVA_OPTIONS: user})
-    options = spark_conf(settings)[DRIVER_JAVA_OPTIONS].split()
-    assert options == user.split()
-    assert sum(COLLECTOR_OPTION.fullmatch(option) is not None for option in options) == 1
-
-
-@pytest.mark.parametrize(
-    "options",
-    ["-XX:+UseGCOverheadLimit", "-XX:+UseStringDeduplication", "-XX:-UseG1GC", "-Dx=-XX:+UseG1GC", "-XX:+UseG1GCx"],
-)
-def test_options_that_pick_no_collector_keep_spark_gc(fake_java: Path, tmp_path: Path, options: str) -> None:
-    settings = archive_settings(tmp_path, jit="full", gc="parallel", conf={DRIVER_JAVA_OPTIONS: options})
-    assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == [*GC_OPTIONS["parallel"], options]
-
-
-@pytest.mark.parametrize("collector", ["-XX:+UseG1GC", "-XX:+UseSerialGC"])
-@pytest.mark.parametrize("variable", JVM_OPTION_VARIABLES)
-def test_a_collector_in_a_jvm_option_variable_replaces_spark_gc(
-    fake_java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, collector: str
-) -> None:
-    """The JVM reads these variables at start: a collector there and ours would stop it before the session exists."""
-    monkeypatch.setenv(variable, f"-Xss4m {collector}")
-    settings = archive_settings(tmp_path, jit="full", gc="parallel")
-    assert user_collector(spark_conf(settings)) == f"${variable}"
-    assert not COLLECTOR_OPTION.search(spark_conf(settings).get(DRIVER_JAVA_OPTIONS, ""))
-    monkeypatch.setenv(variable, "-Xss4m -XX:+UseStringDeduplication")
-    assert spark_conf(settings)[DRIVER_JAVA_OPTIONS].split() == GC_OPTIONS["parallel"]
-
-
-def test_a_collector_in_the_default_driver_options_replaces_spark_gc(fake_java: Path, tmp_path: Path) -> None:
-    """Spark puts ``spark.driver.defaultJavaOptions`` before the extra ones on the same command line."""
-    settings = archive_settings(tmp_path, jit="full", gc="parallel", conf={DRIVER_DEFAULT_JAVA_OPTIONS: "-XX:+UseZGC"})
-    assert not COLLECTOR_OPTION.search(spark_conf(settings).get(DRIVER_JAVA_OPTIONS, ""))
-
-
-@pytest.mark.parametrize("variable", JVM_OPTION_VARIABLES)
-def test_a_real_jvm_starts_with_our_options_and_a_collector_in_a_variable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
-) -> None:
-    """The oracle is the JVM itself, which refuses two collectors ("Multiple garbage collectors selected")."""
-    java = shutil.which("java")
-    assert java is not None, "the JDK's java is on PATH wherever the suite runs Spark"
-    monkeypatch.setenv(variable, "-XX:+UseSerialGC")
-    settings = archive_settings(tmp_path, jit="full", gc="parallel")
-    options = spark_conf(settings).get(DRIVER_JAVA_OPTIONS, "").split()
-    started = subprocess.run([java, *options, "-XX:+PrintCommandLineFlags", "-version"], capture_output=True, text=True)
-    assert started.returncode == 0, started.stderr
-    assert "-XX:+UseSerialGC" in started.stdout, started.stdout
-    # The same options with ours added back: the JVM refuses them, so the check above can fail.
-    refused = subprocess.run([java, *options, *GC_OPTIONS["parallel"], "-version"], capture_output=True, text=True)
-    assert refused.returncode != 0 and "Multiple garbage collectors" in refused.stdout + refused.stderr

@@ -19,7 +19,7 @@ def test_the_server_gets_the_jars_and_the_settings_of_a_classic_session() -> Non
     assert conf["spark.connect.grpc.binding.port"] == "15123"
     assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"  # loopback only
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
-    assert conf["spark.sql.warehouse.dir"] == settings.spark.warehouse_dir
+    assert conf["spark.driver.extraJavaOptions"] == settings.spark.conf["spark.driver.extraJavaOptions"]
     assert ConnectServer(settings, port=15123).url == "sc://127.0.0.1:15123"
 
 

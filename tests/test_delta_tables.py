@@ -71,9 +71,9 @@ def test_only_delta_table_settings_take_names() -> None:
     assert set(RouterSettings.TABLES) == {"deliveries_path", "dead_letters_path", "unrouted_path", "metrics_path"}
     for section in (SubscriptionSettings, RouterSettings):
         assert set(section.TABLES) <= set(section.PATHS)
-    # The ledger and the snapshot files are directories of plain files, so a name there stays a path.
-    router = load_settings(overrides={"router": {"ledger_path": "db.ledger", "snapshot_files_path": "db.snaps"}}).router
-    assert Path(router.ledger_path).is_absolute() and Path(router.snapshot_files_path).is_absolute()
+    # The snapshot files are a directory of plain files, so a name there stays a path.
+    router = load_settings(overrides={"router": {"snapshot_files_path": "db.snaps"}}).router
+    assert Path(router.snapshot_files_path).is_absolute()
 
 
 def test_a_local_only_setting_still_refuses_a_uri() -> None:

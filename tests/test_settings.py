@@ -85,15 +85,12 @@ def test_relative_paths_in_a_file_are_relative_to_its_directory(
 URI_PATH_CASES = [
     ("router", "deliveries_path", "s3a://bucket/router/deliveries", True),
     ("router", "checkpoint_path", "abfss://box@account.dfs.core.windows.net/checkpoints/route", True),
-    ("router", "ledger_path", "hdfs://namenode:8020/router/ledger", True),
     ("router", "metrics_path", "gs://bucket/metrics", True),
     ("subscriptions", "table_path", "s3a://bucket/subscriptions", True),
     ("subscriptions", "checkpoint_path", "file:/tmp/checkpoints/refresh", True),
-    ("spark", "warehouse_dir", "s3a://bucket/warehouse", True),
     # Opened by this process (or the broker it starts): local only.
     ("kafka", "data_dir", "s3a://bucket/kafka", None),
     ("spark", "jars_dir", "hdfs://namenode:8020/jars", None),
-    ("spark", "local_dir", "file:/tmp/spark-local", None),
 ]
 
 
@@ -153,7 +150,7 @@ def test_defaults_load_and_relative_paths_resolve_against_the_settings_file(
     assert settings.kafka.data_dir == "/abs/kafka"
     # Not in the file: the code's default, relative to the current directory (tests/test_settings.py).
     assert settings.spark.jars_dir == str(tmp_path / "cwd" / "var" / "jars" / "spark")
-    assert settings.kafka.bootstrap_servers == f"{settings.kafka.host}:{settings.kafka.client_port}"
+    assert settings.kafka.bootstrap_servers == f"127.0.0.1:{settings.kafka.client_port}"
 
 
 def test_the_repository_settings_file_loads() -> None:
@@ -166,13 +163,13 @@ def test_the_repository_settings_file_loads() -> None:
     ("toml", "named"),
     [
         ("[kafka]\nnope = 1\n", "kafka.nope"),
-        ("[spark]\nshuffle_partitions = 'four'\n", "spark.shuffle_partitions"),
-        ("[spark]\nui_enabled = 'yes'\n", "spark.ui_enabled"),
+        ("[router]\narrow_batch_rows = 'four'\n", "router.arrow_batch_rows"),
+        ("[router]\nfail_on_data_loss = 'yes'\n", "router.fail_on_data_loss"),
         ("[kafka]\nclient_port = 70000\n", "kafka.client_port"),
         ("[kafka]\nclient_port = 20000\ncontroller_port = 20000\n", "kafka.controller_port"),
         ("[kafka]\nsecurity_protocol = 'TLS'\n", "kafka.security_protocol"),
         ("[kafka]\nsecurity_protocol = 'SASL_SSL'\nsasl_username = 'u'\n", "kafka.sasl_mechanism"),
-        ("[kafka]\nheap = 'lots'\n", "kafka.heap"),
+        ("[kafka]\nstart_timeout_s = 'lots'\n", "kafka.start_timeout_s"),
         ("[subscriptions]\nstarting_offsets = 'middle'\n", "subscriptions.starting_offsets"),
         ("[subscriptions]\nmax_offsets_per_trigger = 0\n", "subscriptions.max_offsets_per_trigger"),
         ("[spark.conf]\n'spark.x' = ['a']\n", "spark.conf.spark.x"),
@@ -186,19 +183,19 @@ def test_bad_settings_are_rejected_naming_the_key(tmp_path: Path, toml: str, nam
 
 
 def test_environment_overrides_the_file_and_flags_override_the_environment(tmp_path: Path) -> None:
-    conf = write_conf(tmp_path, "[kafka]\nclient_port = 20001\n[spark]\nshuffle_partitions = 3\n")
-    env = {"ROUTER__KAFKA__CLIENT_PORT": "20002", "ROUTER__SPARK__SHUFFLE_PARTITIONS": "5"}
+    conf = write_conf(tmp_path, "[kafka]\nclient_port = 20001\n[router]\narrow_batch_rows = 3\n")
+    env = {"ROUTER__KAFKA__CLIENT_PORT": "20002", "ROUTER__ROUTER__ARROW_BATCH_ROWS": "5"}
     from_env = load_settings(conf, env=env)
-    assert (from_env.kafka.client_port, from_env.spark.shuffle_partitions) == (20002, 5)
+    assert (from_env.kafka.client_port, from_env.router.arrow_batch_rows) == (20002, 5)
     assert from_env.kafka.bootstrap_servers.endswith(":20002")
 
     parser = argparse.ArgumentParser()
     add_settings_arguments(parser)
-    flags = ["--conf", str(conf), "--set", "spark.shuffle_partitions=7", "--set", "spark.ui_enabled=on"]
+    flags = ["--conf", str(conf), "--set", "router.arrow_batch_rows=7", "--set", "router.fail_on_data_loss=off"]
     args = parser.parse_args(flags)
     from_flags = settings_from_args(args, env=env)
-    assert (from_flags.kafka.client_port, from_flags.spark.shuffle_partitions) == (20002, 7)
-    assert from_flags.spark.ui_enabled is True
+    assert (from_flags.kafka.client_port, from_flags.router.arrow_batch_rows) == (20002, 7)
+    assert from_flags.router.fail_on_data_loss is False
 
 
 def test_bad_environment_and_flag_values_name_the_key(tmp_path: Path) -> None:
@@ -402,9 +399,9 @@ BAD_SETTINGS_FLAGS = [
     (["--set", "limits.max_batch_rows=1180591620717411303424"], "limits.max_batch_rows"),
     (["--set", "router.arrow_batch_rows=2000000"], "limits.max_batch_rows"),
     (["--set", "kafak.sasl_password=hunter2"], "did you mean [kafka]"),
-    (["--set", "kafka.heap=0m"], "kafka.heap"),
+    (["--set", "kafka.start_timeout_s=0"], "kafka.start_timeout_s"),
     (["--set", "router.refresh_interval_s=inf"], "router.refresh_interval_s"),
-    (["--set", "spark.shuffle_partitions=١٢"], "spark.shuffle_partitions"),
+    (["--set", "router.arrow_batch_rows=١٢"], "router.arrow_batch_rows"),
     # Files that are no settings file: a directory, a binary file, an endless device. {tmp} is a fresh directory.
     (["--conf", "{tmp}"], "cannot be read: Is a directory"),
     (["--conf", "{tmp}/binary.toml"], "is not UTF-8 text"),
@@ -464,7 +461,7 @@ def test_an_unknown_section_in_the_environment_or_a_flag_is_refused_with_a_hint(
 @pytest.mark.parametrize("digits", ["١٢٣", "۱۲۳", "१२३", "１２３", "12３", "²", " 123", "123 ", "1__2", "_12", "0x1f"])
 def test_numbers_are_ascii_digits_only(digits: str) -> None:
     """Arabic-Indic (and every other non-ASCII) digits are not numbers in a setting, nor is stray text."""
-    for key in ("spark.shuffle_partitions", "kafka.start_timeout_s"):
+    for key in ("router.arrow_batch_rows", "kafka.start_timeout_s"):
         with pytest.raises(ConfigError, match=rf"{key} must be"):
             load_settings(env={}, overrides=parse_overrides([f"{key}={digits}"]))
         section, name = key.split(".")
@@ -474,14 +471,14 @@ def test_numbers_are_ascii_digits_only(digits: str) -> None:
 
 def test_ascii_numbers_still_parse() -> None:
     loaded = load_settings(
-        env={"ROUTER__SPARK__SHUFFLE_PARTITIONS": "1_2", "ROUTER__KAFKA__START_TIMEOUT_S": "2.5e1"},
-        overrides=parse_overrides(["router.refresh_interval_s=7", "kafka.stop_timeout_s=+.5"]),
+        env={"ROUTER__ROUTER__ARROW_BATCH_ROWS": "1_2", "ROUTER__KAFKA__START_TIMEOUT_S": "2.5e1"},
+        overrides=parse_overrides(["router.refresh_interval_s=+.5"]),
     )
-    assert (loaded.spark.shuffle_partitions, loaded.kafka.start_timeout_s) == (12, 25.0)
-    assert (loaded.router.refresh_interval_s, loaded.kafka.stop_timeout_s) == (7.0, 0.5)
+    assert (loaded.router.arrow_batch_rows, loaded.kafka.start_timeout_s) == (12, 25.0)
+    assert loaded.router.refresh_interval_s == 0.5
 
 
-@pytest.mark.parametrize("key", ["router.refresh_interval_s", "kafka.start_timeout_s", "kafka.stop_timeout_s"])
+@pytest.mark.parametrize("key", ["router.refresh_interval_s", "kafka.start_timeout_s"])
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "1e999", "0", "-1", "-0.5", "1e12"])
 def test_durations_are_finite_positive_and_bounded(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=rf"{key.replace('.', '[.]')} must be"):
@@ -492,19 +489,6 @@ def test_durations_are_finite_positive_and_bounded(key: str, value: str) -> None
 def test_toml_infinities_are_refused(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match=r"router\.refresh_interval_s must be"):
         load_settings(write_conf(tmp_path, f"[router]\nrefresh_interval_s = {value}\n"), env={})
-
-
-@pytest.mark.parametrize("heap", ["0m", "0g", "00m", "1k", "15m", "١٢m", "²m", "512", "m", "512mb", "-1g", "2000t"])
-def test_heap_sizes_are_sane(heap: str) -> None:
-    with pytest.raises(ConfigError, match=r"kafka\.heap must"):
-        load_settings(env={}, overrides={"kafka": {"heap": heap}})
-    with pytest.raises(ConfigError, match=r"spark\.driver_memory must"):
-        load_settings(env={}, overrides={"spark": {"driver_memory": heap}})
-
-
-def test_good_heap_sizes_load() -> None:
-    for heap in ("16m", "512m", "512M", "1g", "1G", "65536k", "1t"):
-        assert load_settings(env={}, overrides={"kafka": {"heap": heap}, "spark": {"driver_memory": heap}})
 
 
 # -- secrets never echoed ---------------------------------------------------------------------------
@@ -626,7 +610,7 @@ def test_spark_remote_must_be_a_spark_connect_url() -> None:
         dataclasses.replace(base.spark, remote="http://localhost:15002")
 
 
-@pytest.mark.parametrize("router", [{"snapshot_files": False}, {"snapshot_transport": "broadcast"}])
+@pytest.mark.parametrize("router", [{"snapshot_transport": "broadcast"}])
 def test_spark_connect_needs_the_snapshot_files_as_the_transport(router: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="Spark Connect has no broadcasts"):
         load_settings(overrides={"spark": {"remote": "sc://127.0.0.1:15002"}, "router": router})
@@ -639,54 +623,51 @@ def test_the_snapshot_transport_is_file_or_broadcast() -> None:
         load_settings(overrides={"router": {"snapshot_transport": "carrier-pigeon"}})
 
 
-def test_spark_jit_is_full_quick_or_lazy() -> None:
-    assert load_settings(env={}).spark.jit == "full"
-    for mode in ("quick", "lazy"):
-        assert load_settings(env={"ROUTER__SPARK__JIT": mode}).spark.jit == mode
-    for wrong in ("c1", "QUICK", "", "fast"):
-        with pytest.raises(ConfigError, match=r"spark\.jit must be one of full, quick, lazy"):
-            load_settings(env={}, overrides=parse_overrides([f"spark.jit={wrong}"]))
+@pytest.mark.parametrize(("trigger", "background"), [("available_now", True), ("processing_time", False)])
+def test_the_append_state_warm_runs_in_the_background_only_for_a_drain(trigger: str, background: bool) -> None:
+    from routing.router.pipeline import warm_in_background
+
+    assert warm_in_background(load_settings(overrides={"router": {"trigger": trigger}}).router) is background
 
 
-def test_spark_gc_is_g1_or_parallel() -> None:
-    assert load_settings(env={}).spark.gc == "parallel"
-    assert load_settings(env={"ROUTER__SPARK__GC": "g1"}).spark.gc == "g1"
-    for wrong in ("G1", "serial", "", "-XX:+UseParallelGC"):
-        with pytest.raises(ConfigError, match=r"spark\.gc must be one of g1, parallel"):
-            load_settings(env={}, overrides=parse_overrides([f"spark.gc={wrong}"]))
+def field_docstrings(cls: type) -> dict[str, str | None]:
+    """Each dataclass field of ``cls`` and the attribute docstring after it in the source (None: none)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0]
+    assert isinstance(body, ast.ClassDef)
+    found: dict[str, str | None] = {}
+    for statement, following in zip(body.body, [*body.body[1:], None], strict=True):
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            docstring = None
+            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+                docstring = following.value.value if isinstance(following.value.value, str) else None
+            found[statement.target.id] = docstring
+    return {field.name: found.get(field.name) for field in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_every_setting_says_what_it_is_for_in_its_docstring(section: str) -> None:
+    """The settings reference is generated from these attribute docstrings: no setting goes without one."""
+    docstrings = field_docstrings(SECTIONS[section])
+    assert docstrings, section
+    missing = sorted(name for name, text in docstrings.items() if not text or len(text.split()) < 3)
+    assert missing == [], f"[{section}] settings without an attribute docstring: {missing}"
 
 
 @pytest.mark.parametrize(
-    ("delta_warm", "trigger", "background"),
-    [
-        ("auto", "available_now", True),
-        ("auto", "processing_time", False),
-        ("inline", "available_now", False),
-        ("inline", "processing_time", False),
-        ("background", "available_now", True),
-        ("background", "processing_time", True),
-    ],
+    ("source", "kind", "name"),
+    [("key", "key", ""), ("header:routing_key", "header", "routing_key"), ("json:meta.key", "json", "meta.key")],
 )
-def test_delta_warm_resolves_auto_by_the_trigger(delta_warm: str, trigger: str, background: bool) -> None:
-    router = load_settings(overrides={"router": {"delta_warm": delta_warm, "trigger": trigger}}).router
-    assert router.background_warm is background
+def test_the_key_source_names_where_the_routing_key_is(source: str, kind: str, name: str) -> None:
+    router = load_settings(env={}, overrides={"router": {"key_source": source}}).router
+    assert (router.key_kind, router.key_name) == (kind, name)
 
 
-def test_delta_warm_is_auto_inline_or_background() -> None:
-    assert load_settings().router.delta_warm == "auto"
-    with pytest.raises(ConfigError, match="delta_warm must be one of auto, background, inline"):
-        load_settings(overrides={"router": {"delta_warm": "sometimes"}})
-
-
-def test_delivery_ids_are_coordinates_or_sha256() -> None:
-    assert load_settings().router.delivery_ids == "coordinates"
-    assert load_settings(overrides={"router": {"delivery_ids": "sha256"}}).router.delivery_ids == "sha256"
-    with pytest.raises(ConfigError, match="delivery_ids must be one of coordinates, sha256, got 'md5'"):
-        load_settings(overrides={"router": {"delivery_ids": "md5"}})
-
-
-def test_delta_append_is_direct_or_writer() -> None:
-    assert load_settings().router.delta_append == "direct"
-    assert load_settings(overrides={"router": {"delta_append": "writer"}}).router.delta_append == "writer"
-    with pytest.raises(ConfigError, match="delta_append must be one of direct, writer"):
-        load_settings(overrides={"router": {"delta_append": "fast"}})
+@pytest.mark.parametrize("source", ["header", "json:", "key:x", "value", "Header:x", ""])
+def test_a_key_source_without_its_name_or_of_another_kind_is_refused(source: str) -> None:
+    with pytest.raises(ConfigError, match=r"router\.key_source must be key, header:NAME or json:FIELD"):
+        load_settings(env={}, overrides={"router": {"key_source": source}})

@@ -120,7 +120,6 @@ def test_the_directory_defaults_beside_the_table_and_can_be_turned_off(
     router = RouterSettings(snapshot_files_keep=2)
     files = open_snapshot_files(router, table)
     assert files is not None and files.keep == 2 and files.directory == f"{table}/{DEFAULT_DIRECTORY}"
-    assert open_snapshot_files(dataclasses.replace(router, snapshot_files=False), table) is None
     # A scheme pyarrow cannot open: one warning, no files, and the router still starts.
     with pytest.raises(SnapshotFilesUnavailable, match="nosuchfs://x/y"):
         SnapshotFiles("nosuchfs://x/y", keep=1)

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-import os
 from pathlib import Path
 
-import pytest
 from test_class_archive import archive_settings
 
-from routing.spark import (
-    BACKGROUND_POOL,
-    DRIVER_CLASS_PATH,
-    LOCAL_FS_CLASSES,
-    STREAM_MIN_SHARE,
-    scheduler_pools_xml,
-    spark_conf,
-)
+from routing.settings import DEFAULT_SPARK_CONF, load_settings
+from routing.spark import BACKGROUND_POOL, STREAM_MIN_SHARE, scheduler_pools_xml, spark_conf
 
 
 def test_the_codegen_cache_holds_two_thousand_classes_unless_the_settings_say_otherwise(tmp_path: Path) -> None:
     key = "spark.sql.codegen.cache.maxEntries"
-    assert spark_conf(archive_settings(tmp_path, archive_dir=""))[key] == "2000"
-    assert spark_conf(archive_settings(tmp_path, archive_dir="", conf={key: "100"}))[key] == "100"
+    assert spark_conf(archive_settings())[key] == "2000"
+    assert spark_conf(archive_settings(conf={key: "100"}))[key] == "100"
 
 
 def test_the_stream_pool_is_served_before_the_background_pool_unless_the_settings_say_otherwise(
@@ -30,10 +21,11 @@ def test_the_stream_pool_is_served_before_the_background_pool_unless_the_setting
 ) -> None:
     import xml.etree.ElementTree as ElementTree
 
-    conf = spark_conf(archive_settings(tmp_path, archive_dir=""))
+    local = {"spark.local.dir": str(tmp_path / "spark-local")}
+    conf = spark_conf(archive_settings(conf=local))
     assert conf["spark.scheduler.mode"] == "FAIR"
     pools_file = Path(conf["spark.scheduler.allocation.file"])
-    assert pools_file.parent == (tmp_path / "spark-local").resolve()
+    assert pools_file.parent == (tmp_path / "spark-local").resolve()  # beside Spark's scratch space
     pools = {
         pool.get("name"): {field.tag: (field.text or "").strip() for field in pool}
         for pool in ElementTree.parse(pools_file).getroot()
@@ -46,50 +38,22 @@ def test_the_stream_pool_is_served_before_the_background_pool_unless_the_setting
 
     # A second session start finds the file as it is (a stale one is replaced whole); a user's settings win.
     pools_file.write_text("<allocations/>")
-    assert spark_conf(archive_settings(tmp_path, archive_dir=""))["spark.scheduler.allocation.file"] == str(pools_file)
+    assert spark_conf(archive_settings(conf=local))["spark.scheduler.allocation.file"] == str(pools_file)
     assert pools_file.read_text() == scheduler_pools_xml()
     assert [path.name for path in pools_file.parent.iterdir()] == [pools_file.name]
     own = {"spark.scheduler.mode": "FIFO", "spark.scheduler.allocation.file": "/etc/spark/pools.xml"}
-    conf = spark_conf(archive_settings(tmp_path, archive_dir="", conf=own))
+    conf = spark_conf(archive_settings(conf=own))
     assert {key: conf[key] for key in own} == own
 
 
-def test_a_local_session_gets_the_spawn_free_local_file_system_on_its_class_path(tmp_path: Path) -> None:
-    jar = tmp_path / "localfs.jar"
-    jar.write_bytes(b"PK")  # only its presence is checked here; tests/integration/test_local_fs.py loads it
-    conf = spark_conf(archive_settings(tmp_path, archive_dir="", local_fs_jar=str(jar)))
-    assert {key: conf[key] for key in LOCAL_FS_CLASSES} == LOCAL_FS_CLASSES
-    assert conf[DRIVER_CLASS_PATH] == str(jar)
-
-    # The user's class path comes first; ours is added to it, not put in its place.
-    own = {DRIVER_CLASS_PATH: "/opt/extra.jar"}
-    conf = spark_conf(archive_settings(tmp_path, archive_dir="", local_fs_jar=str(jar), conf=own))
-    assert conf[DRIVER_CLASS_PATH] == f"/opt/extra.jar{os.pathsep}{jar}"
-
-
-@pytest.mark.parametrize(
-    ("case", "changes"),
-    [
-        ("a cluster master: executors elsewhere lack the jar", {"master": "spark://cluster:7077"}),
-        ("the user's own file system", {"conf": {"spark.hadoop.fs.file.impl": "org.example.Fs"}}),
-        ("the user's own FileContext file system", {"conf": {"spark.hadoop.fs.AbstractFileSystem.file.impl": "x.Fs"}}),
-        ("turned off", {"local_fs_jar": ""}),
-    ],
-)
-def test_the_spawn_free_local_file_system_stays_out(tmp_path: Path, case: str, changes: dict[str, object]) -> None:
-    jar = tmp_path / "localfs.jar"
-    jar.write_bytes(b"PK")
-    settings = archive_settings(tmp_path, archive_dir="", **{"local_fs_jar": str(jar), **changes})
-    conf = spark_conf(settings)
-    assert DRIVER_CLASS_PATH not in conf, case
-    assert all(conf.get(key) != value for key, value in LOCAL_FS_CLASSES.items()), case
-
-
-def test_a_missing_local_file_system_jar_is_logged_and_hadoop_s_own_is_used(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    missing = tmp_path / "not-built.jar"
-    with caplog.at_level(logging.WARNING, logger="routing.spark"):
-        conf = spark_conf(archive_settings(tmp_path, archive_dir="", local_fs_jar=str(missing)))
-    assert DRIVER_CLASS_PATH not in conf and not any(key in conf for key in LOCAL_FS_CLASSES)
-    assert f"{missing} is missing (run `make jars`)" in caplog.text
+def test_the_session_defaults_are_spark_s_own_keys_and_the_settings_file_spells_them_out() -> None:
+    """JVM flags, memory, the UI and partitions are Spark's keys in ``[spark.conf]``; a user's entry wins."""
+    conf = spark_conf(archive_settings())
+    assert {key: conf[key] for key in DEFAULT_SPARK_CONF} == dict(DEFAULT_SPARK_CONF)
+    assert DEFAULT_SPARK_CONF["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    assert load_settings(env={}).spark.conf == dict(DEFAULT_SPARK_CONF)  # conf/router.toml's [spark.conf]
+    g1 = spark_conf(archive_settings(conf={"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}))
+    assert g1["spark.driver.extraJavaOptions"] == "-XX:+UseG1GC"  # the user's options, nothing of ours added
+    # Under spark-submit the submitter's wins over the settings.
+    submitted = {"spark.master": "local[2]", "spark.driver.extraJavaOptions": "-Xss4m"}
+    assert spark_conf(archive_settings(), submitted=submitted)["spark.driver.extraJavaOptions"] == "-Xss4m"

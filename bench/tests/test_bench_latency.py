@@ -115,10 +115,8 @@ def run_bench(settings: Settings, tmp_path: Path, *options: str) -> tuple[Path, 
         "kafka.controller_port": kafka.controller_port,
         "kafka.bootstrap_servers": kafka.bootstrap_servers,
         "kafka.data_dir": kafka.data_dir,
-        "kafka.num_partitions": 2,
-        "spark.local_dir": tmp_path / "spark-local",
-        "spark.warehouse_dir": tmp_path / "spark-warehouse",
-        "spark.ivy_dir": tmp_path / "ivy",
+        "spark.conf.spark.local.dir": tmp_path / "spark-local",
+        "spark.conf.spark.sql.warehouse.dir": tmp_path / "spark-warehouse",
     }
     command = [sys.executable, str(BENCH), "--step-seconds", str(STEP_SECONDS), "--warmup-seconds", str(WARMUP_SECONDS)]
     command += ["--trigger-seconds", "1", "--drain-seconds", "300", *options]
@@ -183,7 +181,7 @@ def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: o
             assert sum(batch["input_rows"] for batch in batches) == expected, where
             assert all(batch["commit_ms"] is not None and batch["commit_ms"] > batch["trigger_ms"] for batch in batches)
             # Both append with one Spark job and nothing to warm: the passthrough plainly, the router's first
-            # attempts directly (router.delta_append = direct).
+            # attempts directly (routing.streaming.first_append).
             stages = {"write_deliveries"} if "router" in variant else {"write"}
             assert all(stages <= set(batch["stage_seconds"]) for batch in batches), where
             assert not any({"warm", "warm_wait"} & set(batch["stage_seconds"]) for batch in batches), where

@@ -6,7 +6,7 @@
 #   dist/jars/*.jar                     Delta and the Kafka source (--jars; nothing is resolved at run time)
 #   conf/router.toml                    the settings file (--files; the job reads $ROUTER_CONF)
 #
-# Override any of these from the environment: DIST, ROUTER_CONF_FILE, JOB, SPARK_SUBMIT.
+# Override any of these from the environment: DIST, ROUTER_CONF_FILE, JOB, SPARK_SUBMIT (and the JVM flags below).
 # Arguments after the script name go to the job, e.g. --available-now or --set router.topics=orders.
 # The master and jars given to spark-submit win over the settings file (routing.spark.spark_conf).
 # Arrow batch size is not set here: the router sets spark.sql.execution.arrow.maxRecordsPerBatch
@@ -37,4 +37,12 @@ COMMON_ARGS=(
     --conf spark.python.worker.reuse=true
     # A few partitions per executor core: micro-batches are small, Spark's default of 200 is too many.
     --conf spark.sql.shuffle.partitions="${SHUFFLE_PARTITIONS:-8}"
+    # JVM flags are Spark's own: the driver collects with the parallel collector (the least CPU per byte
+    # collected; full collections of 0.3-0.7 s every few minutes under load), as conf/router.toml's local
+    # default. DRIVER_JAVA_OPTIONS="-XX:+UseG1GC" where that pause matters more than throughput;
+    # EXECUTOR_JAVA_OPTIONS for the executors (their JVM's default otherwise).
+    --conf "spark.driver.extraJavaOptions=${DRIVER_JAVA_OPTIONS:--XX:+UseParallelGC}"
 )
+if [[ -n "${EXECUTOR_JAVA_OPTIONS:-}" ]]; then
+    COMMON_ARGS+=(--conf "spark.executor.extraJavaOptions=$EXECUTOR_JAVA_OPTIONS")
+fi

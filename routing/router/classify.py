@@ -38,21 +38,21 @@ def raw_key_column(router: RouterSettings) -> Column:
     """The routing key's bytes wherever ``router.key_source`` says it is (null when absent)."""
     from pyspark.sql import functions as F
 
-    if router.key_source == "key":
+    if router.key_kind == "key":
         return F.col("key")
-    if router.key_source == "header":
-        matching = F.filter(F.col("headers"), lambda header: header["key"] == F.lit(router.key_header))
+    if router.key_kind == "header":
+        matching = F.filter(F.col("headers"), lambda header: header["key"] == F.lit(router.key_name))
         return F.try_element_at(matching, F.lit(1))["value"]
-    field = F.get_json_object(F.col("value").cast("string"), f"$.{router.key_json_field}")
+    field = F.get_json_object(F.col("value").cast("string"), f"$.{router.key_name}")
     return field.cast("binary")
 
 
 def key_source_description(router: RouterSettings) -> str:
-    if router.key_source == "key":
+    if router.key_kind == "key":
         return "the Kafka message key"
-    if router.key_source == "header":
-        return f"header {router.key_header!r}"
-    return f"JSON field {router.key_json_field!r} of the value"
+    if router.key_kind == "header":
+        return f"header {router.key_name!r}"
+    return f"JSON field {router.key_name!r} of the value"
 
 
 def classify(frame: DataFrame, router: RouterSettings, validator: Validator) -> DataFrame:
@@ -95,7 +95,7 @@ def classify_projections(
     limits = validator.limits
     keep = [F.col(name) for name in columns]
     raw, text = F.col(_RAW), F.col(_TEXT)
-    if router.key_source == "key":
+    if router.key_kind == "key":
         # The key is a source column already: a step to locate it would be a rename, and JVM round trips per batch.
         locate: list[list[Column]] = []
         located = F.col("key")

@@ -15,10 +15,10 @@ version here and routes with that same version (rebuilt by Delta time travel
 if need be), so the re-executed batch produces exactly the same fan-out and
 the idempotent writes skip it.
 
-The ledger directory defaults to ``router_ledger`` inside the query's
-checkpoint (``router.ledger_path`` overrides it). The query id level keeps
-two queries sharing a directory apart: a new checkpoint numbers its batches
-from 0 again.
+The ledger directory is ``router_ledger`` inside the query's checkpoint, so
+it goes (and is copied, and deleted) with it. The query id level keeps a
+query apart from an earlier one of the same checkpoint directory: a new
+checkpoint numbers its batches from 0 again.
 
 Retention, like Spark's offset log (``spark.sql.streaming.minBatchesToRetain``):
 only the batch in flight can be re-executed (Spark commits batch N before it
@@ -50,13 +50,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("routing.router.ledger")
 
-#: The ledger directory's name inside the checkpoint when ``router.ledger_path`` is empty.
+#: The ledger directory's name inside the router's checkpoint.
 DEFAULT_DIRECTORY = "router_ledger"
 
 
-def ledger_directory(ledger_path: str, checkpoint_path: str) -> str:
-    """``ledger_path``, or the default directory inside the checkpoint when it is empty."""
-    return ledger_path or os.path.join(checkpoint_path, DEFAULT_DIRECTORY)
+def ledger_directory(checkpoint_path: str) -> str:
+    """The ledger's directory: inside the checkpoint, so that it goes (and is copied) with it."""
+    return os.path.join(checkpoint_path, DEFAULT_DIRECTORY)
 
 
 def prune_through(batch_id: int, retain_batches: int) -> int | None:

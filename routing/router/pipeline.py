@@ -28,14 +28,14 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
 
 So the common batch (no dead letters) costs one pass over its input, one Delta
 commit and one small ledger file. Its first attempt appends with
-:func:`routing.streaming.first_append` (``router.delta_append`` = direct): the commit
+:func:`routing.streaming.first_append` (on a table by path, classic Spark): the commit
 carries the batch's ``txn`` action like the public writer's, without the public writer's
 check of it, which would reconstruct the table's state (three Spark jobs): the ledger
 entry this attempt created proves no earlier attempt wrote. So its path from trigger to
-visible commit is one Spark job. Through the public writer (``router.delta_append`` =
-writer, catalog table names, Spark Connect), the state the next batch's check needs is
-computed once this batch has committed (:class:`routing.streaming.AppendStateWarmer`, in
-line or in the background: ``router.delta_warm``), to the same effect. A batch Spark
+visible commit is one Spark job. Through the public writer (catalog table names, and
+re-executed batches), the state the next batch's check needs is computed once this batch has
+committed (:class:`routing.streaming.AppendStateWarmer`, in line or in the background:
+:func:`warm_in_background`), to the same effect. A batch Spark
 re-executes (its id is in the ledger) takes the careful path: a counting pass first,
 then every output with rows through the public writer, each skipped by Delta if that
 write had committed.
@@ -120,6 +120,25 @@ if TYPE_CHECKING:
     from routing.validation import Validator
 
 log = logging.getLogger("routing.router")
+
+#: In ``router.kafka_sink_topic``: one topic per subscriber, its id in place of this.
+SUBSCRIBER_PLACEHOLDER = "{subscriber}"
+#: Added to the driver's nice value for the snapshot refresh thread (Linux: nice is per thread), so that
+#: freezing a large snapshot yields the CPUs to running batches.
+REFRESH_THREAD_NICE = 10
+
+
+def warm_in_background(router: RouterSettings) -> bool:
+    """Whether the Delta state the next public-writer append needs is computed in the background.
+
+    Under the available-now trigger (a drain: batches run back to back and only throughput counts) it
+    overlaps the next batch's start, which waits for it before its write; under processing time it runs
+    before the batch returns, off the path from a trigger to its visible commit (measured with a 1 s trigger
+    on 2 cores: the background warm slowed the next batch's own work beside it and doubled p99).
+    """
+    return router.trigger == "available_now"
+
+
 metrics_log = logging.getLogger("routing.router.metrics")
 
 #: Columns of the Kafka source the router keeps (``timestampType`` is dropped).
@@ -302,24 +321,19 @@ def _source_columns(version: int, batch_id: int, routed_at: datetime.datetime | 
     return dict(zip(SOURCE_OUTPUT_COLUMNS, columns, strict=True))
 
 
-def source_id(columns: Sequence[str], ids: str) -> Column:
-    """An output row's id from its source ``columns`` (``router.delivery_ids``; routing.router.tables, Delivery ids):
-    their text joined by ``|`` (``coordinates``), or that text's SHA-256 hex (``sha256``)."""
+def source_id(columns: Sequence[str]) -> Column:
+    """An output row's id from its source ``columns`` (routing.router.tables, Delivery ids): their text joined by
+    ``|``."""
     from pyspark.sql import functions as F
 
-    text = F.concat_ws("|", *columns)
-    if ids == "coordinates":
-        return text
-    if ids == "sha256":
-        return F.sha2(text, 256)
-    raise ValueError(f"unknown delivery id format {ids!r}")
+    return F.concat_ws("|", *columns)
 
 
-def _delivery_parts(ids: str) -> tuple[list[Column], list[Column]]:
+def _delivery_parts() -> tuple[list[Column], list[Column]]:
     """The deliveries' columns before and after the :func:`batch_columns` (see :func:`deliveries_frame`)."""
     from pyspark.sql import functions as F
 
-    delivery_id = source_id(("topic", "partition", "offset", "subscriber_id"), ids)
+    delivery_id = source_id(("topic", "partition", "offset", "subscriber_id"))
     before, after = _source_parts()
     return [delivery_id.alias("delivery_id"), F.col("subscriber_id"), F.col("routing_key"), *before], after
 
@@ -329,12 +343,9 @@ def deliveries_frame(
     version: int,
     batch_id: int,
     routed_at: datetime.datetime | None = None,
-    *,
-    ids: str = "coordinates",
 ) -> DataFrame:
-    """Deliveries rows from a frame with one row per (message, ``subscriber_id``) (see :func:`fanned_out`);
-    ``ids``: ``router.delivery_ids``."""
-    before, after = _delivery_parts(ids)
+    """Deliveries rows from a frame with one row per (message, ``subscriber_id``) (see :func:`fanned_out`)."""
+    before, after = _delivery_parts()
     return fanned.select(*before, *batch_columns(version, batch_id, routed_at), *after)
 
 
@@ -343,13 +354,11 @@ def dead_letters_frame(
     version: int,
     batch_id: int,
     routed_at: datetime.datetime | None = None,
-    *,
-    ids: str = "coordinates",
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
     source = _source_columns(version, batch_id, routed_at)
-    dead_letter_id = source_id(("topic", "partition", "offset"), ids)
+    dead_letter_id = source_id(("topic", "partition", "offset"))
     columns = {**source, "raw_key": F.col("key")}
     order = ["source_topic", "source_partition", "source_offset", "kafka_timestamp", "raw_key", "payload", "headers"]
     rest = ["snapshot_version", "batch_id", "routed_at", PARTITION_COLUMN]
@@ -490,7 +499,7 @@ class BatchPlan:
         self.metrics = observed_metrics()
         self.reason_metrics = reason_metrics()
         self._fan_out = Projection(_fan_out_columns())
-        before, after = _delivery_parts(router.delivery_ids)
+        before, after = _delivery_parts()
         self._deliveries = Projection([*before, *after])
         self._batch_at = len(before)
         self._batch_index = batch_index()
@@ -635,23 +644,19 @@ def _completed(observation: Any) -> dict[str, int] | None:
     return _as_counts(observation.get)
 
 
-def output_table_properties(router: RouterSettings) -> dict[str, str]:
-    """Delta table properties of the router's output tables (and of the benchmark's passthrough copy)."""
-    return {"delta.checkpointInterval": str(router.delta_checkpoint_interval)}
-
-
 def output_paths(router: RouterSettings) -> dict[str, str]:
     """The path (or table name) of each output table the router writes, by name (as :data:`OUTPUT_TABLES`)."""
     paths = {"deliveries": router.deliveries_path, "dead_letters": router.dead_letters_path}
-    if router.write_unrouted:
+    if router.unrouted_path:
         paths["unrouted"] = router.unrouted_path
     return paths
 
 
 def table_properties(table: str) -> dict[str, str]:
-    """The Delta properties of one output table (``deliveries``, ``dead_letters``, ``unrouted``) beyond
-    :func:`output_table_properties`: file statistics only where they skip files, and no Parquet dictionary for
-    the columns distinct per message (see :mod:`routing.router.tables`)."""
+    """The Delta properties of one output table (``deliveries``, ``dead_letters``, ``unrouted``): file statistics
+    only where they skip files, and no Parquet dictionary for the columns distinct per message (see
+    :mod:`routing.router.tables`). Delta's own session defaults
+    (``spark.databricks.delta.properties.defaults.*``, such as ``checkpointInterval``) apply to them too."""
     properties = dictionary_off(PLAIN_ENCODED_COLUMNS[table])
     if table == "deliveries":
         properties["delta.dataSkippingStatsColumns"] = ",".join(DELIVERIES_STATS_COLUMNS)
@@ -792,19 +797,18 @@ class Router:
         create_table_if_absent(spark, settings.subscriptions.table_path)
         self.ledger = Ledger.open(
             spark,
-            ledger_directory(router.ledger_path, router.checkpoint_path),
+            ledger_directory(router.checkpoint_path),
             router.app_id,
             retain_batches=router.retain_batches,
         )
         # The outputs exist from the start, so a batch can skip an append it has no rows for.
-        properties = output_table_properties(router)
         for table, path in output_paths(router).items():
             create_delta_table_if_absent(
                 spark,
                 path,
                 OUTPUT_TABLES[table],
                 partition_by=(PARTITION_COLUMN,),
-                properties={**properties, **table_properties(table)},
+                properties=table_properties(table),
             )
         self.snapshots = SnapshotBroadcasts(
             spark,
@@ -813,7 +817,7 @@ class Router:
             # Beside the table's files, wherever its path or the catalog puts them.
             files=open_snapshot_files(router, delta_tables.location(spark, settings.subscriptions.table_path)),
             transport=router.snapshot_transport,
-            thread_nice=router.refresh_thread_nice,
+            thread_nice=REFRESH_THREAD_NICE,
         )
         #: The last ``router.retain_batches`` batches' reports, by batch id (all of them when it is 0).
         self.reports: dict[int, BatchReport] = {}
@@ -823,8 +827,8 @@ class Router:
         self.plan = BatchPlan(router, self.validator)
         #: A Spark Connect session: batches run in the server's ``foreachBatch`` worker (:class:`ConnectBatches`).
         self.connect = is_connect(spark)
-        #: Each batch's warm of the tables it wrote runs here: waited for at once (``router.delta_warm`` inline), or
-        #: overlapping the next batch's start (background). None on Spark Connect, which has no JVM to warm
+        #: Each batch's warm of the tables it wrote runs here: waited for at once, or overlapping the next batch's
+        #: start (:func:`warm_in_background`). None on Spark Connect, which has no JVM to warm
         #: through; see :class:`routing.streaming.AppendStateWarmer`.
         self.warmer = None if self.connect else AppendStateWarmer(spark)
         #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task; Spark Connect has no
@@ -961,7 +965,7 @@ class Router:
                 # Only a fan-out over the limit needs the matcher; JVM-judged dead letters skip the UDF.
                 source = judged if metrics[f"dead_{FANOUT_REASON}"] else judged_in_jvm(classified)
                 with timer("write_dead_letters"):
-                    dead_letters = dead_letters_frame(source, version, batch_id, routed_at, ids=router.delivery_ids)
+                    dead_letters = dead_letters_frame(source, version, batch_id, routed_at)
                     if reasons_pending:
                         reasons = Observation(f"router_{txn_app_id}_{batch_id}_reasons")
                         dead_letters = dead_letters.observe(reasons, *plan.reason_metrics)
@@ -972,11 +976,11 @@ class Router:
                             dead_letters.agg(*plan.reason_metrics).collect()[0].asDict()
                         )
                     _take_reasons(metrics, by_reason)
-            if router.write_unrouted and metrics["unmatched"]:
+            if router.unrouted_path and metrics["unmatched"]:
                 with timer("write_unmatched"):
                     unrouted = unrouted_frame(judged, version, batch_id, routed_at)
                     self._append(unrouted, router.unrouted_path, batch_id, written, first_attempt=not replayed)
-            if router.kafka_sink != "none" and metrics["deliveries"]:
+            if router.kafka_sink_topic and metrics["deliveries"]:
                 with timer("kafka_sink"):
                     self._publish_to_kafka(plan.deliveries(judged, version, batch_id, routed_at))
             if self.after_writes is not None:
@@ -997,9 +1001,9 @@ class Router:
             with timer("metrics"):
                 self._write_metrics(report, written)
         if self.warmer is not None and written:
-            # Every write is committed: compute the Delta state the next appends need (router.delta_warm).
+            # Every write is committed: compute the Delta state the next appends need (warm_in_background).
             self.warmer.start(written)
-            if not router.background_warm:
+            if not warm_in_background(router):
                 with timer("warm"):
                     self.warmer.wait()
         row = report.as_dict()
@@ -1112,11 +1116,11 @@ class Router:
         writer did it (its next append needs the Delta state a warm computes).
 
         A first attempt (the batch's ledger entry was created by this attempt) takes
-        :func:`routing.streaming.first_append` (``router.delta_append`` = direct): the same commit without
+        :func:`routing.streaming.first_append`: the same commit without
         Delta's check of the txn version, which cannot have been committed yet.
         """
         txn_app_id = self.identity.txn_app_id
-        direct = first_attempt and self.settings.router.delta_append == "direct"
+        direct = first_attempt
         if direct and first_append(frame, path, txn_app_id, batch_id):
             return
         idempotent_append(frame, path, txn_app_id, batch_id, partition_by=partition_by, merge_schema=merge_schema)
@@ -1157,12 +1161,12 @@ class Router:
         from pyspark.sql import functions as F
 
         router = self.settings.router
-        if router.kafka_sink == "single":
+        if SUBSCRIBER_PLACEHOLDER not in router.kafka_sink_topic:
             topic = F.lit(router.kafka_sink_topic)
         else:
             # Subscriber ids may hold characters Kafka forbids in topic names; those become '_'.
             safe = F.regexp_replace(F.col("subscriber_id"), r"[^A-Za-z0-9._-]", "_")
-            topic = F.replace(F.lit(router.kafka_sink_topic_template), F.lit("{subscriber}"), safe)
+            topic = F.replace(F.lit(router.kafka_sink_topic), F.lit(SUBSCRIBER_PLACEHOLDER), safe)
         header = F.struct(F.lit("delivery_id").alias("key"), F.col("delivery_id").cast("binary").alias("value"))
         (
             deliveries.select(

@@ -76,9 +76,7 @@ def snapshot_files_directory(snapshot_files_path: str, table_path: str) -> str:
 
 
 def open_snapshot_files(router: RouterSettings, table_path: str) -> SnapshotFiles | None:
-    """The router's snapshot files as configured, or None when off or unavailable (logged once, here)."""
-    if not router.snapshot_files:
-        return None
+    """The router's snapshot files, or None when their directory is unavailable (logged once, here)."""
     directory = snapshot_files_directory(router.snapshot_files_path, table_path)
     try:
         return SnapshotFiles(directory, keep=router.snapshot_files_keep)

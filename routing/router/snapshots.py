@@ -31,7 +31,7 @@ How a new subscription-table version reaches the stream, off the batch path:
 
 * Every snapshot built here is also written, after its publish, as a
   content-addressed file beside the table (:mod:`routing.router.snapshot_files`,
-  ``router.snapshot_files``). A trie in an unknown state (the first load) first
+  ``router.snapshot_files_path``). A trie in an unknown state (the first load) first
   looks for the version's file: a router restarting at a million subscriptions
   then publishes in a read, a digest check and a header check (``mode="file"``;
   the workers' decode checks the rest, as it does for every broadcast) instead
@@ -134,8 +134,8 @@ class SnapshotBroadcasts:
         self._connect = is_connect(spark)
         if self._connect and (files is None or transport != "file"):
             raise ValueError(
-                "a Spark Connect session ships snapshots as snapshot files: set router.snapshot_files = true, "
-                "router.snapshot_transport = file and a snapshot_files_path pyarrow can open"
+                "a Spark Connect session ships snapshots as snapshot files: set router.snapshot_transport = file "
+                "and a snapshot_files_path pyarrow can open"
             )
         #: The snapshot files carry the snapshots (``router.snapshot_transport = file``), else broadcasts.
         self._files_carry = files is not None and transport == "file"
@@ -401,7 +401,7 @@ class SnapshotBroadcasts:
         return self._spark.sparkContext.broadcast(data)
 
     def _read_file(self, version: int, entry: dict[str, Any]) -> tuple[bytes, FrozenHeader] | None:
-        """The bytes and header of ``version``'s snapshot file, if a valid one exists (see ``snapshot_files``).
+        """The bytes and header of ``version``'s snapshot file, if a valid one exists (see ``self._files``).
 
         Valid is the SHA-256 in the file's name (checked by ``SnapshotFiles.read``) and a header this build
         reads; the bytes are not decoded here. The digest proves they are the bytes a router wrote, and a
@@ -500,7 +500,7 @@ def lower_thread_priority(increment: int) -> int | None:
     if increment <= 0:
         return None
     if not sys.platform.startswith("linux"):
-        log.info("refresh_thread_nice is ignored on %s (nice is per process there)", sys.platform)
+        log.info("the refresh thread's nice increment is ignored on %s (nice is per process there)", sys.platform)
         return None
     thread = threading.get_native_id()
     try:

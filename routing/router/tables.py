@@ -30,16 +30,13 @@ cost 6-21% of the deliveries write of a 100k-record batch, in three interleaved 
 TABLE ... SET TBLPROPERTIES`` changes the list of an existing table.
 
 **Delivery ids.** ``delivery_id`` is deterministic, so at-least-once delivery
-downstream can dedupe on it, and unique per (message, subscriber). With
-``router.delivery_ids = "coordinates"`` (the default) it is the text
-``topic|partition|offset|subscriber_id`` itself: unique by construction, and
+downstream can dedupe on it, and unique per (message, subscriber): it is the
+text ``topic|partition|offset|subscriber_id`` itself, unique by construction, and
 unambiguous because Kafka topic names cannot contain ``|``, partition and offset
-are decimal digits and the subscriber comes last. With ``"sha256"`` it is the
-SHA-256 hex of that text (what releases before 2026-11-28 wrote): 64
-characters, a collision as unlikely as SHA-256's. Dead letters get
+are decimal digits and the subscriber comes last. Dead letters get
 ``dead_letter_id`` from ``topic|partition|offset`` the same way.
 
-Why the text is the default: on a 100k-message batch the hash was one of the
+Why the text and not a hash of it: on a 100k-message batch a hash was one of the
 costliest parts of the write. Spark's ``sha2`` looks up a digest and builds a
 hex string per row, and 64 random hex characters are the least compressible
 column of a delivery, larger than ``bench/stream.py``'s 64-byte payloads once

@@ -1,7 +1,7 @@
 """Table settings that name catalog tables: the same routing as with paths, idempotent, shared across processes.
 
 The catalog is the local one, Spark's ``spark_catalog`` without Hive (kept in memory, per process), with
-tables in a named database of the test session's warehouse (``spark.warehouse_dir``). The oracle is the
+tables in a named database of the test session's warehouse (``spark.sql.warehouse.dir``). The oracle is the
 regex matcher's outcomes (``router_support.expected_outcomes``), which every path-based test is held to
 too, with every id the SHA-256 of its coordinates and every record in exactly one row of one table, written
 by the batch it came in. (No run with paths beside it: held to the same oracle and the same id function, it
@@ -195,7 +195,8 @@ def test_a_missing_named_table_is_a_clear_error(spark: Any, settings: Settings, 
     # Spark's own condition for a name with no table (the session catalog registered nothing: no files).
     assert "TABLE_OR_VIEW_NOT_FOUND" in errors[-1]
     assert not spark.catalog.databaseExists(database), "a read registered the database"
-    assert not list(Path(settings.spark.warehouse_dir).glob(f"{database}.db")), "a read created its directory"
+    warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+    assert not list(warehouse.glob(f"{database}.db")), "a read created its directory"
 
 
 def test_registrations_are_kept_per_spark_context_not_per_batch_session(spark: Any, settings: Settings) -> None:

@@ -52,8 +52,8 @@ from router_support import (
     with_router,
 )
 
-from routing.class_archive import merge_java_options
-from routing.settings import GC_MODES, JIT_MODES, REPO_ROOT
+from dev.local_spark import JIT_QUICK, join_options
+from routing.settings import DEFAULT_SPARK_CONF, REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 SUBMIT_TIMEOUT_S = 480.0
 EXECUTOR_PYTHON = "./environment/bin/python"
 #: The test's JVM options for the applications' drivers and executors: quick JIT, the parallel collector.
-JOB_JVM_OPTIONS = merge_java_options(JIT_MODES["quick"], GC_MODES["parallel"])
+JOB_JVM_OPTIONS = join_options(JIT_QUICK, DEFAULT_SPARK_CONF["spark.driver.extraJavaOptions"])
 REQUIRED_JAR_NAMES = (
     "delta-spark_2.13-4.4.0.jar",
     "delta-storage-4.4.0.jar",
@@ -280,9 +280,8 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
             f"spark.pyspark.python={EXECUTOR_PYTHON}",
             "--conf",
             "spark.python.worker.reuse=true",
-            # Applications of a minute or two: C1 only and the parallel collector, as spark.jit = "quick" and
-            # spark.gc = "parallel" give a job's own JVM (less CPU, on a machine where the other test worker
-            # competes for both cores).
+            # Applications of a minute or two: C1 only and the parallel collector, as the tests give a job's own
+            # JVM (less CPU, on a machine where the other test worker competes for both cores).
             "--driver-java-options",
             JOB_JVM_OPTIONS,
             "--conf",
@@ -295,7 +294,6 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
             deliveries_path=str(cluster_out / "deliveries"),
             dead_letters_path=str(cluster_out / "dead_letters"),
             unrouted_path=str(cluster_out / "unrouted"),
-            ledger_path=str(cluster_out / "ledger"),
             app_id=f"{local.router.app_id}-cluster",
         )
         submissions.append(

@@ -1,4 +1,5 @@
-"""The spawn-free local file system (``conf/jvm/src``; :func:`routing.spark.local_fs_conf`).
+"""The spawn-free local file system (development tooling: ``dev/localfs/src``, applied by :mod:`dev.local_spark`
+through the Spark properties every test JVM starts with).
 
 Two things are checked: that it answers as Hadoop's own local file system does (the oracle: Hadoop's classes on
 the same paths, in the same JVM), and that it runs no child process where Hadoop's runs dozens (a count, taken
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dev import local_spark
 from routing.settings import REPO_ROOT, Settings
 
 if TYPE_CHECKING:
@@ -234,7 +236,7 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.slow
 def test_the_session_runs_no_child_process_where_hadoop_s_own_runs_dozens(settings: Settings, tmp_path: Path) -> None:
-    jar = Path(settings.spark.local_fs_jar)
+    jar = local_spark.LOCAL_FS_JAR
     assert jar.is_file(), f"{jar} missing: `make jars` builds it"
     bin_dir, log = tmp_path / "bin", tmp_path / "spawns.log"
     bin_dir.mkdir()
@@ -245,19 +247,18 @@ def test_the_session_runs_no_child_process_where_hadoop_s_own_runs_dozens(settin
         stand_in = bin_dir / command
         stand_in.write_text(f'#!/bin/sh\necho "{command} $*" >> "{log}"\nexec "{real}" "$@"\n')
         stand_in.chmod(0o755)
-    overrides = {
-        "spark": {
-            "ivy_dir": settings.spark.ivy_dir,
-            "local_dir": str(tmp_path / "spark-local"),
-            "warehouse_dir": str(tmp_path / "warehouse"),
-            "jars_dir": settings.spark.jars_dir,
-            "local_fs_jar": str(jar),
-            "jit": "quick",
-        }
-    }
+    overrides = {"spark": {"jars_dir": settings.spark.jars_dir}}
     work = tmp_path / "work"
     work.mkdir()
-    environment = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    # The child's JVM gets the file system the way every test JVM does: from its Spark properties file.
+    conf = local_spark.local_conf(settings, var=tmp_path, archive_dir=None, java_options=local_spark.JIT_QUICK)
+    assert conf[local_spark.DRIVER_CLASS_PATH] == str(jar)
+    properties = local_spark.write_properties(tmp_path / "spark.conf", conf)
+    environment = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        local_spark.SUBMIT_ARGS: local_spark.submit_args(properties),
+    }
     done = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(overrides), str(work), str(log), json.dumps(HADOOP_OWN_CLASSES)],
         cwd=REPO_ROOT,

@@ -80,7 +80,6 @@ def test_explore_notebook_runs_top_to_bottom(
         "ROUTER__KAFKA__CLIENT_PORT": str(kafka.client_port),
         "ROUTER__KAFKA__CONTROLLER_PORT": str(kafka.controller_port),
         "ROUTER__KAFKA__DATA_DIR": kafka.data_dir,
-        "ROUTER__SPARK__IVY_DIR": settings.spark.ivy_dir,
         "EXPLORE_WORK_DIR": str(tmp_path / "notebook"),
     }.items():
         monkeypatch.setenv(name, value)

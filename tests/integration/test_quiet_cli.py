@@ -39,6 +39,7 @@ from jobs.route import APP_NAME
 from routing.console import JVM_LOG_DIRECTORY, jvm_log_path
 from routing.router.tables import DELIVERIES_DDL, PARTITION_COLUMN
 from routing.settings import REPO_ROOT, Settings
+from routing.spark import scratch_dir, spark_conf
 from routing.streaming import create_delta_table_if_absent
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class JvmLog:
     """What the driver JVMs of ``app_name`` wrote to their log file (:func:`jvm_log_path`) since this was made."""
 
     def __init__(self, settings: Settings, app_name: str) -> None:
-        self.path = jvm_log_path(settings.spark.local_dir, app_name)
+        self.path = jvm_log_path(scratch_dir(spark_conf(settings, app_name=app_name)), app_name)
         self._start = self.path.stat().st_size if self.path.exists() else 0
 
     def text(self) -> str:

@@ -218,9 +218,6 @@ def set_flags(settings: Settings) -> list[str]:
     values = {
         "kafka.bootstrap_servers": settings.kafka.bootstrap_servers,
         "spark.jars_dir": settings.spark.jars_dir,
-        "spark.ivy_dir": settings.spark.ivy_dir,
-        "spark.warehouse_dir": settings.spark.warehouse_dir,
-        "spark.local_dir": settings.spark.local_dir,
         "limits.max_subscriptions_per_subscriber": settings.limits.max_subscriptions_per_subscriber,
         **{
             f"subscriptions.{field.name}": getattr(settings.subscriptions, field.name)

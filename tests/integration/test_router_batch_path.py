@@ -66,7 +66,7 @@ def file_statistics(path: str) -> list[dict[str, Any]]:
 
 
 def test_a_clean_batch_is_one_pass_and_one_commit(spark: Any, settings: Settings, tmp_path: Path) -> None:
-    local = router_settings(settings, tmp_path, ["path"], write_unrouted=True)
+    local = router_settings(settings, tmp_path, ["path"], unrouted_path=str(tmp_path / "unrouted"))
     version = apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
     router = started_router(spark, local, "one-commit")
     outputs = (local.router.deliveries_path, local.router.dead_letters_path, local.router.unrouted_path)
@@ -122,10 +122,12 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
 ) -> None:
     """A batch's append on its path to its visible commit is the one Spark job that writes the rows.
 
-    Direct (the default): a first attempt commits its txn version without Delta's check of it, so no batch,
+    Direct (a table by path): a first attempt commits its txn version without Delta's check of it, so no batch,
     not even the first on a cold table, reconstructs the table's state and nothing is warmed. Through the
-    public writer the check needs that state: it is computed after the previous batch's commit (warm), on
-    the warmer's own thread, while the batch returns (background) or before it does (inline). And a batch
+    public writer (where the direct append declines: a catalog table, a Delta without the internal API; forced
+    here) the check needs that state: it is computed after the previous batch's commit (warm), on the warmer's
+    own thread, while the batch returns (background: the available-now trigger) or before it does (inline: the
+    processing-time trigger). And a batch
     reuses its plan's column expressions and their JVM column lists instead of rebuilding them (about 2,100 JVM
     round trips before, then 420)."""
     import threading
@@ -136,7 +138,8 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     from routing import streaming
     from routing.router import pipeline
 
-    local = router_settings(settings, tmp_path, ["steady"], delta_append=delta_append, delta_warm=delta_warm)
+    trigger = "processing_time" if delta_warm == "inline" else "available_now"
+    local = router_settings(settings, tmp_path, ["steady"], trigger=trigger)
     apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b")])
     router = started_router(spark, local, "steady")
     sc = spark.sparkContext
@@ -161,7 +164,10 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
         return run
 
     monkeypatch.setattr(pipeline, "idempotent_append", counted("append", streaming.idempotent_append))
-    monkeypatch.setattr(pipeline, "first_append", counted("first_append", streaming.first_append))
+    if delta_append == "direct":
+        monkeypatch.setattr(pipeline, "first_append", counted("first_append", streaming.first_append))
+    else:  # the direct append declines, as it does for a catalog table or without Delta's internal API
+        monkeypatch.setattr(pipeline, "first_append", lambda *args, **kwargs: False)
     monkeypatch.setattr(streaming, "warm_append_state", counted("warm", streaming.warm_append_state))
     calls = [0]
     # Names the JVM answered as packages: each is a failed class lookup through every jar on the class path.
@@ -279,36 +285,42 @@ def test_every_batch_runs_the_same_compiled_code(spark: Any, settings: Settings,
         router.close(progress_wait_s=0)
 
 
-def test_output_tables_get_the_configured_checkpoint_interval(spark: Any, settings: Settings, tmp_path: Path) -> None:
+def test_output_tables_take_deltas_session_default_checkpoint_interval(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    """Delta's own ``spark.databricks.delta.properties.defaults.checkpointInterval`` (a ``[spark.conf]`` key)
+    reaches the tables the router creates, with their own properties beside it."""
     from delta.tables import DeltaTable
 
-    local = router_settings(settings, tmp_path, ["props"], write_unrouted=True, delta_checkpoint_interval=3)
-    Router(spark, local).close(progress_wait_s=0)
+    local = router_settings(settings, tmp_path, ["props"], unrouted_path=str(tmp_path / "unrouted"))
+    key = "spark.databricks.delta.properties.defaults.checkpointInterval"
+    spark.conf.set(key, "3")
+    try:
+        Router(spark, local).close(progress_wait_s=0)
+    finally:
+        spark.conf.unset(key)
     for path in (local.router.deliveries_path, local.router.dead_letters_path, local.router.unrouted_path):
         properties = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"]
         assert properties.get("delta.checkpointInterval") == "3", (path, properties)
+        assert "delta.dataSkippingStatsColumns" in properties or path != local.router.deliveries_path
 
 
-@pytest.mark.parametrize("ids", ["coordinates", "sha256"])
-def test_delivery_and_dead_letter_ids_follow_the_setting(
-    spark: Any, settings: Settings, tmp_path: Path, ids: str
-) -> None:
-    local = router_settings(settings, tmp_path, ["ids"], delivery_ids=ids)
+def test_delivery_and_dead_letter_ids_are_the_coordinates(spark: Any, settings: Settings, tmp_path: Path) -> None:
+    local = router_settings(settings, tmp_path, ["ids"])
     apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all"), ("#.b", "ends-b"), ("#", "all")])
-    router = started_router(spark, local, f"ids-{ids}")
+    router = started_router(spark, local, "ids")
     try:
         router.process_batch(batch_frame(spark, [b"a.b", None, b"x.b", b"\xff", b"a"] * 20, topic="ids"), 0)
     finally:
         router.close(progress_wait_s=0)
     routed = read_routed(spark, local)
     assert (len(routed.deliveries), len(routed.dead_letters)) == (20 * (3 + 2 + 2), 20 * 2)
-    assert_ids_exact(routed, ids)  # checked against Python's own text and hashlib, row by row
-    if ids == "coordinates":
-        assert {row["delivery_id"] for row in routed.deliveries if row["source_offset"] == 0} == {
-            "ids|0|0|a-all",
-            "ids|0|0|ends-b",
-            "ids|0|0|all",
-        }
+    assert_ids_exact(routed)  # checked against Python's own text, row by row
+    assert {row["delivery_id"] for row in routed.deliveries if row["source_offset"] == 0} == {
+        "ids|0|0|a-all",
+        "ids|0|0|ends-b",
+        "ids|0|0|all",
+    }
 
 
 #: A repeated value of each column type in the output tables: every column of such rows would get a dictionary.
@@ -336,7 +348,7 @@ def test_output_tables_hand_parquet_their_plain_columns_and_int64_timestamps(
     from routing.router.tables import OUTPUT_TABLES
     from routing.streaming import first_append
 
-    local = router_settings(settings, tmp_path, ["dictionary"], write_unrouted=True)
+    local = router_settings(settings, tmp_path, ["dictionary"], unrouted_path=str(tmp_path / "unrouted"))
     Router(spark, local).close(progress_wait_s=0)  # creates the output tables, as a router's start does
     path = output_paths(local.router)[table]
     schema = spark.createDataFrame([], OUTPUT_TABLES[table]).schema
@@ -376,7 +388,7 @@ def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
 ) -> None:
     from pyspark.sql import functions as F
 
-    local = router_settings(settings, tmp_path, ["wide"], write_unrouted=True)
+    local = router_settings(settings, tmp_path, ["wide"], unrouted_path=str(tmp_path / "unrouted"))
     subscribers = [f"{index:0>{local.limits.max_subscriber_bytes}}" for index in range(1_000)]
     apply_subscriptions(spark, local, tmp_path / "subs.json", [("#", subscriber) for subscriber in subscribers])
     router = started_router(spark, local, "wide")
@@ -450,3 +462,28 @@ def test_prebuilt_selects_and_jvm_batch_columns_match_the_plain_ones(spark: Any)
         assert built.schema == plain.schema
         assertDataFrameEqual(built, plain, checkRowOrder=True)
         assert built.select("batch_id").distinct().collect()[0][0] == batch_id
+
+
+def test_the_direct_append_stands_down_on_a_delta_release_it_was_not_tested_with(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The version check before Delta's internal API, and its fallback: the public writer, idempotent as ever."""
+    import logging
+
+    from routing import streaming
+
+    frame = spark.range(3).selectExpr("id", "CAST(id AS STRING) AS text")
+    tested, untested = str(tmp_path / "tested"), str(tmp_path / "untested")
+    for path in (tested, untested):
+        frame.limit(0).write.format("delta").save(path)  # the tables, with their columns
+    assert delta_tables.delta_jvm(spark).version.startswith(delta_tables.TESTED_DELTA)
+    monkeypatch.setattr(streaming, "_first_append_missing", False)
+    assert streaming.first_append(frame, tested, "direct", 0) is True
+    monkeypatch.setattr(delta_tables, "TESTED_DELTA", ("0.0.",))
+    with caplog.at_level(logging.WARNING, logger="routing.streaming"):
+        assert streaming.first_append(frame, untested, "direct", 0) is False
+    assert "is not a release the direct append was tested with (0.0.x)" in caplog.text
+    assert delta_tables.read(spark, untested).count() == 0  # it wrote nothing
+    for _ in range(2):  # the public writer serves, and skips the version it committed
+        streaming.idempotent_append(frame, untested, "direct", 0)
+    assert delta_tables.read(spark, untested).count() == 3 == delta_tables.read(spark, tested).count()

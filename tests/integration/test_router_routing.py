@@ -218,7 +218,7 @@ def test_routing_by_header_and_json_field_matches_the_oracle(
 
     # Header: the key lives in header 'routing_key' (first one wins); the message key is ignored.
     header_topic = topic_factory(partitions=2)
-    header_job = router_settings(base, tmp_path, [header_topic], key_source="header")
+    header_job = router_settings(base, tmp_path, [header_topic], key_source="header:routing_key")
     subscriptions = active_subscriptions(spark, header_job, version)
     header_messages: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]] = [
         (b"ignored.key", b"v", [("routing_key", key), ("other", b"x")])
@@ -246,7 +246,7 @@ def test_routing_by_header_and_json_field_matches_the_oracle(
 
     # JSON: the key is the string field 'routing_key' of the value; a value that is not JSON has no key.
     json_topic = topic_factory(partitions=1)
-    json_job = router_settings(base, tmp_path / "json", [json_topic], key_source="json")
+    json_job = router_settings(base, tmp_path / "json", [json_topic], key_source="json:routing_key")
     json_job = json_job.replace(subscriptions=header_job.subscriptions)  # the same table
     json_values: list[bytes | None] = [
         json.dumps({"routing_key": key, "n": index}, ensure_ascii=index % 2 == 0).encode()

@@ -41,7 +41,7 @@ from router_support import (
 
 from jobs import local_kafka, refresh_subscriptions, route
 from jobs.cluster import free_ports
-from routing.settings import REPO_ROOT, SASL_PASSWORD_ENV, Secret, Settings
+from routing.settings import LOCAL_HOST, REPO_ROOT, SASL_PASSWORD_ENV, Secret, Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,7 +84,7 @@ def sasl_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslStack]:
         sasl_password=Secret(PASSWORD),
     )
     settings = base.replace(kafka=kafka)
-    assert settings.kafka.bootstrap_servers == f"{kafka.host}:{sasl_port}"
+    assert settings.kafka.bootstrap_servers == f"{LOCAL_HOST}:{sasl_port}"
     broker = local_kafka.start(settings)
     watchdog = local_kafka.stop_with_this_process(broker, settings)
     try:
@@ -113,9 +113,6 @@ def job_flags(settings: Settings) -> list[str]:
         "kafka.sasl_username": kafka.sasl_username,
         "kafka.sasl_password_file": kafka.sasl_password_file,
         "spark.jars_dir": spark.jars_dir,
-        "spark.ivy_dir": spark.ivy_dir,
-        "spark.warehouse_dir": spark.warehouse_dir,
-        "spark.local_dir": spark.local_dir,
         "subscriptions.table_path": subscriptions.table_path,
         "subscriptions.rejects_path": subscriptions.rejects_path,
         "subscriptions.checkpoint_path": subscriptions.checkpoint_path,

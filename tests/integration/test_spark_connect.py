@@ -36,7 +36,7 @@ from integration.test_router_metrics import KEYS as METRICS_KEYS
 from jobs.connect_server import ConnectServer
 from jobs.refresh_subscriptions import SUMMARIES_DIRECTORY
 from routing import delta_tables
-from routing.router.ledger import ledger_entries
+from routing.router.ledger import ledger_directory, ledger_entries
 from routing.router.pipeline import REPORTS_DIRECTORY
 from routing.router.snapshot_files import DEFAULT_DIRECTORY
 from routing.router.tables import DEAD_LETTERS_DDL, DELIVERIES_DDL
@@ -122,8 +122,8 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     # The snapshot travelled as a file beside the table; every batch is in the ledger with that version.
     snapshot_files = list((Path(classic.subscriptions.table_path) / DEFAULT_DIRECTORY).glob(f"{version}-*.frozen"))
     assert len(snapshot_files) == 1
-    assert {entry[2] for entry in ledger_entries(spark, connect.router.ledger_path)} == {version}
-    kept = [entry[1] for entry in ledger_entries(spark, connect.router.ledger_path)]
+    assert {entry[2] for entry in ledger_entries(spark, ledger_directory(connect.router.checkpoint_path))} == {version}
+    kept = [entry[1] for entry in ledger_entries(spark, ledger_directory(connect.router.checkpoint_path))]
     assert summary["batches"] == 3 and kept == [1, 2]  # batch 2 pruned batch 0's entry
     reports = Path(connect.router.checkpoint_path) / REPORTS_DIRECTORY
     assert sorted(int(path.name) for path in reports.glob("*/*") if path.name.isdigit()) == kept  # its report too
@@ -145,7 +145,7 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     assertDataFrameEqual(
         delta_tables.read(spark, connect.router.deliveries_path).select(*stable_columns(DELIVERIES_DDL)), expected
     )
-    assert [entry[1] for entry in ledger_entries(spark, connect.router.ledger_path)] == kept
+    assert [entry[1] for entry in ledger_entries(spark, ledger_directory(connect.router.checkpoint_path))] == kept
 
     # tail on Connect: the server's worker hands each batch over through the tail's checkpoint, the job
     # prints it; the same rows in the same order as tail in classic mode prints from the classic table.
@@ -162,14 +162,15 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     assert not list((Path(connect.router.checkpoint_path).parent / "tail").rglob("*.rows"))  # all handed over
 
 
-def test_connect_session_reads_the_settings_of_the_server(settings: Settings, connect_server: ConnectServer) -> None:
+def test_connect_session_reads_the_settings_of_the_server(spark: Any, connect_server: ConnectServer) -> None:
     """A job's Connect session: runtime settings set on it, the static ones (warehouse) the server's."""
     code = (
         "import dataclasses, json, sys\n"
         "from routing.settings import load_settings\n"
         "from routing.spark import get_spark, is_connect\n"
         "base = load_settings()\n"
-        f"spark_settings = dataclasses.replace(base.spark, remote={connect_server.url!r}, shuffle_partitions=3)\n"
+        "conf = {**base.spark.conf, 'spark.sql.shuffle.partitions': '3'}\n"
+        f"spark_settings = dataclasses.replace(base.spark, remote={connect_server.url!r}, conf=conf)\n"
         "s = base.replace(spark=spark_settings)\n"
         "spark = get_spark(s)\n"
         "print(json.dumps([is_connect(spark), spark.conf.get('spark.sql.shuffle.partitions'),"
@@ -179,7 +180,9 @@ def test_connect_session_reads_the_settings_of_the_server(settings: Settings, co
     assert done.returncode == 0, done.stderr[-2000:]
     connected, partitions, warehouse = json.loads(done.stdout.strip().splitlines()[-1])
     assert connected is True and partitions == "3"
-    assert warehouse.removeprefix("file:").rstrip("/") == str(Path(settings.spark.warehouse_dir)).rstrip("/")
+    # The server's, from the tests' Spark configuration directory, as the classic session's.
+    ours = spark.conf.get("spark.sql.warehouse.dir")
+    assert warehouse.removeprefix("file:").rstrip("/") == ours.removeprefix("file:").rstrip("/")
 
 
 def test_connect_refresh_job_applies_exactly_what_classic_does(

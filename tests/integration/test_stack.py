@@ -64,11 +64,12 @@ def test_spark_conf_uses_only_local_jars(settings: Settings) -> None:
     jars = conf["spark.jars"].split(",")
     assert jars and all(Path(jar).is_file() and Path(jar).parent == Path(settings.spark.jars_dir) for jar in jars)
     assert not any(key in conf for key in FORBIDDEN_CONF)
-    assert conf["spark.jars.ivy"] == settings.spark.ivy_dir
     assert conf["spark.ui.enabled"] == "false"
-    # Delta's log replay runs with spark.delta_snapshot_partitions partitions, not the shuffle's.
-    assert conf["spark.databricks.delta.snapshotPartitions"] == str(settings.spark.delta_snapshot_partitions)
-    replay = settings.replace(spark=dataclasses.replace(settings.spark, delta_snapshot_partitions=3))
+    # Delta's log replay runs with its own partitions ([spark.conf]), not the shuffle's.
+    assert conf["spark.databricks.delta.snapshotPartitions"] == "1"
+    replay = settings.replace(
+        spark=dataclasses.replace(settings.spark, conf={"spark.databricks.delta.snapshotPartitions": "3"})
+    )
     assert spark_conf(replay)["spark.databricks.delta.snapshotPartitions"] == "3"
     for key in FORBIDDEN_CONF:
         with pytest.raises(ValueError, match="make jars"):
@@ -246,13 +247,7 @@ def test_broker_starts_from_nothing_round_trips_and_stops_without_orphans(fresh_
     assert run_cli(settings, "start").stdout.startswith("kafka already running")
 
     # A near-zero grace period takes the SIGKILL path; still nothing may be left behind.
-    hurried = broker_settings(
-        data_dir,
-        stop_timeout_s=0.001,
-        client_port=settings.kafka.client_port,
-        controller_port=settings.kafka.controller_port,
-    )
-    assert local_kafka.stop(hurried) is True
+    assert local_kafka.stop(settings, timeout_s=0.001) is True
     assert broker_jvms(data_dir) == []
     assert run_cli(settings, "stop").stdout.strip() == "kafka was not running"
 
@@ -329,9 +324,8 @@ def test_start_without_java_or_jars_says_so(fresh_settings: Settings, tmp_path: 
         local_kafka.start(fresh_settings, env={"PATH": str(tmp_path)})
     with pytest.raises(BrokerError, match=r"Java not found.*JAVA_HOME"):
         local_kafka.start(fresh_settings, env={"PATH": os.environ["PATH"], "JAVA_HOME": str(tmp_path)})
-    no_jars = broker_settings(tmp_path / "kafka", jars_dir=str(tmp_path / "no-jars"))
     with pytest.raises(BrokerError, match="run `make jars`"):
-        local_kafka.start(no_jars)
+        local_kafka.start(fresh_settings, jars_dir=tmp_path / "no-jars")
     assert broker_jvms(tmp_path / "kafka") == []
 
 
@@ -382,14 +376,17 @@ EMPTY_IVY_JOB = """
 import json, sys
 from pathlib import Path
 from typing import TYPE_CHECKING
-from routing.settings import load_settings
+from routing.settings import DEFAULT_SPARK_CONF, load_settings
 from routing.spark import get_spark
 
 args = json.loads(sys.argv[1])
 settings = load_settings(env={}, overrides={
     "kafka": {"bootstrap_servers": args["bootstrap"]},
-    "spark": {"ivy_dir": args["ivy"], "local_dir": args["scratch"], "warehouse_dir": args["scratch"],
-              "shuffle_partitions": 1, **args["spark"]},
+    "spark": {**args["spark"], "conf": {
+        **DEFAULT_SPARK_CONF, "spark.jars.ivy": args["ivy"], "spark.local.dir": args["scratch"],
+        "spark.sql.warehouse.dir": args["scratch"], "spark.sql.shuffle.partitions": "1",
+        **args["spark"].get("conf", {}),
+    }},
 })
 spark = get_spark(settings, app_name="empty-ivy")
 conf = spark.sparkContext.getConf()
@@ -473,7 +470,7 @@ def test_the_shared_session_is_local_quiet_and_unique(spark: SparkSession, setti
     conf = spark.sparkContext.getConf()
     assert spark.sparkContext.master == settings.spark.master
     assert conf.get("spark.ui.enabled") == "false" and spark.sparkContext.uiWebUrl is None
-    assert spark.conf.get("spark.sql.shuffle.partitions") == str(settings.spark.shuffle_partitions)
+    assert spark.conf.get("spark.sql.shuffle.partitions") == settings.spark.conf["spark.sql.shuffle.partitions"]
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"  # static: it reached the JVM at start
     assert not conf.contains("spark.jars.packages")

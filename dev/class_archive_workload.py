@@ -1,6 +1,6 @@
-"""The child process of :func:`routing.class_archive.build`: a small run of what the jobs do, then a clean exit.
+"""The child process of :func:`dev.class_archive.build`: a small run of what the jobs do, then a clean exit.
 
-    python -m routing.class_archive_workload SPEC.json
+    python -m dev.class_archive_workload SPEC.json
 
 Its driver JVM starts with ``-XX:ArchiveClassesAtExit=<temporary file>`` and no archive of its own, and
 touches the classes the jobs load: Delta (create, append, read, a SQL ``MERGE INTO``, ``DESCRIBE
@@ -33,10 +33,12 @@ def run(spec: dict[str, Any]) -> str:
     from routing.spark import get_spark
 
     settings = Settings(spark=SparkSettings(**spec["spark"]))
+    # Prepended to the session's own spark.driver.extraJavaOptions (its collector among them), as the archive's
+    # options are when it is used (dev.local_spark).
     spark = get_spark(
         settings,
         app_name="class-archive",
-        extra_conf={"spark.driver.extraJavaOptions": spec["java_options"]},
+        extra_conf={"spark.driver.defaultJavaOptions": spec["java_options"]},
     )
     scratch = Path(spec["scratch"])
     table, sink = str(scratch / "delta" / "table"), str(scratch / "delta" / "sink")
@@ -89,7 +91,7 @@ def run(spec: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m routing.class_archive_workload SPEC.json", file=sys.stderr)
+        print("usage: python -m dev.class_archive_workload SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
     class_path = run(spec)

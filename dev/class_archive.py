@@ -9,17 +9,16 @@ writes it at exit when started with ``-XX:ArchiveClassesAtExit=FILE``, and maps 
 ``-XX:SharedArchiveFile=FILE``. Dynamic, because it needs nothing but one representative run (no class
 list to maintain, no second dump command) and it archives the classes of Spark's own class loader too
 (Delta and the Kafka source come through ``spark.jars``, not the JVM's class path). Measured here
-(``bench/results/jvm_start.md``): a session's start went from 10.9 s to 6.7 s, its first Delta write
+(``bench/results/jvm_start.md`` in git history): a session's start went from 10.9 s to 6.7 s, its first Delta write
 from 10.8 s to 7.4 s, a fresh job process from 34 s to 26 s.
 
-**Who uses it.** :func:`routing.spark.spark_conf` adds :func:`java_options` to
-``spark.driver.extraJavaOptions`` when the archive file exists and the driver JVM is still to be
-started by this process: the local session of :func:`routing.spark.get_spark` (every job and the test
-session) and the Spark Connect server (``jobs.connect_server``, which hands the same configuration to
-``spark-submit``). Under ``spark-submit`` the JVM is already running, so nothing is added. The
-settings' ``spark.class_archive`` names the directory ("" turns it off). ``python -m jobs.class_archive``
-(:func:`build`; ``make test`` and ``make demo`` run it) writes the archive by running a small
-representative workload in a child process whose JVM dumps its classes at exit.
+**Who uses it.** The development tooling only: :mod:`dev.local_spark` puts :func:`java_options` in
+``spark.driver.defaultJavaOptions`` of the Spark properties file that the demo, the tests and the
+benchmarks start pyspark's driver JVMs with, so every driver JVM they start (a job's, the test session's, the
+Spark Connect server's) maps it. ``python -m dev.class_archive`` (:func:`build`; ``make jvm-archive``, which
+``make test`` and ``make demo`` run) writes it into ``var/jvm`` by running a small representative workload in
+a child process whose JVM dumps its classes at exit. A deployment sets its JVM flags itself
+(``spark.driver.extraJavaOptions``).
 
 **Why the key.** The JVM only accepts an archive dumped by the same JDK build with the same class path,
 and classes of Spark's class loader are matched by their class-file checksum. The file name carries a
@@ -29,7 +28,7 @@ update rewrites), the pyspark version (its jars are the class path), the names o
 and the ``spark.driver.extraClassPath`` entries with their size and modification time (a class path
 entry that changed stops the JVM instead of only disabling the archive). A new JDK, pyspark or jar set
 thus looks for a new file, misses it and runs without an archive (as fast as before) until ``python -m
-jobs.class_archive`` builds the new one; old archives are never reused, and only the newest :data:`KEEP`
+dev.class_archive`` builds the new one; old archives are never reused, and only the newest :data:`KEEP`
 are kept.
 
 **What happens on a mismatch.** Should an archive still not match (a JVM option that changes the
@@ -65,12 +64,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from routing.config import REPO_ROOT
+
 if TYPE_CHECKING:
-    from routing.settings import Settings, SparkSettings
+    from routing.settings import Settings
 
 #: Archives of other keys (another JDK, pyspark or jar set) kept in the directory, newest first.
 KEEP = 3
@@ -87,7 +88,7 @@ LOG_NAME = "build.log"
 
 
 class ClassArchiveError(RuntimeError):
-    """The archive cannot be built; ``usage``: because of the setup (no Java, archive off), not a failed dump."""
+    """The archive cannot be built; ``usage``: because of the setup (no Java), not a failed dump."""
 
     def __init__(self, message: str, *, usage: bool = False) -> None:
         super().__init__(message)
@@ -203,12 +204,6 @@ def java_options(directory: str, conf: Mapping[str, str]) -> str:
     return " ".join([f"-XX:SharedArchiveFile={archive}", *USE_OPTIONS])
 
 
-def merge_java_options(*options: str | None) -> str:
-    """The options joined in order, empty ones left out: ours first, the user's last (for the JVM the last of
-    two conflicting options wins)."""
-    return " ".join(part for part in ((option or "").strip() for option in options) if part)
-
-
 # -- building --------------------------------------------------------------------------------------------------
 
 
@@ -241,29 +236,29 @@ def build_lock(directory: Path, on_wait: Callable[[], None] = lambda: None) -> I
 
 def build(
     settings: Settings,
+    directory: Path,
     *,
     force: bool = False,
     log: Callable[[str], None] = print,
 ) -> Built:
-    """Write the archive for ``settings`` unless it exists.
+    """Write the archive for sessions of ``settings`` (over :func:`dev.spark_properties.local_fs_conf`) into
+    ``directory`` unless it exists.
 
-    Runs ``python -m routing.class_archive_workload`` in a child process whose driver JVM dumps its classes
+    Runs ``python -m dev.class_archive_workload`` in a child process whose driver JVM dumps its classes
     at exit into a temporary file, checks that a fresh JVM maps it, and renames it into place (module
     docstring). Idempotent: a complete archive is kept unless ``force``. :class:`ClassArchiveError` when
     it cannot be built.
     """
+    from dev.spark_properties import local_fs_conf
     from routing.spark import spark_conf
 
-    directory = settings.spark.class_archive
-    if not directory:
-        raise ClassArchiveError("spark.class_archive is empty (the archive is off): nothing to build", usage=True)
     java = java_binary()
     if java is None:
         raise ClassArchiveError("no java: set JAVA_HOME or put a JDK 17+ java on PATH", usage=True)
     # The jars and class path the archive is for, exactly as a session would start (jar check included).
-    builder_spark = dataclasses.replace(settings.spark, class_archive="")
-    conf = spark_conf(settings.replace(spark=builder_spark))
-    archive = archive_path(directory, conf, java)
+    defaults = local_fs_conf()
+    conf = {**defaults, **spark_conf(settings)}
+    archive = archive_path(str(directory), conf, java)
     root = archive.parent
     if is_complete(archive) and not force:
         return Built(archive, False, archive.stat().st_size, 0.0)
@@ -276,7 +271,7 @@ def build(
         log(f"building the class-data archive {archive} (a minute or two)")
         temporary = root / f".{archive.name}.{os.getpid()}.tmp"
         try:
-            class_path = _dump(builder_spark, temporary, root / LOG_NAME)
+            class_path = _dump(settings, defaults, temporary, root / LOG_NAME)
             _check_maps(java, temporary, class_path, root / LOG_NAME)
             size = temporary.stat().st_size
             write_manifest(
@@ -296,17 +291,18 @@ def build(
     return Built(archive, True, size, seconds)
 
 
-def _dump(spark_settings: SparkSettings, temporary: Path, log_path: Path) -> str:
-    """Run the workload child; the JVM class path it ran with. Its output goes to ``log_path``."""
+def _dump(settings: Settings, defaults: Mapping[str, str], temporary: Path, log_path: Path) -> str:
+    """Run the workload child over ``defaults`` (its own properties file); the JVM class path it ran with.
+    Its output goes to ``log_path``."""
+    from dev.spark_properties import SUBMIT_ARGS, scratch_conf, submit_args, write_properties
+
+    spark_settings = settings.spark
     with tempfile.TemporaryDirectory(prefix="class-archive-") as scratch:
+        properties = write_properties(Path(scratch) / "spark.conf", {**scratch_conf(Path(scratch)), **defaults})
         spec = {
             "spark": {
                 **{field.name: getattr(spark_settings, field.name) for field in dataclasses.fields(spark_settings)},
                 "remote": "",
-                "class_archive": "",
-                "ivy_dir": os.path.join(scratch, "ivy"),
-                "local_dir": os.path.join(scratch, "spark-local"),
-                "warehouse_dir": os.path.join(scratch, "spark-warehouse"),
             },
             "scratch": scratch,
             "archive": str(temporary),
@@ -315,12 +311,15 @@ def _dump(spark_settings: SparkSettings, temporary: Path, log_path: Path) -> str
         }
         spec_path = Path(scratch) / "spec.json"
         spec_path.write_text(json.dumps(spec))
+        env = {**os.environ, SUBMIT_ARGS: submit_args(properties)}
+        env["PYTHONPATH"] = os.pathsep.join(part for part in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if part)
         with open(log_path, "wb") as log:
             child = subprocess.Popen(
-                [sys.executable, "-m", "routing.class_archive_workload", str(spec_path)],
+                [sys.executable, "-m", "dev.class_archive_workload", str(spec_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=env,
                 start_new_session=True,  # its own group: a timeout stops its JVM too, not just the child
             )
             try:
@@ -373,3 +372,46 @@ def _tail(path: Path, lines: int = 20) -> str:
     with contextlib.suppress(OSError):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     return f"(no log at {path})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dev.class_archive [--force]``: build the archive for the current settings (``make jvm-archive``).
+
+    Exit status: 0 built or already there; 1 the build failed (the log's tail says why); 2 bad flags or
+    settings, no Java, or the jars are missing.
+    """
+    import argparse
+
+    from dev.spark_properties import ARCHIVE_DIR
+    from routing.config import ConfigError
+    from routing.settings import add_settings_arguments, settings_from_args
+    from routing.spark import SparkJarsMissingError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m dev.class_archive",
+        description="Build the class-data archive that starts every local Spark driver JVM faster.",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild the archive even if it exists")
+    parser.add_argument(
+        "--dir", type=Path, default=ARCHIVE_DIR, help=f"the archives' directory (default: {ARCHIVE_DIR})"
+    )
+    add_settings_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        result = build(
+            settings, args.dir, force=args.force, log=lambda line: print(f"class_archive: {line}", flush=True)
+        )
+    except (ConfigError, SparkJarsMissingError, ValueError) as error:
+        print(f"class_archive: {error}", file=sys.stderr)
+        return 2
+    except ClassArchiveError as error:
+        print(f"class_archive: {error}", file=sys.stderr)
+        return 2 if error.usage else 1
+    if not result.built:
+        print(f"class_archive: {result.path} is up to date ({result.size / 1e6:.0f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
