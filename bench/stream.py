@@ -47,7 +47,7 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
     harder baseline. Its table is created with the router's table properties
     (Delta's ``checkpointInterval``), not the deliveries' own (file statistics
     columns, the per-message columns without a Parquet dictionary:
-    ``routing.router.pipeline.table_properties``): those name the deliveries' columns,
+    ``routing.router.tables.table_properties``): those name the deliveries' columns,
     and a plain copy writes Parquet's defaults. It shares the router's
     SparkSession and so every session setting: the two pay the same Delta costs;
 (b) **native router**: the real :class:`routing.router.pipeline.Router`;

@@ -77,14 +77,7 @@ from routing.router.classify import classify_projections
 from routing.router.ledger import Ledger, ledger_directory, prune_through
 from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
-from routing.router.tables import (
-    DELIVERIES_STATS_COLUMNS,
-    HEADERS_DDL,
-    OUTPUT_TABLES,
-    PARTITION_COLUMN,
-    PLAIN_ENCODED_COLUMNS,
-    dictionary_off,
-)
+from routing.router.tables import HEADERS_DDL, OUTPUT_TABLES, PARTITION_COLUMN, output_paths, table_properties
 from routing.spark import is_connect
 from routing.streaming import (
     AfterWrites,
@@ -642,25 +635,6 @@ def _completed(observation: Any) -> dict[str, int] | None:
             return None
         time.sleep(0.01)
     return _as_counts(observation.get)
-
-
-def output_paths(router: RouterSettings) -> dict[str, str]:
-    """The path (or table name) of each output table the router writes, by name (as :data:`OUTPUT_TABLES`)."""
-    paths = {"deliveries": router.deliveries_path, "dead_letters": router.dead_letters_path}
-    if router.unrouted_path:
-        paths["unrouted"] = router.unrouted_path
-    return paths
-
-
-def table_properties(table: str) -> dict[str, str]:
-    """The Delta properties of one output table (``deliveries``, ``dead_letters``, ``unrouted``): file statistics
-    only where they skip files, and no Parquet dictionary for the columns distinct per message (see
-    :mod:`routing.router.tables`). Delta's own session defaults
-    (``spark.databricks.delta.properties.defaults.*``, such as ``checkpointInterval``) apply to them too."""
-    properties = dictionary_off(PLAIN_ENCODED_COLUMNS[table])
-    if table == "deliveries":
-        properties["delta.dataSkippingStatsColumns"] = ",".join(DELIVERIES_STATS_COLUMNS)
-    return properties
 
 
 class StageTimer:

@@ -1,4 +1,5 @@
-"""The router's output tables: deliveries, dead letters and (optionally) unrouted messages.
+"""The router's output tables: deliveries, dead letters and (optionally) unrouted messages; their schemas,
+paths and Delta properties.
 
 All three are Delta tables written from ``foreachBatch`` with idempotent
 appends (``txnAppId`` = the router's app id + ``":"`` + its query id, see
@@ -70,9 +71,13 @@ dictionary: ``ALTER TABLE ... UNSET TBLPROPERTIES
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 # The dead letters' ``reason`` values are the error classes' codes (their one home is routing.errors).
 from routing.errors import DEAD_LETTER_REASONS as DEAD_LETTER_REASONS
+
+if TYPE_CHECKING:
+    from routing.settings import RouterSettings
 
 HEADERS_DDL = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
 
@@ -126,3 +131,22 @@ DELIVERIES_STATS_COLUMNS = (
     "batch_id",
     "routed_at",
 )
+
+
+def output_paths(router: RouterSettings) -> dict[str, str]:
+    """The path (or table name) of each output table the router writes, by name (as :data:`OUTPUT_TABLES`)."""
+    paths = {"deliveries": router.deliveries_path, "dead_letters": router.dead_letters_path}
+    if router.unrouted_path:
+        paths["unrouted"] = router.unrouted_path
+    return paths
+
+
+def table_properties(table: str) -> dict[str, str]:
+    """The Delta properties of one output table (``deliveries``, ``dead_letters``, ``unrouted``): file statistics
+    only where they skip files, and no Parquet dictionary for the columns distinct per message (see
+    Statistics and Parquet encodings above). Delta's own session defaults
+    (``spark.databricks.delta.properties.defaults.*``, such as ``checkpointInterval``) apply to them too."""
+    properties = dictionary_off(PLAIN_ENCODED_COLUMNS[table])
+    if table == "deliveries":
+        properties["delta.dataSkippingStatsColumns"] = ",".join(DELIVERIES_STATS_COLUMNS)
+    return properties

@@ -26,8 +26,8 @@ import pytest
 from router_support import apply_subscriptions, assert_ids_exact, ledger_versions, read_routed, router_settings
 
 from routing import delta_tables
-from routing.router.pipeline import SOURCE_DDL, Router, output_paths
-from routing.router.tables import DELIVERIES_STATS_COLUMNS, PARTITION_COLUMN, PLAIN_ENCODED_COLUMNS
+from routing.router.pipeline import SOURCE_DDL, Router
+from routing.router.tables import DELIVERIES_STATS_COLUMNS, PARTITION_COLUMN, PLAIN_ENCODED_COLUMNS, output_paths
 from routing.settings import Settings
 
 pytestmark = pytest.mark.slow
