@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from routing.router.pipeline import TOTALLED, RunTotals
+from routing.router.metrics import TOTALLED, RunTotals
 
 REASONS = ("invalid_key", "payload_too_large", "fanout_exceeded")
 

@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from routing.errors import DEAD_LETTER_REASONS
-from routing.router.pipeline import _take_reasons, udf_counts
+from routing.router.metrics import _take_reasons, udf_counts
 from udfs.route import FANOUT_REASON, UdfStats
 
 FANOUT = f"dead_{FANOUT_REASON}"
