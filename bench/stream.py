@@ -481,7 +481,8 @@ def start_passthrough(
     """
     from pyspark.sql import functions as F
 
-    from routing.router.pipeline import SOURCE_DDL, kafka_stream
+    from routing.router.columns import SOURCE_DDL
+    from routing.router.pipeline import kafka_stream
     from routing.router.tables import PARTITION_COLUMN
     from routing.streaming import create_delta_table_if_absent, first_append, start_query
 
@@ -704,7 +705,8 @@ def run_sql_rlike(
     from pyspark.sql import functions as F
 
     from routing.router.classify import classify
-    from routing.router.pipeline import CLASSIFIED_COLUMNS, deliveries_frame, kafka_stream
+    from routing.router.columns import CLASSIFIED_COLUMNS, deliveries_frame
+    from routing.router.pipeline import kafka_stream
     from routing.router.tables import PARTITION_COLUMN
     from routing.streaming import idempotent_append, start_query
 

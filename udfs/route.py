@@ -4,7 +4,7 @@ Only the routing key crosses into Python. Spark's ``ArrowEvalPython`` keeps
 each input row (payload, headers, Kafka coordinates) in the JVM and joins the
 UDF's row-aligned result back onto it, so the row itself is the handle: no
 payload is serialized to the Python worker and back, and the fan-out (one row
-per subscriber) is an ``explode`` in the JVM (:mod:`routing.router.pipeline`).
+per subscriber) is an ``explode`` in the JVM (:mod:`routing.router.columns`).
 
 Per Arrow batch of keys (``routing_key``, null for records
 :mod:`routing.router.classify` has already judged invalid) the function calls

@@ -2,7 +2,7 @@
 
 One record breaks each rule of :func:`routing.router.classify.classify` (both policies), and every
 message is pushed over ``max_fanout`` by a stand-in for the UDF's result (a JVM struct, no Python
-worker), through the pipeline's own :func:`~routing.router.pipeline.judged_frame`. The reasons
+worker), through the pipeline's own :func:`~routing.router.columns.judged_frame`. The reasons
 that come out, in the order the rules are checked, are the derived tuple: a new rule without an
 error class in ``DEAD_LETTER_ERRORS`` (or a class the router never emits) fails here.
 """
@@ -18,7 +18,7 @@ import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the session sta
 from routing.errors import DEAD_LETTER_REASONS
 from routing.limits import Limits
 from routing.router.classify import classify
-from routing.router.pipeline import CLASSIFIED_COLUMNS, SOURCE_DDL, judged_frame
+from routing.router.columns import CLASSIFIED_COLUMNS, SOURCE_DDL, judged_frame
 from routing.settings import RouterSettings
 from routing.validation import Policy, Validator
 

@@ -26,7 +26,8 @@ import pytest
 from router_support import apply_subscriptions, assert_ids_exact, ledger_versions, read_routed, router_settings
 
 from routing import delta_tables
-from routing.router.pipeline import SOURCE_DDL, Router
+from routing.router.columns import SOURCE_DDL
+from routing.router.pipeline import Router
 from routing.router.tables import DELIVERIES_STATS_COLUMNS, PARTITION_COLUMN, PLAIN_ENCODED_COLUMNS, output_paths
 from routing.settings import Settings
 
@@ -246,11 +247,11 @@ def generated_code(frame: Any) -> str:
 def test_every_batch_runs_the_same_compiled_code(spark: Any, settings: Settings, tmp_path: Path) -> None:
     """The per-batch values (snapshot version, batch id, routing time) reach the generated code by reference:
     written into its source they made every batch's deliveries code new, compiled and JIT-warmed again
-    (``pipeline.batch_constant``). The rows still carry each batch's own values."""
+    (``columns.batch_constant``). The rows still carry each batch's own values."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from routing.router.pipeline import dead_letters_frame, unrouted_frame
+    from routing.router.columns import dead_letters_frame, unrouted_frame
 
     local = router_settings(settings, tmp_path, ["code"])
     version = apply_subscriptions(spark, local, tmp_path / "subs.json", [("a.#", "a-all")])
@@ -447,7 +448,7 @@ def test_prebuilt_selects_and_jvm_batch_columns_match_the_plain_ones(spark: Any)
     from pyspark.sql import functions as F
     from pyspark.testing import assertDataFrameEqual
 
-    from routing.router.pipeline import JvmBatchColumns, Projection, batch_columns, batch_index
+    from routing.router.columns import JvmBatchColumns, Projection, batch_columns, batch_index
 
     frame = batch_frame(spark, [b"a.b", b"c", None])
     columns = [F.col("topic"), F.upper(F.col("topic")).alias("shout"), F.col("offset") + 1]

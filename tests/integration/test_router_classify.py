@@ -26,7 +26,7 @@ from rules import RULES, Case
 from routing.errors import TopicError
 from routing.limits import Limits
 from routing.router.classify import classify
-from routing.router.pipeline import SOURCE_DDL
+from routing.router.columns import SOURCE_DDL
 from routing.settings import RouterSettings
 from routing.validation import Policy, Validator
 

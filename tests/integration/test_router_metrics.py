@@ -22,7 +22,8 @@ from router_support import apply_subscriptions, ledger_versions, router_settings
 
 from routing.errors import TopicError
 from routing.reference import ReferenceMatcher
-from routing.router.pipeline import SOURCE_DDL, Router
+from routing.router.columns import SOURCE_DDL
+from routing.router.pipeline import Router
 from routing.router.tables import DEAD_LETTER_REASONS
 from routing.settings import Settings
 from routing.subscriptions import read_active

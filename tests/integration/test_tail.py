@@ -19,7 +19,7 @@ import pytest
 from router_support import job_flags, router_settings
 from test_cli import run
 
-from routing.router.pipeline import deliveries_frame
+from routing.router.columns import deliveries_frame
 from routing.router.tables import DELIVERIES_DDL, HEADERS_DDL, PARTITION_COLUMN
 from routing.settings import Settings
 from routing.streaming import create_delta_table_if_absent, idempotent_append
