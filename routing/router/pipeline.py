@@ -67,8 +67,6 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from pyspark.sql.streaming.listener import QueryStartedEvent, QueryTerminatedEvent, StreamingQueryListener
-
 from routing import delta_tables
 from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
@@ -80,6 +78,7 @@ from routing.router.columns import (
     unrouted_frame,
 )
 from routing.router.ledger import Ledger, ledger_directory, prune_through
+from routing.router.listener import ProgressListener
 from routing.router.metrics import (
     METRICS_COLUMNS,
     METRICS_DDL,
@@ -226,7 +225,7 @@ class Router:
         #: Test hook (:data:`routing.streaming.AfterWrites`): called after the Delta writes and before the
         #: batch returns (so before the checkpoint commits); the crash-recovery test kills the process there.
         self.after_writes = after_writes
-        self.listener: _ProgressListener | None = None
+        self.listener: ProgressListener | None = None
         #: This router's hold on its checkpoint (:mod:`routing.checkpoints`), from :meth:`start` to :meth:`close`.
         self.lease: CheckpointLease | None = None
         self.logged_batches: set[int] = set()
@@ -610,7 +609,7 @@ class Router:
             # that batch, so the job exits 1 naming it. Waiting here put the whole build (seconds at a
             # million subscriptions) before any of that.
             self.snapshots.request_refresh()
-            self.listener = _ProgressListener(self)
+            self.listener = ProgressListener(self.spark, self.log_progress)
             self.spark.streams.addListener(self.listener)
             return start_query(
                 kafka_stream(self.spark, self.settings),
@@ -689,79 +688,3 @@ class ConnectBatches:
         router.bind_query(checkpoint_query_id(spark, self.settings.router.checkpoint_path))
         router.snapshots.request_refresh()
         return router
-
-
-class _ProgressListener(StreamingQueryListener):
-    """The router's metrics listener: each progress event reaches :meth:`Router.log_progress` as its JSON.
-
-    PySpark's own listener bridge converts every progress event with one py4j call per field, and reads
-    each Java map (``durationMs``, each source's metrics, ...) by iterating it to its end. The end of a
-    py4j iteration is a Java exception, which PySpark's error handler checks against a dozen exception
-    classes by name, each a failed class lookup through every jar on the classpath. On the JVM's
-    listener thread that took 42 of 48 profiler samples, about 0.1 s of CPU per batch (``bench/stream.py``
-    at 100,000 messages a batch: 1 of the router's 16 µs of CPU per message). Here a progress event is
-    two py4j calls (the progress, its JSON) and a ``json.loads``. The rare start and end events keep
-    PySpark's conversion.
-    """
-
-    def __init__(self, router: Router) -> None:
-        self._router = router
-        self._wrapper: Any = None
-        #: Set once the query's start and termination events were delivered (:meth:`Router.close` waits).
-        self.started = threading.Event()
-        self.terminated = threading.Event()
-
-    @property
-    def _jlistener(self) -> Any:
-        # What StreamingQueryManager.addListener/removeListener register: the JVM's wrapper around a py4j
-        # callback, here :class:`_JsonProgressCallback` instead of PySpark's converting one.
-        if self._wrapper is None:
-            jvm: Any = self._router.spark.sparkContext._jvm
-            wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
-            self._wrapper = wrapper(_JsonProgressCallback(self))
-        return self._wrapper
-
-    def onQueryStarted(self, event: Any) -> None:
-        log.info("router query started: id=%s run=%s", event.id, event.runId)
-        self.started.set()
-
-    def onQueryProgress(self, event: Any) -> None:
-        """Unused: progress arrives as JSON through :meth:`on_progress_json`."""
-
-    def on_progress_json(self, progress_json: str) -> None:
-        try:
-            self._router.log_progress(json.loads(progress_json))
-        except Exception:  # a metrics problem must never stop the stream
-            log.exception("could not log batch metrics")
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        log.info("router query terminated: id=%s exception=%s", event.id, event.exception)
-        self.terminated.set()
-
-
-class _JsonProgressCallback:
-    """The py4j callback the JVM's listener bus calls (a ``PythonStreamingQueryListener``).
-
-    See :class:`_ProgressListener`.
-    """
-
-    def __init__(self, listener: _ProgressListener) -> None:
-        self._listener = listener
-
-    def onQueryStarted(self, jevent: Any) -> None:
-        self._listener.onQueryStarted(QueryStartedEvent.fromJObject(jevent))
-
-    def onQueryProgress(self, jevent: Any) -> None:
-        self._listener.on_progress_json(jevent.progress().json())
-
-    def onQueryIdle(self, jevent: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, jevent: Any) -> None:
-        self._listener.onQueryTerminated(QueryTerminatedEvent.fromJObject(jevent))
-
-    class Java:
-        implements = ("org.apache.spark.sql.streaming.PythonStreamingQueryListener",)
