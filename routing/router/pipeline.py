@@ -44,10 +44,11 @@ Conservation: every input record becomes exactly one of {one or more
 deliveries, one dead letter, one unrouted record}.
 
 On Spark Connect (``spark.remote``) the same batch runs in the server's ``foreachBatch`` worker: the
-job's :meth:`Router.start` holds the lease and starts the query with :class:`ConnectBatches`, which
-builds a router in that worker at its first batch. There the snapshot travels as its snapshot file (no
-broadcasts), the UDF's figures stay 0 (no accumulators), nothing is warmed (no JVM access), and each
-batch leaves its report in the checkpoint for the job (:func:`batch_records`).
+job's :meth:`Router.start` holds the lease and starts the query with
+:class:`routing.router.connect.ConnectBatches`, which builds a router in that worker at its first batch.
+There the snapshot travels as its snapshot file (no broadcasts), the UDF's figures stay 0 (no
+accumulators), nothing is warmed (no JVM access), and each batch leaves its report in the checkpoint for
+the job (:func:`routing.router.connect.batch_records`).
 
 One router per checkpoint: :meth:`Router.start` takes a lease on the checkpoint
 (:mod:`routing.checkpoints`), so a second router there, in any process on any
@@ -57,7 +58,6 @@ router whose lease was taken over fails its next batch before writing anything.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import logging
@@ -77,6 +77,7 @@ from routing.router.columns import (
     judged_in_jvm,
     unrouted_frame,
 )
+from routing.router.connect import RUN_TOTALS, ConnectBatches, _report_of, batch_records
 from routing.router.ledger import Ledger, ledger_directory, prune_through
 from routing.router.listener import ProgressListener
 from routing.router.metrics import (
@@ -98,9 +99,7 @@ from routing.spark import is_connect
 from routing.streaming import (
     AfterWrites,
     AppendStateWarmer,
-    BatchRecords,
     QueryIdentity,
-    checkpoint_query_id,
     create_delta_table_if_absent,
     first_append,
     first_batch_of_run,
@@ -598,7 +597,7 @@ class Router:
                 self._first_batch = first_batch_of_run(self.spark, router.checkpoint_path)
                 return start_query(
                     kafka_stream(self.spark, self.settings),
-                    ConnectBatches(self.settings, self.make_route),
+                    ConnectBatches(self.settings, new_router=Router, make_route=self.make_route),
                     checkpoint=router.checkpoint_path,
                     bind=self.bind_query,
                     trigger_interval=None if router.trigger == "available_now" else router.trigger_interval,
@@ -636,55 +635,3 @@ class Router:
         if self.lease is not None:
             self.lease.bind(query_id)
         self.identity.bind(query_id)
-
-
-def batch_records(spark: SparkSession, router: RouterSettings) -> BatchRecords:
-    """Where a router on Spark Connect leaves each batch's :class:`BatchReport` (:meth:`BatchReport.as_dict`)
-    for its client: ``<checkpoint>/router_reports/<query id>/<batch id>``."""
-    return BatchRecords(spark, router.checkpoint_path, REPORTS_DIRECTORY)
-
-
-#: The reports' directory inside the checkpoint (:func:`batch_records`).
-REPORTS_DIRECTORY = "router_reports"
-#: A Connect batch record's run totals so far: ``{"first_batch": the worker's first batch, "totals": ...}``.
-RUN_TOTALS = "run_totals"
-
-
-def _report_of(record: dict[str, Any]) -> dict[str, Any]:
-    """A Connect batch record without the run totals it carries: the batch's :meth:`BatchReport.as_dict`."""
-    return {name: value for name, value in record.items() if name != RUN_TOTALS}
-
-
-#: The routers of this process's ``foreachBatch`` worker (Spark Connect), by checkpoint.
-_connect_routers: dict[str, Router] = {}
-
-
-@dataclasses.dataclass(frozen=True)
-class ConnectBatches:
-    """The ``foreachBatch`` function of a router on Spark Connect: pickled to the server, where it runs.
-
-    Spark Connect runs ``foreachBatch`` in a Python worker the server starts for the query (one process for
-    the query's life), with a Connect session of its own; a :class:`Router` holds threads, a lock and the
-    live trie, none of which pickle. So the client sends only the settings, and the worker builds its own
-    router at its first batch and keeps it for the next ones: it refreshes the snapshot on its thread,
-    ships each version as a snapshot file (no broadcasts over Connect), records the ledger and writes the
-    same tables. Its txnAppId binds the query id Spark keeps in ``<checkpoint>/metadata``, the id the
-    client's query has. The client holds the checkpoint lease, and reads each batch's report from
-    :func:`batch_records`.
-    """
-
-    settings: Settings
-    make_route: RouterFactory = make_router
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        router = _connect_routers.get(self.settings.router.checkpoint_path)
-        if router is None:
-            router = self._worker_router(batch.sparkSession)
-            _connect_routers[self.settings.router.checkpoint_path] = router
-        router.process_batch(batch, batch_id)
-
-    def _worker_router(self, spark: SparkSession) -> Router:
-        router = Router(spark, self.settings, make_route=self.make_route)
-        router.bind_query(checkpoint_query_id(spark, self.settings.router.checkpoint_path))
-        router.snapshots.request_refresh()
-        return router

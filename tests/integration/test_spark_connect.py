@@ -36,8 +36,8 @@ from integration.test_router_metrics import KEYS as METRICS_KEYS
 from jobs.connect_server import ConnectServer
 from jobs.refresh_subscriptions import SUMMARIES_DIRECTORY
 from routing import delta_tables
+from routing.router.connect import REPORTS_DIRECTORY
 from routing.router.ledger import ledger_directory, ledger_entries
-from routing.router.pipeline import REPORTS_DIRECTORY
 from routing.router.snapshot_files import DEFAULT_DIRECTORY
 from routing.router.tables import DEAD_LETTERS_DDL, DELIVERIES_DDL
 from routing.settings import REPO_ROOT, Settings
