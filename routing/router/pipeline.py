@@ -70,13 +70,7 @@ from typing import TYPE_CHECKING, Any, cast
 from routing import delta_tables
 from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
-from routing.router.columns import (
-    SOURCE_COLUMNS,
-    BatchPlan,
-    dead_letters_frame,
-    judged_in_jvm,
-    unrouted_frame,
-)
+from routing.router.columns import SOURCE_COLUMNS, BatchPlan, dead_letters_frame, judged_in_jvm, unrouted_frame
 from routing.router.connect import RUN_TOTALS, ConnectBatches, _report_of, batch_records
 from routing.router.ledger import Ledger, ledger_directory, prune_through
 from routing.router.listener import ProgressListener
@@ -108,14 +102,7 @@ from routing.streaming import (
     start_query,
 )
 from routing.subscriptions import create_table_if_absent
-from udfs.route import (
-    FANOUT_REASON,
-    ROUTE_DDL,
-    RouterFactory,
-    UdfStats,
-    UdfStatsParam,
-    make_router,
-)
+from udfs.route import FANOUT_REASON, ROUTE_DDL, RouterFactory, UdfStats, UdfStatsParam, make_router
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
