@@ -8,8 +8,8 @@ a *dynamic* archive (JDK 13+, JEP 350) sits on top of it and holds the applicati
 writes it at exit when started with ``-XX:ArchiveClassesAtExit=FILE``, and maps it when started with
 ``-XX:SharedArchiveFile=FILE``. Dynamic, because it needs nothing but one representative run (no class
 list to maintain, no second dump command) and it archives the classes of Spark's own class loader too
-(Delta and the Kafka source come through ``spark.jars``, not the JVM's class path). Measured here
-(``bench/results/jvm_start.md`` in git history): a session's start went from 10.9 s to 6.7 s, its first Delta write
+(Delta and the Kafka source come through ``spark.jars``, not the JVM's class path). Measured on a 2-core
+machine (a run kept in git history): a session's start went from 10.9 s to 6.7 s, its first Delta write
 from 10.8 s to 7.4 s, a fresh job process from 34 s to 26 s.
 
 **Who uses it.** The development tooling only: :mod:`dev.local_spark` puts :func:`java_options` in
@@ -134,7 +134,7 @@ def class_path_identity(class_path: str) -> list[list[object]]:
 
     Unlike a ``spark.jars`` jar, a class path entry that differs from the archive's stops the JVM at start
     ("A jar file is not the one used while building the shared archive file"), not merely the archive: a jar
-    rebuilt in place under its old name (``make jars`` after a change to ``conf/jvm/src``) must look for an
+    rebuilt in place under its old name (``make jars`` after a change to ``dev/localfs/src``) must look for an
     archive of its own.
     """
     identity: list[list[object]] = []

@@ -211,7 +211,7 @@ def spark_conf(
         "spark.driver.bindAddress": "127.0.0.1",
         **runtime_conf(settings),
         # Compiled whole-stage classes kept for reuse (Spark's 100 thrashes: a test session compiled 5,058 and
-        # 949 with 2,000 entries, 0.92x its CPU; README "Settings that matter"). A few MB of metaspace.
+        # 949 with 2,000 entries, 0.92x its CPU; docs/tuning.md, "Spark"). A few MB of metaspace.
         CODEGEN_CACHE_ENTRIES: str(DEFAULT_CODEGEN_CACHE_ENTRIES),
         # The stream's jobs before the driver's background work (module docs).
         "spark.scheduler.mode": "FAIR",

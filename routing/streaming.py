@@ -441,7 +441,7 @@ def warm_append_state(spark: SparkSession, table: str) -> bool:
     committed last (``OptimisticTransaction.txnVersion``). Delta 4.4 answers from the snapshot's full
     state, not from the ``.crc`` file that holds the same set transactions, so each new table
     version costs a state reconstruction: three Spark jobs over the log since the last checkpoint
-    (``tests/integration/test_streaming_delta.py`` counts them), before the append writes a row. The
+    (``tests/integration/test_router_batch_path.py`` counts them), before the append writes a row. The
     state is cached on the snapshot object, and a snapshot is reused until the table changes, so
     computing it right after a batch's own commit, while the query waits for its next trigger, takes
     those jobs off the next batch's path from trigger to visible commit: its append then runs one

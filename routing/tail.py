@@ -24,7 +24,7 @@ streaming read of its own::
   (partitioned by ``kafka_date`` only), so neither Delta's per-file ``subscriber_id`` statistics nor
   Parquet's row-group statistics can exclude anything: the stream reads every new row of the table
   and keeps the subscriber's. :attr:`TailSummary.rows_read` (the streaming progress's
-  ``numInputRows``) reports how many, and the README gives the measured figure.
+  ``numInputRows``) reports how many, and docs/router.md says what that costs.
 
 * **On Spark Connect** ``foreachBatch`` runs in the server's worker, not here, so the rows are
   handed over through the checkpoint (:class:`HandoffBatches`): the worker writes a batch's rows as

@@ -67,7 +67,7 @@ def check_subscriber(subscriber: object) -> str:
 def match_cost(words: Sequence[str], max_key_words: int) -> int:
     """The most lookup states this pattern's trie nodes can add to matching one key of up to ``max_key_words`` words.
 
-    The native walk (``native/src/frozen.rs``) visits ``(node, key position)`` states. A node with no
+    The native walk (``native/core/src/frozen.rs``) visits ``(node, key position)`` states. A node with no
     ``#`` at or above it is only ever met at one position (its depth); a ``#`` node, and every node
     below one, at up to every position ``0..=max_key_words``. So the words before the first ``#``
     cost one state each and the words from it on ``max_key_words + 1`` each. Shared trie nodes only

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1]
-#: bench/ files that are not benchmarks, and jvm_start.py (its own tests, tests/test_bench_jvm_start.py).
-NOT_HERE = {"__init__", "harness", "workloads", "jvm_start"}
+#: bench/ files that are not benchmarks.
+NOT_HERE = {"__init__", "harness", "workloads"}
 #: Each benchmark and flags its --help must list.
 FLAGS = {
     "chaos": ("--seed", "--router-kills", "--broker-kills", "--refresh-kills", "--output", "--work"),

@@ -435,7 +435,7 @@ def applies_over(ts: int, change_id: str, row_ts: int, row_change_id: str) -> bo
     return (ts, change_id) > (row_ts, row_change_id) and change_id != row_change_id
 
 
-#: :func:`applies_over` of a MERGE's event ``s`` over its row ``t``, in SQL (``tests/integration/test_refresh_job``
+#: :func:`applies_over` of a MERGE's event ``s`` over its row ``t``, in SQL (``tests/integration/test_refresh_job.py``
 #: holds the two equal on every ordering case).
 APPLIES_OVER_SQL = (
     "(s.updated_at > t.updated_at OR (s.updated_at = t.updated_at AND s.change_id > t.change_id)) "

@@ -19,7 +19,7 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * {@link #getFileLinkStatus}, which {@code FileContext.rename} calls for both paths of every rename. Spark's
  * offset and commit logs and Delta's commits each write a file and rename it, so a streaming batch forked
  * about 44 processes, a tenth of the machine's CPU in a router run on two cores, and one atomic write of the
- * offset log took 37-39 ms (1.7 ms without them; README "Child processes of the local file system").
+ * offset log took 37-39 ms (1.7 ms without them; docs/development.md, "Faster local JVMs").
  *
  * <p>The same two calls here go through {@code java.nio} instead, with the same results: a permission without
  * the sticky bit (the only bit of {@link FsPermission} beyond the nine) is set with
