@@ -321,6 +321,8 @@ def job_flags(settings: Settings) -> list[str]:
     values: dict[str, object] = {
         "kafka.bootstrap_servers": settings.kafka.bootstrap_servers,
         "spark.jars_dir": settings.spark.jars_dir,
+        # The session's scratch space, where a quiet command writes its JVM's log (routing.spark.scratch_dir).
+        **{f"spark.conf.{key}": settings.spark.conf[key] for key in ("spark.local.dir",) if key in settings.spark.conf},
         **{
             f"limits.{field.name}": getattr(settings.limits, field.name)
             for field in dataclasses.fields(settings.limits)

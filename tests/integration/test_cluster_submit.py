@@ -136,17 +136,16 @@ def test_spark_submit_jars_must_include_delta_and_the_kafka_source(settings: Set
 
 #: The submitted file: the router job (``route.py`` beside it, unchanged), then a probe job on the same
 #: session's executors: where executor tasks found Python and the native module.
-ROUTE_THEN_PROBE = """
+PROBE_THEN_ROUTE = """
 import json, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import route
 
-status = route.main(sys.argv[1:])
-
 from pyspark.sql import SparkSession
 
+# Before the route: its main() stops the session it ran in, as an entry point does (one application).
 spark = SparkSession.builder.getOrCreate()
 
 def where(_rows):
@@ -156,8 +155,7 @@ def where(_rows):
 
 rows = spark.sparkContext.parallelize(range(8), 8).mapPartitions(where).collect()
 print("PROBE " + json.dumps(sorted(set(json.dumps(row) for row in rows))), flush=True)
-spark.stop()
-sys.exit(status)
+sys.exit(route.main(sys.argv[1:]))
 """
 
 
@@ -243,8 +241,8 @@ def test_spark_submit_to_a_standalone_cluster_routes_exactly_as_the_oracle_says(
         shutil.copyfile(REPO_ROOT / "jobs" / "route.py", job)
         conf_file = submit_dir / "router.toml"
         shutil.copyfile(REPO_ROOT / "conf" / "router.toml", conf_file)
-        submitted = submit_dir / "route_then_probe.py"
-        submitted.write_text(ROUTE_THEN_PROBE)
+        submitted = submit_dir / "probe_then_route.py"
+        submitted.write_text(PROBE_THEN_ROUTE)
         home = spark_home()
         env = submit_environment(tmp_path, home)
 

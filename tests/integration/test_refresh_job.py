@@ -219,6 +219,8 @@ def set_flags(settings: Settings) -> list[str]:
         "kafka.bootstrap_servers": settings.kafka.bootstrap_servers,
         "spark.jars_dir": settings.spark.jars_dir,
         "limits.max_subscriptions_per_subscriber": settings.limits.max_subscriptions_per_subscriber,
+        # The session's scratch space, where a quiet command writes its JVM's log (routing.spark.scratch_dir).
+        **{f"spark.conf.{key}": settings.spark.conf[key] for key in ("spark.local.dir",) if key in settings.spark.conf},
         **{
             f"subscriptions.{field.name}": getattr(settings.subscriptions, field.name)
             for field in dataclasses.fields(settings.subscriptions)
