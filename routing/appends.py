@@ -30,8 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from routing import delta_tables
-from routing.delta_jvm import TESTED_DELTA, delta_api_missing, delta_jvm, jvm_snapshot
+from routing import delta_jvm, delta_tables
 from routing.table_names import is_table_name
 
 if TYPE_CHECKING:
@@ -76,7 +75,8 @@ def idempotent_append(
 ) -> None:
     """Append ``frame`` once per (``transaction_app_id``, ``txn_version``): Delta skips a version it committed.
 
-    Jobs pass their :class:`QueryIdentity`'s txnAppId and the batch id (an import, the file's hash and 0).
+    Jobs pass their query's txnAppId (:class:`routing.streaming.QueryIdentity`) and the batch id (an import,
+    the file's hash and 0).
     ``merge_schema`` lets the append add columns the table lacks (a table from an older release).
     ``table`` is a path or a catalog name (:mod:`routing.delta_tables`); Delta honours the txn options on both.
     """
@@ -117,7 +117,7 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
 
     Declines (False) on Spark Connect (no JVM here), for catalog table names (the public writer resolves
     them), when the frame's columns are not the table's (in any order; the public writer enforces or merges
-    the schema), on a Delta release it was not tested with (:data:`routing.TESTED_DELTA`), and when
+    the schema), on a Delta release it was not tested with (:data:`routing.delta_jvm.TESTED_DELTA`), and when
     Delta's internal API differs (both logged once). A failure of the write or the commit
     itself raises, like the public writer's.
     """
@@ -128,13 +128,13 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
         return False
     spark = frame.sparkSession
     try:
-        delta = delta_jvm(spark)
+        delta = delta_jvm.delta_jvm(spark)
         if not delta.tested():
             _first_append_missing = True
             log.warning(
                 "Delta %s is not a release the direct append was tested with (%s): appending through the public writer",
                 delta.version,
-                ", ".join(f"{prefix}x" for prefix in TESTED_DELTA),
+                ", ".join(f"{prefix}x" for prefix in delta_jvm.TESTED_DELTA),
             )
             return False
         transaction = delta.for_table(spark._jsparkSession, table).startTransaction()
@@ -149,7 +149,7 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
         now = delta.option(delta.long_value_of(int(time.time() * 1000)))
         set_transaction = delta.set_transaction(transaction_app_id, txn_version, now)
     except Exception as error:
-        if not delta_api_missing(error):
+        if not delta_jvm.delta_api_missing(error):
             raise  # a failure of the JVM's or of this code: loud, never a silent switch to the slower writer
         # No such class or method in this Delta: the public writer serves.
         _first_append_missing = True
@@ -189,7 +189,7 @@ def warm_append_state(spark: SparkSession, table: str) -> bool:
     if is_connect(spark):
         return False  # no JVM here to reach DeltaLog: the next append computes the state itself
     try:
-        jvm_snapshot(spark, delta_tables.location(spark, table)).transactions()
+        delta_jvm.jvm_snapshot(spark, delta_tables.location(spark, table)).transactions()
     except Exception as error:
         if not _warm_failure_logged:
             _warm_failure_logged = True
