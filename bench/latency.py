@@ -35,7 +35,7 @@ takes the whole backlog):
 
 (a) **passthrough**: the Kafka -> Delta copy of ``bench/stream.py`` (one append
     of the source columns per batch: one Spark job and one commit, the same append
-    as the router's first attempt at a batch, ``routing.streaming.first_append``);
+    as the router's first attempt at a batch, ``routing.appends.first_append``);
     its table is created with the router's table properties, and the two share
     the SparkSession and so every session setting);
 (b) **native router**: the real :class:`routing.router.pipeline.Router`, over

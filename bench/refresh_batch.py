@@ -145,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from jobs.refresh_subscriptions import import_files
     from routing import delta_tables
+    from routing.appends import idempotent_append
     from routing.settings import load_settings
     from routing.spark import get_spark
-    from routing.streaming import idempotent_append
 
     rng = random.Random(args.seed)
     record = RunRecord.start(__file__, sys.argv[1:] if argv is None else argv)

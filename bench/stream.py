@@ -39,8 +39,8 @@ the same ``maxOffsetsPerTrigger``, its own checkpoint and its own Delta paths:
 (a) **passthrough**: Kafka -> Delta copy, no routing (``foreachBatch`` append
     of the source columns, partitioned like the router's tables): one Spark job
     and one commit per batch, the same append as the router's first attempt at a
-    batch (``routing.streaming.first_append``,
-    :func:`routing.streaming.first_append`), which skips Delta's txn-version
+    batch (``routing.appends.first_append``,
+    :func:`routing.appends.first_append`), which skips Delta's txn-version
     check because its ledger proves no earlier attempt wrote. Without a ledger the
     copy is not replay-safe; with that check (``txnAppId``, a state reconstruction
     of three Spark jobs per batch in Delta 4.4) it would be slower, so this is the
@@ -471,7 +471,7 @@ def start_passthrough(
     """Variant (a), the baseline: the router's Kafka source copied to the deliveries table as it is.
 
     The same source, partitioning and table properties as the router, and the same append as the router's first
-    attempt at a batch (:func:`routing.streaming.first_append`: one Spark job and one commit carrying the batch's
+    attempt at a batch (:func:`routing.appends.first_append`: one Spark job and one commit carrying the batch's
     ``txn`` version, which ``bench/latency.py`` maps commits to batches by). Without the router's ledger this copy
     cannot know a batch is a first attempt, so it is not replay-safe (the benchmark re-executes no batch); with
     Delta's ``txnAppId`` check, which a replay-safe copy needs, each batch would also reconstruct the table's state
@@ -481,10 +481,11 @@ def start_passthrough(
     """
     from pyspark.sql import functions as F
 
+    from routing.appends import first_append
     from routing.router.columns import SOURCE_DDL
     from routing.router.pipeline import kafka_stream
     from routing.router.tables import PARTITION_COLUMN
-    from routing.streaming import create_delta_table_if_absent, first_append, start_query
+    from routing.streaming import create_delta_table_if_absent, start_query
 
     router = settings.router
     # Created like the router's tables (partitioning; Delta's session defaults such as its checkpointInterval).
@@ -704,11 +705,12 @@ def run_sql_rlike(
 ) -> Run:
     from pyspark.sql import functions as F
 
+    from routing.appends import idempotent_append
     from routing.router.classify import classify
     from routing.router.columns import CLASSIFIED_COLUMNS, deliveries_frame
     from routing.router.pipeline import kafka_stream
     from routing.router.tables import PARTITION_COLUMN
-    from routing.streaming import idempotent_append, start_query
+    from routing.streaming import start_query
 
     router = settings.router
     validator = settings.validator()

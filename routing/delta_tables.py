@@ -1,13 +1,14 @@
-"""Where a Delta table lives: a path, or a name in the session's catalog. Every table access goes through here.
+"""Where a Delta table lives: a path, or a name in the session's catalog. Every access but an append goes through here.
 
 Each table setting (``subscriptions.table_path`` and ``rejects_path``; ``router.deliveries_path``,
 ``dead_letters_path``, ``unrouted_path`` and ``metrics_path``) takes either form:
 
 * **a path**: absolute, relative (to the settings file that wrote it), or a URI such as
-  ``s3a://bucket/deliveries``. Read with ``load``, written with ``save``, created at that location.
+  ``s3a://bucket/deliveries``. Read with ``load``, written with ``save`` (:mod:`routing.appends`),
+  created at that location.
 * **a table name**: two or three dot-separated identifiers, ``schema.table`` or
   ``catalog.schema.table`` (the Hive metastore's two levels, Unity Catalog's three), resolved in the
-  session's catalog. Read with ``table``, written with ``saveAsTable``, created with
+  session's catalog. Read with ``table``, written with ``saveAsTable`` (:mod:`routing.appends`), created with
   ``CREATE TABLE IF NOT EXISTS ... USING delta``. The schema (database) must exist, as a catalog's
   owner would want: nothing here creates one, except in the session-scoped catalog below.
 
@@ -48,18 +49,18 @@ Spark and Delta are imported inside the functions, so importing this module stay
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from routing.delta_jvm import jvm_snapshot
 from routing.table_names import is_table_name as is_table_name  # below the settings, which check table names
 
 if TYPE_CHECKING:
     from delta.tables import DeltaTable
-    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 #: The catalog of names with two parts, and the only one that can be session-scoped.
 SESSION_CATALOG = "spark_catalog"
@@ -236,15 +237,6 @@ def read_stream(spark: SparkSession, table: str) -> DataFrame:
     return reader.load(table)
 
 
-def save(spark: SparkSession, writer: DataFrameWriter, table: str) -> None:
-    """Run ``writer`` (format and mode already set) into the table: ``saveAsTable`` for a name, else ``save``."""
-    if is_table_name(table):
-        register(spark, table)
-        writer.saveAsTable(table)
-    else:
-        writer.save(table)
-
-
 def merge(table: str, source: DataFrame, clauses: str) -> None:
     """``MERGE INTO <table> AS t USING <source> AS s <clauses>``, in the source's session.
 
@@ -292,77 +284,6 @@ def location(spark: SparkSession, table: str) -> str:
 LOG = logging.getLogger(__name__)
 #: Set once this Delta turned out to lack the internal calls :func:`_log_snapshot` makes (then SQL serves).
 _log_calls_missing = False
-
-
-#: The Delta releases (version prefixes) whose internal API this project's fast paths were written and tested
-#: against: on any other the direct append stands down and Delta's public writer serves
-#: (:func:`routing.streaming.first_append`).
-TESTED_DELTA = ("4.4.",)
-
-
-class DeltaJvm:
-    """The JVM classes and methods by which this project calls Delta's internal API, looked up once per JVM.
-
-    A name reached as ``jvm.org.apache.spark.sql.delta.DeltaLog.forTable`` is resolved on every use, one
-    py4j round trip per step, and the JVM answers each package step (``org``, ``org.apache``, ...) by
-    failing to load it as a class, a search of every jar on the class path. The router's append made
-    thirteen such steps per batch (6.7-8.4 ms of the driver's time; 0.15-0.24 ms held). Held here, each
-    call is one round trip.
-
-    Nothing is checked when this is built: a class this Delta lacks is a py4j ``JavaPackage``, which
-    raises ``TypeError`` when called (see :func:`routing.streaming.delta_api_missing`).
-    """
-
-    def __init__(self, jvm: Any) -> None:
-        self.jvm = jvm
-        self._delta = jvm.org.apache.spark.sql.delta
-        self.for_table = self._delta.DeltaLog.forTable
-        self.set_transaction = self._delta.actions.SetTransaction
-        self.option = jvm.scala.Option.apply
-        self.option_empty = jvm.scala.Option.empty
-        self.long_value_of = jvm.java.lang.Long.valueOf
-
-    @functools.cached_property
-    def version(self) -> str:
-        """The running Delta's release (``io.delta.VERSION``)."""
-        return str(self.jvm.io.delta.package.VERSION())
-
-    def tested(self) -> bool:
-        """Whether the running Delta is one of :data:`TESTED_DELTA`."""
-        return self.version.startswith(TESTED_DELTA)
-
-    @functools.cached_property
-    def append_operation(self) -> Any:
-        """``DeltaOperations.Write(mode = Append, the rest their defaults)``, as the public append's commit
-        names it (an immutable case class, so one serves every commit)."""
-        write_operation = getattr(getattr(self._delta, "DeltaOperations$Write$"), "MODULE$")
-        defaults = [getattr(write_operation, f"apply$default${index}")() for index in range(2, 10)]
-        return write_operation.apply(self.jvm.org.apache.spark.sql.SaveMode.Append, *defaults)
-
-
-#: The :class:`DeltaJvm` of the process's JVM (PySpark keeps one gateway per process; rebuilt if it changes).
-_delta_jvm: DeltaJvm | None = None
-
-
-def delta_jvm(spark: SparkSession) -> DeltaJvm:
-    """The held :class:`DeltaJvm` of ``spark``'s JVM (classic sessions). Threads may race to build it: the
-    loser's copy is dropped, which is harmless."""
-    global _delta_jvm
-    jvm: Any = spark.sparkContext._jvm
-    held = _delta_jvm
-    if held is None or held.jvm is not jvm:
-        held = _delta_jvm = DeltaJvm(jvm)
-    return held
-
-
-def jvm_snapshot(spark: SparkSession, path: str) -> Any:
-    """Delta's ``Snapshot`` of the table at ``path`` as of now, through the JVM's ``DeltaLog`` (classic sessions;
-    Delta's internal API, so callers fall back when it raises). Version -1: no table there."""
-    delta = delta_jvm(spark)
-    none = delta.option_empty()
-    log = delta.for_table(spark._jsparkSession, path)
-    # update(stalenessAcceptable = false, checkIfUpdatedSinceTs = None, catalogTableOpt = None): list the log now.
-    return log.update(False, none, none)
 
 
 def _log_snapshot(spark: SparkSession, table: str) -> Any | None:

@@ -12,12 +12,12 @@ from typing import Any, cast
 
 import pytest
 
+from routing.appends import AppendStateWarmer
 from routing.settings import Settings
 from routing.streaming import (
     AFTER_MERGE,
     CRASH_AFTER_WRITES_ENV,
     IN_MERGE,
-    AppendStateWarmer,
     ConcurrentTableChange,
     QueryIdentity,
     crash_after_writes_from_env,
@@ -110,7 +110,7 @@ def test_the_kafka_source_takes_topics_or_a_pattern(topics: tuple[str, ...], pat
 def test_the_background_warm_runs_off_the_callers_thread_and_wait_returns_once_it_is_done(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from routing import streaming
+    from routing import appends
 
     release = threading.Event()
     warmed: list[tuple[str, str]] = []  # (table, thread name)
@@ -120,7 +120,7 @@ def test_the_background_warm_runs_off_the_callers_thread_and_wait_returns_once_i
         warmed.append((table, threading.current_thread().name))
         return True
 
-    monkeypatch.setattr(streaming, "warm_append_state", slow_warm)
+    monkeypatch.setattr(appends, "warm_append_state", slow_warm)
     warmer = AppendStateWarmer(cast(Any, None))
     try:
         warmer.start(["deliveries", "metrics", "deliveries"])

@@ -181,7 +181,7 @@ def test_tiny_run_accounts_for_every_message(settings: Settings, kafka_broker: o
             assert sum(batch["input_rows"] for batch in batches) == expected, where
             assert all(batch["commit_ms"] is not None and batch["commit_ms"] > batch["trigger_ms"] for batch in batches)
             # Both append with one Spark job and nothing to warm: the passthrough plainly, the router's first
-            # attempts directly (routing.streaming.first_append).
+            # attempts directly (routing.appends.first_append).
             stages = {"write_deliveries"} if "router" in variant else {"write"}
             assert all(stages <= set(batch["stage_seconds"]) for batch in batches), where
             assert not any({"warm", "warm_wait"} & set(batch["stage_seconds"]) for batch in batches), where

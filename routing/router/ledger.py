@@ -116,7 +116,7 @@ class Ledger:
 
         Created means no attempt at ``batch_id`` before this one recorded it, and since every attempt records
         before it writes anything, none wrote anything either: what lets the router's first attempt append
-        without Delta's check of its txn version (:func:`routing.streaming.first_append`).
+        without Delta's check of its txn version (:func:`routing.appends.first_append`).
         """
         entry = {
             "app_id": self._app_id,

@@ -14,8 +14,8 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
    row stays in the JVM.
 4. **Fan out and write** in one pass: the deliveries (an ``explode`` of each
    message's subscribers) are appended to Delta idempotently (``txnAppId`` =
-   app id + ``":"`` + query id, ``txnVersion`` = batch id; :mod:`routing.streaming`,
-   the layer the refresh job shares), and that very write counts every
+   app id + ``":"`` + query id, ``txnVersion`` = batch id; :mod:`routing.appends`,
+   which the refresh job shares), and that very write counts every
    outcome: the UDF adds them to an accumulator from the rows it returns
    (:class:`udfs.route.UdfStats`; on Spark Connect, which has no accumulators,
    an ``Observation`` on the write), and the dead letters' own write counts
@@ -28,13 +28,13 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
 
 So the common batch (no dead letters) costs one pass over its input, one Delta
 commit and one small ledger file. Its first attempt appends with
-:func:`routing.streaming.first_append` (on a table by path, classic Spark): the commit
+:func:`routing.appends.first_append` (on a table by path, classic Spark): the commit
 carries the batch's ``txn`` action like the public writer's, without the public writer's
 check of it, which would reconstruct the table's state (three Spark jobs): the ledger
 entry this attempt created proves no earlier attempt wrote. So its path from trigger to
 visible commit is one Spark job. Through the public writer (catalog table names, and
 re-executed batches), the state the next batch's check needs is computed once this batch has
-committed (:class:`routing.streaming.AppendStateWarmer`, in line or in the background:
+committed (:class:`routing.appends.AppendStateWarmer`, in line or in the background:
 :func:`warm_in_background`), to the same effect. A batch Spark
 re-executes (its id is in the ledger) takes the careful path: a counting pass first,
 then every output with rows through the public writer, each skipped by Delta if that
@@ -68,6 +68,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from routing import delta_tables
+from routing.appends import AppendStateWarmer, append_once
 from routing.checkpoints import CheckpointLease
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.columns import SOURCE_COLUMNS, BatchPlan, dead_letters_frame, judged_in_jvm, unrouted_frame
@@ -92,12 +93,9 @@ from routing.router.tables import HEADERS_DDL, OUTPUT_TABLES, PARTITION_COLUMN, 
 from routing.spark import is_connect
 from routing.streaming import (
     AfterWrites,
-    AppendStateWarmer,
     QueryIdentity,
     create_delta_table_if_absent,
-    first_append,
     first_batch_of_run,
-    idempotent_append,
     kafka_source,
     start_query,
 )
@@ -200,7 +198,7 @@ class Router:
         self.connect = is_connect(spark)
         #: Each batch's warm of the tables it wrote runs here: waited for at once, or overlapping the next batch's
         #: start (:func:`warm_in_background`). None on Spark Connect, which has no JVM to warm
-        #: through; see :class:`routing.streaming.AppendStateWarmer`.
+        #: through; see :class:`routing.appends.AppendStateWarmer`.
         self.warmer = None if self.connect else AppendStateWarmer(spark)
         #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task; Spark Connect has no
         #: accumulators, so there the metrics' ``match_ms`` and ``distinct_keys_per_arrow_batch_sum`` stay 0.
@@ -486,16 +484,21 @@ class Router:
         """Append the batch's rows to ``path`` once per batch id; adds ``path`` to ``written`` when the public
         writer did it (its next append needs the Delta state a warm computes).
 
-        A first attempt (the batch's ledger entry was created by this attempt) takes
-        :func:`routing.streaming.first_append`: the same commit without
-        Delta's check of the txn version, which cannot have been committed yet.
+        A first attempt (the batch's ledger entry was created by this attempt) may commit directly
+        (:func:`routing.appends.append_once`): the same commit without Delta's check of the txn version,
+        which cannot have been committed yet.
         """
-        txn_app_id = self.identity.txn_app_id
-        direct = first_attempt
-        if direct and first_append(frame, path, txn_app_id, batch_id):
-            return
-        idempotent_append(frame, path, txn_app_id, batch_id, partition_by=partition_by, merge_schema=merge_schema)
-        written.append(path)
+        warm = append_once(
+            frame,
+            path,
+            self.identity.txn_app_id,
+            batch_id,
+            first_attempt=first_attempt,
+            partition_by=partition_by,
+            merge_schema=merge_schema,
+        )
+        if warm:
+            written.append(path)
 
     def _write_metrics(self, report: BatchReport, written: list[str]) -> None:
         """Append the batch's report to the ``router.metrics_path`` Delta table, once per batch id.

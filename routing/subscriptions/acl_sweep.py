@@ -115,6 +115,7 @@ def deactivate_forbidden(spark: SparkSession, *, table_path: str, rejects_path: 
     from pyspark.sql import functions as F
 
     from routing import delta_tables
+    from routing.appends import append_once
     from routing.subscriptions.table import latest_version
 
     version = latest_version(spark, table_path)
@@ -150,14 +151,7 @@ def deactivate_forbidden(spark: SparkSession, *, table_path: str, rejects_path: 
             F.current_timestamp().alias("rejected_at"),
         )
         # Idempotent: Delta skips the append when this app id already committed this (or a later) table version.
-        delta_tables.save(
-            spark,
-            rejects.write.format("delta")
-            .mode("append")
-            .option("txnAppId", SWEEP_TXN_APP_ID)
-            .option("txnVersion", version),
-            rejects_path,
-        )
+        append_once(rejects, rejects_path, SWEEP_TXN_APP_ID, version, first_attempt=False)
         changes = forbidden.select("subscriber_id", "pattern", "change_id", new_change_id.alias("new_change_id"))
         delta_tables.merge(
             table_path,

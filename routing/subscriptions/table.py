@@ -32,7 +32,7 @@ when something changes) and the rejects append. Re-running a batch after a
 crash is harmless: the MERGE only applies events newer than the row, so
 changes already merged are stale no-ops (and with nothing to change no commit
 is made); the rejects append carries ``txnAppId``/``txnVersion``
-(``refresh_subscriptions:<query id>``, batch id; :func:`routing.streaming.idempotent_append`),
+(``refresh_subscriptions:<query id>``, batch id; :func:`routing.appends.append_once`),
 so Delta skips it if it already committed; and the subscription
 limits re-evaluated against the merged table reject exactly the same events.
 (One nuance: when a crash falls between the MERGE and the rejects append of a
@@ -66,13 +66,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from routing import delta_tables
+from routing.appends import append_once
 from routing.grammar import HASH, SEPARATOR
 from routing.streaming import (
     AFTER_MERGE,
     BatchCrash,
     ConcurrentTableChange,
     create_delta_table_if_absent,
-    idempotent_append,
 )
 from routing.subscriptions.events import (
     APPLIED_KINDS,
@@ -804,7 +804,7 @@ def _append_rejects(
         F.current_timestamp().alias("rejected_at"),
     )
     # Idempotent: Delta skips this append if (app id, version) already committed.
-    idempotent_append(rejects, rejects_path, txn_app_id, txn_version)
+    append_once(rejects, rejects_path, txn_app_id, txn_version, first_attempt=False)
 
 
 # -- summaries --------------------------------------------------------------------

@@ -136,8 +136,7 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
     import py4j.clientserver
     from py4j import protocol as proto
 
-    from routing import streaming
-    from routing.router import pipeline
+    from routing import appends
 
     trigger = "processing_time" if delta_warm == "inline" else "available_now"
     local = router_settings(settings, tmp_path, ["steady"], trigger=trigger)
@@ -164,12 +163,12 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
 
         return run
 
-    monkeypatch.setattr(pipeline, "idempotent_append", counted("append", streaming.idempotent_append))
+    monkeypatch.setattr(appends, "idempotent_append", counted("append", appends.idempotent_append))
     if delta_append == "direct":
-        monkeypatch.setattr(pipeline, "first_append", counted("first_append", streaming.first_append))
+        monkeypatch.setattr(appends, "first_append", counted("first_append", appends.first_append))
     else:  # the direct append declines, as it does for a catalog table or without Delta's internal API
-        monkeypatch.setattr(pipeline, "first_append", lambda *args, **kwargs: False)
-    monkeypatch.setattr(streaming, "warm_append_state", counted("warm", streaming.warm_append_state))
+        monkeypatch.setattr(appends, "first_append", lambda *args, **kwargs: False)
+    monkeypatch.setattr(appends, "warm_append_state", counted("warm", appends.warm_append_state))
     calls = [0]
     # Names the JVM answered as packages: each is a failed class lookup through every jar on the class path.
     packages: list[str] = []
@@ -211,15 +210,15 @@ def test_a_steady_batch_appends_with_one_spark_job_and_few_jvm_calls(
         # The commits carry the batches' txn versions as the public writer's do: a re-execution skips them.
         committed = delta_tables.read(spark, deliveries).count()
         again = delta_tables.read(spark, deliveries).limit(5)
-        streaming.idempotent_append(again, deliveries, router.identity.txn_app_id, 2, partition_by=(PARTITION_COLUMN,))
+        appends.idempotent_append(again, deliveries, router.identity.txn_app_id, 2, partition_by=(PARTITION_COLUMN,))
         assert delta_tables.read(spark, deliveries).count() == committed
         return
     assert [(name, path) for name, path, _ in jobs] == [("append", deliveries), ("warm", deliveries)] * 3
-    appends = [count for name, _, count in jobs if name == "append"]
+    append_jobs = [count for name, _, count in jobs if name == "append"]
     warms = [count for name, _, count in jobs if name == "warm"]
     # Batch 0 found the table cold (its append computed the state first); from then on the append is one job,
     # because each batch's warm did the state reconstruction the next append would have done.
-    assert appends[0] > 1 and appends[1:] == [1, 1], appends
+    assert append_jobs[0] > 1 and append_jobs[1:] == [1, 1], append_jobs
     assert all(count > 0 for count in warms), warms
     # Each warm ran on the warmer's thread, not on the batch's own path.
     assert len(threads["warm"]) == 1 and next(iter(threads["warm"])).startswith("delta-warm"), threads
@@ -346,8 +345,8 @@ def test_output_tables_hand_parquet_their_plain_columns_and_int64_timestamps(
     """
     import pyarrow.parquet as pq
 
+    from routing.appends import first_append
     from routing.router.tables import OUTPUT_TABLES
-    from routing.streaming import first_append
 
     local = router_settings(settings, tmp_path, ["dictionary"], unrouted_path=str(tmp_path / "unrouted"))
     Router(spark, local).close(progress_wait_s=0)  # creates the output tables, as a router's start does
@@ -471,20 +470,20 @@ def test_the_direct_append_stands_down_on_a_delta_release_it_was_not_tested_with
     """The version check before Delta's internal API, and its fallback: the public writer, idempotent as ever."""
     import logging
 
-    from routing import streaming
+    from routing import appends, delta_jvm
 
     frame = spark.range(3).selectExpr("id", "CAST(id AS STRING) AS text")
     tested, untested = str(tmp_path / "tested"), str(tmp_path / "untested")
     for path in (tested, untested):
         frame.limit(0).write.format("delta").save(path)  # the tables, with their columns
-    assert delta_tables.delta_jvm(spark).version.startswith(delta_tables.TESTED_DELTA)
-    monkeypatch.setattr(streaming, "_first_append_missing", False)
-    assert streaming.first_append(frame, tested, "direct", 0) is True
-    monkeypatch.setattr(delta_tables, "TESTED_DELTA", ("0.0.",))
-    with caplog.at_level(logging.WARNING, logger="routing.streaming"):
-        assert streaming.first_append(frame, untested, "direct", 0) is False
+    assert delta_jvm.delta_jvm(spark).version.startswith(delta_jvm.TESTED_DELTA)
+    monkeypatch.setattr(appends, "_first_append_missing", False)
+    assert appends.first_append(frame, tested, "direct", 0) is True
+    monkeypatch.setattr(delta_jvm, "TESTED_DELTA", ("0.0.",))
+    with caplog.at_level(logging.WARNING, logger="routing.appends"):
+        assert appends.first_append(frame, untested, "direct", 0) is False
     assert "is not a release the direct append was tested with (0.0.x)" in caplog.text
     assert delta_tables.read(spark, untested).count() == 0  # it wrote nothing
     for _ in range(2):  # the public writer serves, and skips the version it committed
-        streaming.idempotent_append(frame, untested, "direct", 0)
+        appends.idempotent_append(frame, untested, "direct", 0)
     assert delta_tables.read(spark, untested).count() == 3 == delta_tables.read(spark, tested).count()

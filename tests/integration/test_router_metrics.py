@@ -102,7 +102,7 @@ def test_metrics_rows_match_an_independent_count_once_per_batch(spark: Any, sett
     assert sorted(router.reports) == [1, 2, 3]
     # Batch 0's re-execution appended through the public writer, so batch 2 waited for the Delta warm it left.
     # Batch 2's first attempt appended every table (deliveries, dead letters, unmatched, metrics) directly
-    # (routing.streaming.first_append), so it left no warm for batch 3.
+    # (routing.appends.first_append), so it left no warm for batch 3.
     assert {"write_dead_letters", "write_unmatched"} <= set(router.reports[2].stages)
     assert "warm_wait" in router.reports[2].stages and "warm_wait" not in router.reports[3].stages
     assert ledger_versions(spark, local) == [(1, version), (2, version), (3, version)]

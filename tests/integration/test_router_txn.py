@@ -57,7 +57,7 @@ def test_only_a_missing_delta_class_or_method_switches_the_fast_append_off(spark
     from py4j.protocol import Py4JError, Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
-    from routing.streaming import delta_api_missing
+    from routing.delta_jvm import delta_api_missing
 
     jvm = spark.sparkContext._jvm
 
@@ -81,7 +81,7 @@ def test_first_append_declines_what_the_public_writer_must_handle(spark: Any, tm
     writer resolves them): declined, and nothing written; the table's columns in any order commit the txn
     version."""
     from routing import delta_tables
-    from routing.streaming import first_append, idempotent_append
+    from routing.appends import first_append, idempotent_append
 
     path = str(tmp_path / "table")
     spark.range(3).selectExpr("id", "cast(id as string) as name").write.format("delta").save(path)

@@ -19,10 +19,11 @@ import pytest
 from router_support import job_flags, router_settings
 from test_cli import run
 
+from routing.appends import idempotent_append
 from routing.router.columns import deliveries_frame
 from routing.router.tables import DELIVERIES_DDL, HEADERS_DDL, PARTITION_COLUMN
 from routing.settings import Settings
-from routing.streaming import create_delta_table_if_absent, idempotent_append
+from routing.streaming import create_delta_table_if_absent
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
