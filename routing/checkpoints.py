@@ -11,34 +11,34 @@ The layout
 Relative to the checkpoint (``<q>``: the streaming query's id, ``<b>``: a batch id, ``<g>``: a lease
 generation). Every write is atomic (a temporary ``.<name>.<random>.tmp`` renamed into place); every file
 is one JSON object but the tail's rows (JSON lines) and ``.done`` (the bytes ``printed``). Each row's
-writer goes through the function or class named in it:
+writer goes through the function or class named in it::
 
-=================================  =====================================  =====================================
-Name, writer and format            What it is                             When it is pruned
-=================================  =====================================  =====================================
-``metadata``, ``commits/<b>``      the query's id; its committed batches  by Spark: read here, never written
-(Spark's own)                      (:func:`checkpoint_query_id`,
-                                   :func:`first_batch_of_run`)
-``lease/<g>``                      who holds the checkpoint, heartbeat    on acquire: all but the previous
-(every job; write-once, then       (:class:`CheckpointLease`)             generation
-replaced by the heartbeat)
-``router_ledger/<q>/<b>``          the snapshot version the batch routed  every ``retain_batches`` batches,
-(the router; write-once)           with (:mod:`routing.router.ledger`,    those ``retain_batches`` back
-                                   :func:`ledger_directory`)
-``router_reports/<q>/<b>``         the batch's report and the run's       as the ledger, by the same worker
-(the router's worker on Spark      totals, for the client
-Connect; replaced on a replay)     (:func:`router_reports`)
-``refresh_summaries/<q>/<b>``      the batch's summary, for the client    by the client, once it read them
-(the refresh job's worker on       (:func:`refresh_summaries`)
-Spark Connect; replaced)
-``handoff/<b>.rows``               the batch's rows, in print order       by the worker, once the tail
-(the tail's worker on Spark        (:class:`HandoffFiles`)                printed them
-Connect; replaced)
-``handoff/<b>.done``               the tail printed and flushed them      with ``<b>.rows``
-(the tail; write-once)
-``unprinted/rows``                 the rows a ``--limit`` left            when printed (the next run), or
-(the tail; replaced)               unprinted (:class:`UnprintedRows`)     replaced by a later limit's
-=================================  =====================================  =====================================
+    =================================  =====================================  =====================================
+    Name, writer and format            What it is                             When it is pruned
+    =================================  =====================================  =====================================
+    ``metadata``, ``commits/<b>``      the query's id; its committed batches  by Spark: read here, never written
+    (Spark's own)                      (:func:`checkpoint_query_id`,
+                                       :func:`first_batch_of_run`)
+    ``lease/<g>``                      who holds the checkpoint, heartbeat    on acquire: all but the previous
+    (every job; write-once, then       (:class:`CheckpointLease`)             generation
+    replaced by the heartbeat)
+    ``router_ledger/<q>/<b>``          the snapshot version the batch routed  every ``retain_batches`` batches,
+    (the router; write-once)           with (:mod:`routing.router.ledger`,    those ``retain_batches`` back
+                                       :func:`ledger_directory`)
+    ``router_reports/<q>/<b>``         the batch's report and the run's       as the ledger, by the same worker
+    (the router's worker on Spark      totals, for the client
+    Connect; replaced on a replay)     (:func:`router_reports`)
+    ``refresh_summaries/<q>/<b>``      the batch's summary, for the client    by the client, once it read them
+    (the refresh job's worker on       (:func:`refresh_summaries`)
+    Spark Connect; replaced)
+    ``handoff/<b>.rows``               the batch's rows, in print order       by the worker, once the tail
+    (the tail's worker on Spark        (:class:`HandoffFiles`)                printed them
+    Connect; replaced)
+    ``handoff/<b>.done``               the tail printed and flushed them      with ``<b>.rows``
+    (the tail; write-once)
+    ``unprinted/rows``                 the rows a ``--limit`` left            when printed (the next run), or
+    (the tail; replaced)               unprinted (:class:`UnprintedRows`)     replaced by a later limit's
+    =================================  =====================================  =====================================
 
 Not in a checkpoint: the frozen snapshot files live beside the subscription table
 (:mod:`routing.router.snapshot_files`), and a tail's own checkpoint defaults to a sibling of the router's
