@@ -57,7 +57,6 @@ from routing.settings import MAX_SECONDS, Settings, add_settings_arguments, asci
 from routing.streaming import crash_after_writes_from_env, kafka_exit_status
 from routing.subscriptions.events import ImportFileError
 from routing.subscriptions.refresh import (
-    SUMMARIES_DIRECTORY,
     ImportFile,
     RunSummary,
     apply_import_files,
@@ -73,7 +72,6 @@ if TYPE_CHECKING:
 #: The job's runs, from the library (:mod:`routing.subscriptions.refresh`), with its command line.
 __all__ = [
     "APP_NAME",
-    "SUMMARIES_DIRECTORY",
     "RunSummary",
     "apply_import_files",
     "build_parser",

@@ -1,12 +1,54 @@
-"""Files beside a streaming checkpoint, on any Hadoop FileSystem: write-once records and the checkpoint lease.
+"""The checkpoint directory's layout: every file the jobs keep beside Spark's own, and how each is written.
 
-Both jobs keep their progress in a checkpoint directory that may be local, HDFS, S3 or ABFS, so the
-files they add there go through a filesystem client that reaches all of them, never Python's
+Both jobs keep their progress in a checkpoint directory that may be local, HDFS, S3 or ABFS. Spark owns
+its offset and commit logs there; the jobs add a few files of their own, and this module is the one place
+that names them (:data:`LAYOUT`) and reads, writes and prunes them. Other modules keep their logic (the
+ledger's pinning rules, the tail's printing) and get every checkpoint-relative path and file from here.
+
+The layout
+----------
+
+Relative to the checkpoint (``<q>``: the streaming query's id, ``<b>``: a batch id, ``<g>``: a lease
+generation). Every write is atomic (a temporary ``.<name>.<random>.tmp`` renamed into place); every file
+is one JSON object but the tail's rows (JSON lines) and ``.done`` (the bytes ``printed``). Each row's
+writer goes through the function or class named in it::
+
+    =================================  =====================================  =====================================
+    Name, writer and format            What it is                             When it is pruned
+    =================================  =====================================  =====================================
+    ``metadata``, ``commits/<b>``      the query's id; its committed batches  by Spark: read here, never written
+    (Spark's own)                      (:func:`checkpoint_query_id`,
+                                       :func:`first_batch_of_run`)
+    ``lease/<g>``                      who holds the checkpoint, heartbeat    on acquire: all but the previous
+    (every job; write-once, then       (:class:`CheckpointLease`)             generation
+    replaced by the heartbeat)
+    ``router_ledger/<q>/<b>``          the snapshot version the batch routed  every ``retain_batches`` batches,
+    (the router; write-once)           with (:mod:`routing.router.ledger`,    those ``retain_batches`` back
+                                       :func:`ledger_directory`)
+    ``router_reports/<q>/<b>``         the batch's report and the run's       as the ledger, by the same worker
+    (the router's worker on Spark      totals, for the client
+    Connect; replaced on a replay)     (:func:`router_reports`)
+    ``refresh_summaries/<q>/<b>``      the batch's summary, for the client    by the client, once it read them
+    (the refresh job's worker on       (:func:`refresh_summaries`)
+    Spark Connect; replaced)
+    ``handoff/<b>.rows``               the batch's rows, in print order       by the worker, once the tail
+    (the tail's worker on Spark        (:class:`HandoffFiles`)                printed them
+    Connect; replaced)
+    ``handoff/<b>.done``               the tail printed and flushed them      with ``<b>.rows``
+    (the tail; write-once)
+    ``unprinted/rows``                 the rows a ``--limit`` left            when printed (the next run), or
+    (the tail; replaced)               unprinted (:class:`UnprintedRows`)     replaced by a later limit's
+    =================================  =====================================  =====================================
+
+Not in a checkpoint: the frozen snapshot files live beside the subscription table
+(:mod:`routing.router.snapshot_files`), and a tail's own checkpoint defaults to a sibling of the router's
+(:func:`tail_checkpoint`), never inside it.
+
+Files go through a filesystem client that reaches every filesystem a checkpoint may be on, never Python's
 ``open``: :class:`CheckpointFiles` is Spark's own ``CheckpointFileManager`` (via the JVM gateway)
 for one directory, the API Spark writes its offset and commit logs with; pyarrow's filesystems
 (:class:`ArrowFiles`) in a Spark Connect session, which has no JVM, and for a directory on the
-local disk, where Hadoop's local filesystem took ~40 ms a file. The router's replay ledger
-(:mod:`routing.router.ledger`) and the lease below are built on it.
+local disk, where Hadoop's local filesystem took ~40 ms a file.
 
 The lease: one job per checkpoint
 ---------------------------------
@@ -65,6 +107,7 @@ import datetime as dt
 import json
 import logging
 import os
+import posixpath
 import socket
 import threading
 import uuid
@@ -77,10 +120,101 @@ log = logging.getLogger("routing.checkpoints")
 
 #: Seconds after its last heartbeat a holder on another machine counts as dead.
 LEASE_TIMEOUT_S = 60.0
-#: The lease directory's name inside the checkpoint.
-LEASE_DIRECTORY = "lease"
 #: Exit status of a job that found its checkpoint held by a live job (nothing was done; run it again later).
 EXIT_CHECKPOINT_BUSY = 3
+
+# The names inside a checkpoint (see the layout in the module doc, and :data:`LAYOUT`).
+#: Spark's: the query's metadata (its id, on the first line) and its commit log.
+SPARK_METADATA = "metadata"
+SPARK_COMMITS = "commits"
+#: The lease's generations.
+LEASE_DIRECTORY = "lease"
+#: The router's replay ledger (:mod:`routing.router.ledger`).
+LEDGER_DIRECTORY = "router_ledger"
+#: The router's batch reports on Spark Connect (:func:`router_reports`).
+ROUTER_REPORTS_DIRECTORY = "router_reports"
+#: The refresh job's batch summaries on Spark Connect (:func:`refresh_summaries`).
+REFRESH_SUMMARIES_DIRECTORY = "refresh_summaries"
+#: A tail's handoff directory on Spark Connect (:class:`HandoffFiles`).
+HANDOFF_DIRECTORY = "handoff"
+#: The rows a tail's ``--limit`` left unprinted: ``<this>/rows`` (:class:`UnprintedRows`).
+UNPRINTED_DIRECTORY = "unprinted"
+UNPRINTED_FILE = "rows"
+#: The directory beside the router's checkpoint that holds the tails' default checkpoints (:func:`tail_checkpoint`).
+TAIL_CHECKPOINTS_DIRECTORY = "tail"
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptFile:
+    """One kind of file the jobs keep in a checkpoint: a row of the layout table in the module doc."""
+
+    #: The path relative to the checkpoint: ``<q>`` a query id, ``<b>`` a batch id, ``<g>`` a lease generation.
+    pattern: str
+    what: str
+    written_by: str
+    #: ``json``, ``json lines`` or ``text``; ``write-once`` or ``replaced`` (atomically, either way).
+    format: str
+    pruned: str
+
+
+#: Every kind of file the jobs keep beside Spark's own in a checkpoint (tests/test_checkpoint_layout.py writes
+#: through every writer and checks that they write exactly these).
+LAYOUT: tuple[KeptFile, ...] = (
+    KeptFile(
+        f"{LEASE_DIRECTORY}/<g>",
+        "who holds the checkpoint (CheckpointLease)",
+        "every job",
+        "json, write-once, then replaced by the heartbeat",
+        "on acquire: all but the previous generation",
+    ),
+    KeptFile(
+        f"{LEDGER_DIRECTORY}/<q>/<b>",
+        "the snapshot version the batch routed with (routing.router.ledger)",
+        "the router",
+        "json, write-once",
+        "every retain_batches batches, those retain_batches back",
+    ),
+    KeptFile(
+        f"{ROUTER_REPORTS_DIRECTORY}/<q>/<b>",
+        "the batch's report and the run's totals, for the client (router_reports)",
+        "the router's worker on Spark Connect",
+        "json, replaced",
+        "as the ledger, by the same worker",
+    ),
+    KeptFile(
+        f"{REFRESH_SUMMARIES_DIRECTORY}/<q>/<b>",
+        "the batch's summary, for the client (refresh_summaries)",
+        "the refresh job's worker on Spark Connect",
+        "json, replaced",
+        "by the client, once it read them",
+    ),
+    KeptFile(
+        f"{HANDOFF_DIRECTORY}/<b>.rows",
+        "the batch's rows, in print order (HandoffFiles)",
+        "the tail's worker on Spark Connect",
+        "json lines, replaced",
+        "by the worker, once the tail printed them",
+    ),
+    KeptFile(
+        f"{HANDOFF_DIRECTORY}/<b>.done",
+        "the tail printed and flushed the batch's rows (HandoffFiles)",
+        "the tail",
+        "text, write-once",
+        "with <b>.rows",
+    ),
+    KeptFile(
+        f"{UNPRINTED_DIRECTORY}/{UNPRINTED_FILE}",
+        "the rows a --limit left unprinted (UnprintedRows)",
+        "the tail",
+        "json lines, replaced",
+        "when printed (the next run), or replaced by a later limit's",
+    ),
+)
+
+
+def in_checkpoint(checkpoint: str, *names: str) -> str:
+    """The path (or URI) of ``names`` inside ``checkpoint``."""
+    return "/".join([checkpoint.rstrip("/"), *names])
 
 
 class CheckpointFiles:
@@ -319,6 +453,185 @@ def delete_batch_files(files: CheckpointFiles | ArrowFiles, directory: str, thro
     for name in doomed:
         files.delete(directory, name)
     return len(doomed)
+
+
+# -- Spark's own files (read only) ------------------------------------------------------
+
+
+def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
+    """The id of the query whose checkpoint this is (Spark writes ``<checkpoint>/metadata`` before the first batch).
+
+    What a ``foreachBatch`` function running in a Spark Connect server's worker binds instead of
+    :meth:`routing.streaming.QueryIdentity.bind`: the client's ``start()`` returns the same id, but the worker
+    cannot be told.
+    """
+    metadata = CheckpointFiles(spark, checkpoint).read(SPARK_METADATA)
+    if metadata is None:
+        raise RuntimeError(f"no query metadata in checkpoint {checkpoint}: cannot tell which query this is")
+    return str(json.loads(metadata.splitlines()[0])["id"])
+
+
+def first_batch_of_run(spark: SparkSession, checkpoint: str) -> int:
+    """The first batch id a query started now on ``checkpoint`` processes: the one after its last commit.
+
+    What a job on Spark Connect counts its own batches from, among the records its earlier runs left.
+    """
+    names = CheckpointFiles(spark, checkpoint).list_names(SPARK_COMMITS)
+    commits = [int(name) for name in names if name.isdigit()]
+    return max(commits) + 1 if commits else 0
+
+
+# -- one JSON file per batch of a query: the ledger, the batch reports and summaries ----------
+
+
+class QueryBatchFiles:
+    """``<directory>/<query id>/<batch id>``: one JSON object per batch of a query (sorted keys).
+
+    The query id level keeps a query apart from an earlier one of the same checkpoint (a new checkpoint
+    numbers its batches from 0 again). Names that are not batch ids (a write's temporary file) are ignored.
+    """
+
+    def __init__(self, files: CheckpointFiles | ArrowFiles) -> None:
+        self.files = files
+
+    def create_once(self, query_id: str, batch_id: int, record: dict[str, Any]) -> bool:
+        """Write ``record`` unless the batch has one; whether this call wrote it."""
+        return self.files.create_once(json.dumps(record, sort_keys=True).encode(), query_id, str(batch_id))
+
+    def replace(self, query_id: str, batch_id: int, record: dict[str, Any]) -> None:
+        self.files.replace(json.dumps(record, sort_keys=True).encode(), query_id, str(batch_id))
+
+    def read(self, query_id: str, batch_id: int) -> Any:
+        """The batch's record, or None when it has none."""
+        text = self.files.read(query_id, str(batch_id))
+        return None if text is None else json.loads(text)
+
+    def query_ids(self) -> list[str]:
+        return self.files.list_names()
+
+    def batch_ids(self, query_id: str) -> list[int]:
+        """The query's batch ids that have a record, in order."""
+        return sorted(int(name) for name in self.files.list_names(query_id) if name.isdigit())
+
+    def prune(self, query_id: str, through: int) -> int:
+        """Delete the query's records of batches up to ``through`` (inclusive); how many were deleted."""
+        return delete_batch_files(self.files, query_id, through)
+
+
+def ledger_directory(checkpoint: str) -> str:
+    """The router's replay ledger: inside its checkpoint, so that it goes (and is copied) with it."""
+    return in_checkpoint(checkpoint, LEDGER_DIRECTORY)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRecords:
+    """One JSON record per batch, left beside a checkpoint by a job's ``foreachBatch`` for the job's client.
+
+    On Spark Connect ``foreachBatch`` runs in the server's Python worker, so the process that started the
+    query learns what each batch did only from files: ``<checkpoint>/<directory>/<query id>/<batch id>``
+    (:class:`QueryBatchFiles` through :class:`CheckpointFiles`, so any filesystem the checkpoint is on). A batch
+    Spark re-executes replaces its record: it belongs to the run that re-executed it. The router's batch
+    reports (:func:`router_reports`) and the refresh job's batch summaries (:func:`refresh_summaries`) are
+    both kept here; whoever writes them prunes them (:meth:`prune`), so that a job that runs for weeks
+    leaves a bounded number of files.
+    """
+
+    spark: SparkSession
+    checkpoint: str
+    directory: str
+
+    def _files(self) -> QueryBatchFiles:
+        return QueryBatchFiles(CheckpointFiles(self.spark, in_checkpoint(self.checkpoint, self.directory)))
+
+    def write(self, query_id: str, batch_id: int, record: dict[str, Any]) -> None:
+        self._files().replace(query_id, batch_id, record)
+
+    def prune(self, query_id: str, through: int) -> int:
+        """Delete the query's records of batches up to ``through`` (inclusive); how many were deleted."""
+        return self._files().prune(query_id, through)
+
+    def read(self, query_id: str, *, from_batch: int = 0) -> dict[int, dict[str, Any]]:
+        """The query's records by batch id, in batch order, from batch ``from_batch`` on (a run's own batches
+        start after the checkpoint's last commit: :func:`first_batch_of_run`)."""
+        files = self._files()
+        records = {}
+        for batch_id in (batch_id for batch_id in files.batch_ids(query_id) if batch_id >= from_batch):
+            record = files.read(query_id, batch_id)
+            if record is not None:
+                records[batch_id] = record
+        return records
+
+
+def router_reports(spark: SparkSession, checkpoint: str) -> BatchRecords:
+    """Where a router on Spark Connect leaves each batch's report for its client (``router_reports/<q>/<b>``)."""
+    return BatchRecords(spark, checkpoint, ROUTER_REPORTS_DIRECTORY)
+
+
+def refresh_summaries(spark: SparkSession, checkpoint: str) -> BatchRecords:
+    """Where a refresh run on Spark Connect leaves each batch's summary (``refresh_summaries/<q>/<b>``)."""
+    return BatchRecords(spark, checkpoint, REFRESH_SUMMARIES_DIRECTORY)
+
+
+# -- a tail's files ---------------------------------------------------------------------
+
+
+def tail_checkpoint(router_checkpoint: str, name: str) -> str:
+    """``<parent of the router's checkpoint>/tail/<name>``: a tail's default checkpoint, beside the router's."""
+    return posixpath.join(posixpath.dirname(router_checkpoint.rstrip("/")), TAIL_CHECKPOINTS_DIRECTORY, name)
+
+
+def handoff_directory(checkpoint: str) -> str:
+    """A tail's handoff directory on Spark Connect (:class:`HandoffFiles`)."""
+    return in_checkpoint(checkpoint, HANDOFF_DIRECTORY)
+
+
+class HandoffFiles:
+    """A tail's handoff on Spark Connect: ``<b>.rows`` (the server's worker hands a batch's rows over, replaced
+    atomically) and ``<b>.done`` (the tail printed them, write-once), both deleted by the worker once printed."""
+
+    def __init__(self, spark: SparkSession, directory: str) -> None:
+        self._files = CheckpointFiles(spark, directory)
+
+    def hand_over(self, batch_id: int, rows: bytes) -> None:
+        self._files.replace(rows, f"{batch_id}.rows")
+
+    def printed(self, batch_id: int) -> bool:
+        return self._files.read(f"{batch_id}.done") is not None
+
+    def clear(self, batch_id: int) -> None:
+        self._files.delete(f"{batch_id}.rows")
+        self._files.delete(f"{batch_id}.done")
+
+    def waiting(self) -> list[int]:
+        """The batches handed over and not yet printed, in batch order."""
+        names = set(self._files.list_names())
+        return sorted(
+            int(name.removesuffix(".rows"))
+            for name in names
+            if name.endswith(".rows") and name.removesuffix(".rows").isdigit() and f"{name[:-5]}.done" not in names
+        )
+
+    def rows(self, batch_id: int) -> str | None:
+        return self._files.read(f"{batch_id}.rows")
+
+    def acknowledge(self, batch_id: int) -> None:
+        self._files.create_once(b"printed", f"{batch_id}.done")
+
+
+class UnprintedRows:
+    """``<checkpoint>/unprinted/rows``: the rows a tail's ``--limit`` left unprinted (replaced atomically)."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
+        self._files = CheckpointFiles(spark, in_checkpoint(checkpoint, UNPRINTED_DIRECTORY))
+
+    def read(self) -> str | None:
+        return self._files.read(UNPRINTED_FILE)
+
+    def replace(self, rows: bytes) -> None:
+        self._files.replace(rows, UNPRINTED_FILE)
+
+    def delete(self) -> None:
+        self._files.delete(UNPRINTED_FILE)
 
 
 # -- the lease ----------------------------------------------------------------------------

@@ -48,7 +48,6 @@ Spark is imported only inside the functions, so importing this module stays chea
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import random
@@ -241,74 +240,6 @@ def start_query(
     query = writer.start()
     bind(str(query.id))
     return query
-
-
-def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
-    """The id of the query whose checkpoint this is (Spark writes ``<checkpoint>/metadata`` before the first batch).
-
-    What a ``foreachBatch`` function running in a Spark Connect server's worker binds instead of
-    :meth:`QueryIdentity.bind`: the client's ``start()`` returns the same id, but the worker cannot be told.
-    """
-    from routing.checkpoints import CheckpointFiles
-
-    metadata = CheckpointFiles(spark, checkpoint).read("metadata")
-    if metadata is None:
-        raise RuntimeError(f"no query metadata in checkpoint {checkpoint}: cannot tell which query this is")
-    return str(json.loads(metadata.splitlines()[0])["id"])
-
-
-def first_batch_of_run(spark: SparkSession, checkpoint: str) -> int:
-    """The first batch id a query started now on ``checkpoint`` processes: the one after its last commit.
-
-    What a job on Spark Connect counts its own batches from, among the records its earlier runs left.
-    """
-    from routing.checkpoints import CheckpointFiles
-
-    commits = [int(name) for name in CheckpointFiles(spark, checkpoint).list_names("commits") if name.isdigit()]
-    return max(commits) + 1 if commits else 0
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchRecords:
-    """One JSON record per batch, left beside a checkpoint by a job's ``foreachBatch`` for the job's client.
-
-    On Spark Connect ``foreachBatch`` runs in the server's Python worker, so the process that started the
-    query learns what each batch did only from files: ``<checkpoint>/<directory>/<query id>/<batch id>``
-    (through :class:`routing.checkpoints.CheckpointFiles`, so any filesystem the checkpoint is on). A batch
-    Spark re-executes replaces its record: it belongs to the run that re-executed it. The router's batch
-    reports and the refresh job's batch summaries are both kept here; whoever writes them prunes them
-    (:meth:`prune`), so that a job that runs for weeks leaves a bounded number of files.
-    """
-
-    spark: SparkSession
-    checkpoint: str
-    directory: str
-
-    def _files(self) -> Any:
-        from routing.checkpoints import CheckpointFiles
-
-        return CheckpointFiles(self.spark, f"{self.checkpoint.rstrip('/')}/{self.directory}")
-
-    def write(self, query_id: str, batch_id: int, record: dict[str, Any]) -> None:
-        self._files().replace(json.dumps(record, sort_keys=True).encode(), query_id, str(batch_id))
-
-    def prune(self, query_id: str, through: int) -> int:
-        """Delete the query's records of batches up to ``through`` (inclusive); how many were deleted."""
-        from routing.checkpoints import delete_batch_files
-
-        return delete_batch_files(self._files(), query_id, through)
-
-    def read(self, query_id: str, *, from_batch: int = 0) -> dict[int, dict[str, Any]]:
-        """The query's records by batch id, in batch order, from batch ``from_batch`` on (a run's own batches
-        start after the checkpoint's last commit: :func:`first_batch_of_run`)."""
-        files = self._files()
-        batch_ids = sorted(int(name) for name in files.list_names(query_id) if name.isdigit())
-        records = {}
-        for batch_id in (batch_id for batch_id in batch_ids if batch_id >= from_batch):
-            text = files.read(query_id, str(batch_id))
-            if text is not None:
-                records[batch_id] = json.loads(text)
-        return records
 
 
 # -- Delta tables ----------------------------------------------------------------------

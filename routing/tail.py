@@ -11,14 +11,16 @@ streaming read of its own::
   ``<parent of router.checkpoint_path>/tail/<subscriber>`` (:func:`default_checkpoint`), beside the
   router's own and never inside it. A tail holds the checkpoint's lease
   (:class:`routing.checkpoints.CheckpointLease`) like every job, so two tails never race one checkpoint.
+  Every file a tail keeps in its checkpoint is declared, read and written by :mod:`routing.checkpoints`
+  (the checkpoint's layout); this module decides what they hold.
 * **Nothing lost.** A batch's rows are written and flushed to stdout inside ``foreachBatch``, so
   before Spark commits the batch to the checkpoint: a tail killed mid-batch prints that batch again
   on its next run (at least once; ``delivery_id`` dedupes), and a stdout that fails (a closed pipe)
   fails the batch instead of skipping it.
 * **``--limit N`` prints at most N rows**, like ``head -n``. When N falls inside a batch, the rows of that
   batch not printed are kept beside the checkpoint (``<checkpoint>/unprinted/rows``, written before the
-  batch commits: :class:`_Unprinted`) and the next run on the checkpoint prints them first, so a limit
-  never skips a row.
+  batch commits: :class:`_Unprinted`, through :class:`routing.checkpoints.UnprintedRows`) and the next run
+  on the checkpoint prints them first, so a limit never skips a row.
 * **What it costs.** The subscriber filter sits in the streaming plan, so Spark pushes it into the
   Parquet scan; but the router writes each batch's rows for all subscribers into the same files
   (partitioned by ``kafka_date`` only), so neither Delta's per-file ``subscriber_id`` statistics nor
@@ -27,7 +29,8 @@ streaming read of its own::
   ``numInputRows``) reports how many, and docs/router.md says what that costs.
 
 * **On Spark Connect** ``foreachBatch`` runs in the server's worker, not here, so the rows are
-  handed over through the checkpoint (:class:`HandoffBatches`): the worker writes a batch's rows as
+  handed over through the checkpoint (:class:`HandoffBatches`, through
+  :class:`routing.checkpoints.HandoffFiles`): the worker writes a batch's rows as
   ``<checkpoint>/handoff/<batch id>.rows`` (atomically: temp file, then rename) and waits until this
   process has printed and flushed them and written ``<batch id>.done``; only then does the batch
   return and commit. The same guarantees hold: a batch is printed before its commit, whole, in order.
@@ -42,7 +45,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import posixpath
 import re
 import threading
 import time
@@ -68,7 +70,9 @@ def default_checkpoint(router_checkpoint: str, subscriber: str) -> str:
     """
     readable = _UNSAFE.sub("_", subscriber)[:64] or "_"
     digest = hashlib.sha256(subscriber.encode("utf-8")).hexdigest()[:12]
-    return posixpath.join(posixpath.dirname(router_checkpoint.rstrip("/")), "tail", f"{readable}-{digest}")
+    from routing.checkpoints import tail_checkpoint
+
+    return tail_checkpoint(router_checkpoint, f"{readable}-{digest}")
 
 
 def _text(value: Any) -> Any:
@@ -225,8 +229,6 @@ def json_line(row: dict[str, Any]) -> str:
     return json.dumps(row_json(row), sort_keys=True, ensure_ascii=False)
 
 
-#: The handoff directory's name inside a tail's checkpoint (Spark Connect; see the module doc).
-HANDOFF_DIRECTORY = "handoff"
 #: Seconds between checks for a handed-over batch (the job) or its acknowledgement (the server's worker).
 HANDOFF_POLL_S = 0.2
 #: Seconds the server's worker waits for the job to print a batch before it fails the batch (the job died).
@@ -281,23 +283,18 @@ class HandoffBatches:
     timeout_s: float = HANDOFF_TIMEOUT_S
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from routing.checkpoints import CheckpointFiles
+        from routing.checkpoints import HandoffFiles
 
-        files = CheckpointFiles(batch.sparkSession, self.directory)
+        files = HandoffFiles(batch.sparkSession, self.directory)
         ordered = batch.repartition(1).sortWithinPartitions(*ROW_ORDER).toLocalIterator()
         lines = [json.dumps(_encode(row.asDict(recursive=True)), ensure_ascii=False) for row in ordered]
-        files.replace("\n".join(lines).encode(), f"{batch_id}.rows")
+        files.hand_over(batch_id, "\n".join(lines).encode())
         deadline = time.monotonic() + self.timeout_s
-        while files.read(f"{batch_id}.done") is None:
+        while not files.printed(batch_id):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no tail printed batch {batch_id} within {self.timeout_s:g} s (did it stop?)")
             time.sleep(HANDOFF_POLL_S)
-        files.delete(f"{batch_id}.rows")
-        files.delete(f"{batch_id}.done")
-
-
-#: The directory in a tail's checkpoint holding the rows a limit left unprinted (:class:`_Unprinted`).
-UNPRINTED_DIRECTORY = "unprinted"
+        files.clear(batch_id)
 
 
 class _Unprinted:
@@ -307,17 +304,15 @@ class _Unprinted:
     A run killed after printing some of them prints those again (at least once, as for a batch).
     """
 
-    NAME = "rows"
-
     def __init__(self, spark: SparkSession, checkpoint: str) -> None:
-        from routing.checkpoints import CheckpointFiles
+        from routing.checkpoints import UnprintedRows
 
-        self._files = CheckpointFiles(spark, f"{checkpoint.rstrip('/')}/{UNPRINTED_DIRECTORY}")
+        self._files = UnprintedRows(spark, checkpoint)
         self._stored = False
 
     def take(self) -> list[dict[str, Any]]:
         """The rows kept (they stay kept until :meth:`keep` replaces them)."""
-        text = self._files.read(self.NAME)
+        text = self._files.read()
         self._stored = text is not None
         return [] if text is None else [_decode(json.loads(line)) for line in text.split("\n") if line]
 
@@ -325,9 +320,9 @@ class _Unprinted:
         """Replace what is kept with ``rows`` (none: no file)."""
         if rows:
             lines = [json.dumps(_encode(row), ensure_ascii=False) for row in rows]
-            self._files.replace("\n".join(lines).encode(), self.NAME)
+            self._files.replace("\n".join(lines).encode())
         elif self._stored:
-            self._files.delete(self.NAME)
+            self._files.delete()
         self._stored = bool(rows)
 
 
@@ -368,28 +363,22 @@ class _Handoff:
     """The job's side of :class:`HandoffBatches`: print each handed-over batch, flush, acknowledge it."""
 
     def __init__(self, spark: SparkSession, checkpoint: str, printer: _Printer) -> None:
-        from routing.checkpoints import CheckpointFiles
+        from routing.checkpoints import HandoffFiles, handoff_directory
 
-        self.directory = f"{checkpoint.rstrip('/')}/{HANDOFF_DIRECTORY}"
-        self._files = CheckpointFiles(spark, self.directory)
+        self.directory = handoff_directory(checkpoint)
+        self._files = HandoffFiles(spark, self.directory)
         self._printer = printer
 
     def serve(self) -> bool:
         """Print every batch waiting for this process, in batch order; True once the limit is reached."""
-        names = set(self._files.list_names())
-        waiting = sorted(
-            int(name.removesuffix(".rows"))
-            for name in names
-            if name.endswith(".rows") and name.removesuffix(".rows").isdigit() and f"{name[:-5]}.done" not in names
-        )
-        for batch_id in waiting:
-            text = self._files.read(f"{batch_id}.rows")
+        for batch_id in self._files.waiting():
+            text = self._files.rows(batch_id)
             if text is None:
                 continue
             # not splitlines(): a row's text may hold U+2028 and its kin
             rows = (_decode(json.loads(line)) for line in text.split("\n") if line)
             reached = self._printer.print_rows(rows)  # printed and flushed before the worker may commit
-            self._files.create_once(b"printed", f"{batch_id}.done")
+            self._files.acknowledge(batch_id)
             if reached:
                 return True
         return False

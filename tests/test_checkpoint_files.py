@@ -142,3 +142,28 @@ def test_a_classic_session_writes_local_directories_in_process(spark: SparkSessi
     assert [name for name in arrow.list_names("q") if name.isdigit()] == ["0", "1"]
     with pytest.raises(ValueError, match="backend"):
         CheckpointFiles(spark, str(tmp_path), backend="hdfs")
+
+
+def test_the_layout_table_in_the_module_doc_lists_every_declared_name() -> None:
+    """The design doc of the checkpoint directory (routing.checkpoints' docstring) names every kind of file."""
+    import routing.checkpoints as checkpoints
+
+    doc = checkpoints.__doc__ or ""
+    assert [kept.pattern for kept in checkpoints.LAYOUT if f"``{kept.pattern}``" not in doc] == []
+
+
+def test_no_other_module_spells_a_name_kept_in_a_checkpoint() -> None:
+    """routing.checkpoints owns the layout: no other module of the library writes one of its names as a literal."""
+    import routing.checkpoints as checkpoints
+
+    names = {kept.pattern.split("/")[0] for kept in checkpoints.LAYOUT}
+    names |= {checkpoints.SPARK_METADATA, checkpoints.SPARK_COMMITS}  # not "tail": also a command's name
+    library = Path(checkpoints.__file__).parent
+    spelled = [
+        (str(path.relative_to(library)), name)
+        for path in sorted(library.rglob("*.py"))
+        if path.name != "checkpoints.py"
+        for name in sorted(names)
+        if f'"{name}"' in path.read_text(encoding="utf-8")
+    ]
+    assert spelled == []

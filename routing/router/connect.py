@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
-from routing.streaming import BatchRecords, checkpoint_query_id
+from routing.checkpoints import BatchRecords, checkpoint_query_id, router_reports
 from udfs.route import RouterFactory, make_router
 
 if TYPE_CHECKING:
@@ -36,12 +36,10 @@ class NewWorkerRouter(Protocol):
 
 def batch_records(spark: SparkSession, router: RouterSettings) -> BatchRecords:
     """Where a router on Spark Connect leaves each batch's :class:`~routing.router.metrics.BatchReport` (its
-    ``as_dict``) for its client: ``<checkpoint>/router_reports/<query id>/<batch id>``."""
-    return BatchRecords(spark, router.checkpoint_path, REPORTS_DIRECTORY)
+    ``as_dict``) for its client: :func:`routing.checkpoints.router_reports`."""
+    return router_reports(spark, router.checkpoint_path)
 
 
-#: The reports' directory inside the checkpoint (:func:`batch_records`).
-REPORTS_DIRECTORY = "router_reports"
 #: A Connect batch record's run totals so far: ``{"first_batch": the worker's first batch, "totals": ...}``.
 RUN_TOTALS = "run_totals"
 

@@ -16,9 +16,11 @@ if need be), so the re-executed batch produces exactly the same fan-out and
 the idempotent writes skip it.
 
 The ledger directory is ``router_ledger`` inside the query's checkpoint, so
-it goes (and is copied, and deleted) with it. The query id level keeps a
-query apart from an earlier one of the same checkpoint directory: a new
-checkpoint numbers its batches from 0 again.
+it goes (and is copied, and deleted) with it; its files are
+:class:`routing.checkpoints.QueryBatchFiles` (the checkpoint's layout is
+declared there). The query id level keeps a query apart from an earlier one
+of the same checkpoint directory: a new checkpoint numbers its batches from 0
+again.
 
 Retention, like Spark's offset log (``spark.sql.streaming.minBatchesToRetain``):
 only the batch in flight can be re-executed (Spark commits batch N before it
@@ -36,12 +38,10 @@ are never touched.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
-import os
 from typing import TYPE_CHECKING
 
-from routing.checkpoints import CheckpointFiles, delete_batch_files
+from routing.checkpoints import CheckpointFiles, QueryBatchFiles, ledger_directory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,13 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("routing.router.ledger")
 
-#: The ledger directory's name inside the router's checkpoint.
-DEFAULT_DIRECTORY = "router_ledger"
-
-
-def ledger_directory(checkpoint_path: str) -> str:
-    """The ledger's directory: inside the checkpoint, so that it goes (and is copied) with it."""
-    return os.path.join(checkpoint_path, DEFAULT_DIRECTORY)
+__all__ = ["Ledger", "ledger_directory", "ledger_entries", "prune_through", "read_ledger"]
 
 
 def prune_through(batch_id: int, retain_batches: int) -> int | None:
@@ -75,7 +69,7 @@ class Ledger:
     def __init__(self, files: CheckpointFiles | ArrowFiles, app_id: str, *, retain_batches: int = 0) -> None:
         if retain_batches < 0:
             raise ValueError(f"retain_batches must be 0 (keep every entry) or more, got {retain_batches}")
-        self._files = files
+        self._files = QueryBatchFiles(files)
         self._app_id = app_id
         self._retain = retain_batches
         self._query_id: str | None = None
@@ -101,10 +95,10 @@ class Ledger:
     def recorded_version(self, batch_id: int) -> int | None:
         """The version ``batch_id`` recorded, if it did (one file-exists check the first time)."""
         if batch_id not in self._known:
-            text = self._files.read(self._bound_query, str(batch_id))
-            if text is None:
+            entry = self._files.read(self._bound_query, batch_id)
+            if entry is None:
                 return None
-            self._known[batch_id] = int(json.loads(text)["snapshot_version"])
+            self._known[batch_id] = int(entry["snapshot_version"])
         return self._known[batch_id]
 
     def record(self, batch_id: int, version: int) -> int:
@@ -125,7 +119,7 @@ class Ledger:
             "snapshot_version": version,
             "recorded_at": dt.datetime.now(dt.UTC).isoformat(),
         }
-        if not self._files.create_once(json.dumps(entry, sort_keys=True).encode(), self._bound_query, str(batch_id)):
+        if not self._files.create_once(self._bound_query, batch_id, entry):
             recorded = self.recorded_version(batch_id)
             if recorded is None:
                 raise RuntimeError(f"ledger entry of batch {batch_id} exists but cannot be read")
@@ -143,7 +137,7 @@ class Ledger:
         batches before the one it records, all of which Spark committed before planning that one.
         """
         query = self._bound_query
-        deleted = delete_batch_files(self._files, query, last)
+        deleted = self._files.prune(query, last)
         for batch_id in [batch_id for batch_id in self._known if batch_id <= last]:
             del self._known[batch_id]
         if deleted:
@@ -152,19 +146,18 @@ class Ledger:
 
     def versions(self) -> dict[int, int]:
         """Every recorded batch id of the bound query -> version (read fresh from the files)."""
-        return {batch_id: version for _, batch_id, version in read_ledger(self._files, self._bound_query)}
+        return {batch_id: version for _, batch_id, version in read_ledger(self._files.files, self._bound_query)}
 
 
 def read_ledger(files: CheckpointFiles | ArrowFiles, query_id: str | None = None) -> list[tuple[str, int, int]]:
     """(query id, batch id, version) of every entry, of one query or of all."""
+    ledger = QueryBatchFiles(files)
     entries = []
-    for query in [query_id] if query_id is not None else files.list_names():
-        for name in files.list_names(query):
-            if not name.isdigit():
-                continue  # a temporary file of a write in flight
-            text = files.read(query, name)
-            if text is not None:
-                entries.append((query, int(name), int(json.loads(text)["snapshot_version"])))
+    for query in [query_id] if query_id is not None else ledger.query_ids():
+        for batch_id in ledger.batch_ids(query):  # not a temporary file of a write in flight
+            entry = ledger.read(query, batch_id)
+            if entry is not None:
+                entries.append((query, batch_id, int(entry["snapshot_version"])))
     return sorted(entries)
 
 

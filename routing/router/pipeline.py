@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from routing import delta_tables
 from routing.appends import AppendStateWarmer, append_once
-from routing.checkpoints import CheckpointLease
+from routing.checkpoints import CheckpointLease, first_batch_of_run
 from routing.errors import DEAD_LETTER_REASONS
 from routing.router.columns import SOURCE_COLUMNS, BatchPlan, dead_letters_frame, judged_in_jvm, unrouted_frame
 from routing.router.connect import RUN_TOTALS, ConnectBatches, _report_of, batch_records
@@ -95,7 +95,6 @@ from routing.streaming import (
     AfterWrites,
     QueryIdentity,
     create_delta_table_if_absent,
-    first_batch_of_run,
     kafka_source,
     start_query,
 )

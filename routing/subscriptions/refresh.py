@@ -16,16 +16,19 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from routing.checkpoints import CheckpointLease
+from routing.checkpoints import (
+    BatchRecords,
+    CheckpointLease,
+    checkpoint_query_id,
+    first_batch_of_run,
+    refresh_summaries,
+)
 from routing.errors import ForbiddenPatternError
 from routing.settings import Settings
 from routing.streaming import (
     AfterWrites,
-    BatchRecords,
     CrashHook,
     QueryIdentity,
-    checkpoint_query_id,
-    first_batch_of_run,
     kafka_source,
     retry_delta_conflicts,
     start_query,
@@ -204,13 +207,10 @@ def refresh_from_kafka(
     return RunSummary(summaries, latest_version(spark, subscriptions.table_path), deactivated)
 
 
-#: Where a refresh run on Spark Connect leaves each batch's summary: ``<checkpoint>/<this>/<query id>/<batch id>``.
-SUMMARIES_DIRECTORY = "refresh_summaries"
-
-
 def batch_records(spark: SparkSession, settings: Settings) -> BatchRecords:
-    """Where a run on Spark Connect leaves each batch's summary for its client (see :class:`EventBatches`)."""
-    return BatchRecords(spark, settings.subscriptions.checkpoint_path, SUMMARIES_DIRECTORY)
+    """Where a run on Spark Connect leaves each batch's summary for its client (see :class:`EventBatches`):
+    :func:`routing.checkpoints.refresh_summaries`."""
+    return refresh_summaries(spark, settings.subscriptions.checkpoint_path)
 
 
 def read_batch_summaries(

@@ -156,9 +156,9 @@ def test_a_holder_that_was_taken_over_loses_its_lease(spark: SparkSession, tmp_p
 
 
 def test_batch_records_keep_each_batchs_last_record_in_batch_order(spark: SparkSession, tmp_path: Path) -> None:
-    """What a job on Spark Connect leaves for its client (:class:`routing.streaming.BatchRecords`), here through
+    """What a job on Spark Connect leaves for its client (:class:`routing.checkpoints.BatchRecords`), here through
     Hadoop's FileSystem: one record per batch, a re-executed batch's replacing the first."""
-    from routing.streaming import BatchRecords
+    from routing.checkpoints import BatchRecords
 
     records = BatchRecords(spark, str(tmp_path / "checkpoint"), "reports")
     assert records.read("query") == {}

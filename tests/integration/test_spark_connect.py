@@ -34,9 +34,8 @@ from router_support import (
 
 from integration.test_router_metrics import KEYS as METRICS_KEYS
 from jobs.connect_server import ConnectServer
-from jobs.refresh_subscriptions import SUMMARIES_DIRECTORY
 from routing import delta_tables
-from routing.router.connect import REPORTS_DIRECTORY
+from routing.checkpoints import REFRESH_SUMMARIES_DIRECTORY, ROUTER_REPORTS_DIRECTORY
 from routing.router.ledger import ledger_directory, ledger_entries
 from routing.router.snapshot_files import DEFAULT_DIRECTORY
 from routing.router.tables import DEAD_LETTERS_DDL, DELIVERIES_DDL
@@ -125,7 +124,7 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     assert {entry[2] for entry in ledger_entries(spark, ledger_directory(connect.router.checkpoint_path))} == {version}
     kept = [entry[1] for entry in ledger_entries(spark, ledger_directory(connect.router.checkpoint_path))]
     assert summary["batches"] == 3 and kept == [1, 2]  # batch 2 pruned batch 0's entry
-    reports = Path(connect.router.checkpoint_path) / REPORTS_DIRECTORY
+    reports = Path(connect.router.checkpoint_path) / ROUTER_REPORTS_DIRECTORY
     assert sorted(int(path.name) for path in reports.glob("*/*") if path.name.isdigit()) == kept  # its report too
 
     # Spark re-executes a batch whose commit is missing: the worker's router finds its version in the ledger
@@ -225,7 +224,7 @@ def test_connect_refresh_job_applies_exactly_what_classic_does(
     assert later_summary == later.as_dict()
     assert (later_summary["batches"], later_summary["events"]) == (1, 1)
     # The client deletes the summaries it has read: none pile up in the checkpoint run after run.
-    summaries = Path(connect.subscriptions.checkpoint_path) / SUMMARIES_DIRECTORY
+    summaries = Path(connect.subscriptions.checkpoint_path) / REFRESH_SUMMARIES_DIRECTORY
     assert [path for path in summaries.rglob("*") if path.is_file()] == []
 
     for table, columns in (
