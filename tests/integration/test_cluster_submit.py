@@ -143,10 +143,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import route
 
-from pyspark.sql import SparkSession
+from routing.settings import load_settings
+from routing.spark import get_spark
 
-# Before the route: its main() stops the session it ran in, as an entry point does (one application).
-spark = SparkSession.builder.getOrCreate()
+# Before the route, in the session it will use (its main stops the session it ran in, as an entry point does).
+spark = get_spark(load_settings(sys.argv[sys.argv.index("--conf") + 1]))
 
 def where(_rows):
     import os, sys
