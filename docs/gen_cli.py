@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path[:1]:
     sys.path.insert(0, str(ROOT))
 
+from docs import generated_page  # noqa: E402
+
 PAGE = ROOT / "docs" / "reference" / "cli.md"
 #: The width argparse wraps help to: fixed, so the page does not depend on the terminal that wrote it.
 COLUMNS = "100"
@@ -102,24 +104,13 @@ def render() -> str:
 
 def stale(page: Path = PAGE) -> str | None:
     """The one-line complaint when ``page`` is not what :func:`render` writes, else None."""
-    current = page.read_text(encoding="utf-8") if page.exists() else ""
-    return None if current == render() else f"{page} is stale: run `make docs`"
+    return generated_page.stale(page, render)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write docs/reference/cli.md from the commands' --help.")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the committed page is stale; write nothing")
-    args = parser.parse_args(argv)
-    if args.check:
-        complaint = stale()
-        if complaint:
-            print(complaint, file=sys.stderr)
-            return 1
-        return 0
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(render(), encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return generated_page.main(
+        argv, description="Write docs/reference/cli.md from the commands' --help.", page=PAGE, root=ROOT, render=render
+    )
 
 
 if __name__ == "__main__":
