@@ -192,7 +192,7 @@ test: install native
 test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"
 
-demo: install native jvm-archive
+demo: install native
 	$(LOCAL_SPARK) $(PY) -m jobs.demo
 
 bench: install native
