@@ -226,15 +226,17 @@ def first_line(error: BaseException) -> str:
 def read_table(settings: Settings, path: str, version: int | None, read: Callable[[SparkSession, int], T]) -> T:
     """``read(spark, version)`` of a Delta table, ``version`` pinned first (default: the latest); starts Spark
     (see :func:`spark_session`); a table that cannot be read at that version raises :class:`SourceError`."""
-    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
+    from routing.jvm import is_java_error
     from routing.subscriptions import latest_version
 
     with spark_session(settings, "routing-cli") as spark:
         try:
             return read(spark, latest_version(spark, path) if version is None else version)
-        except (PySparkException, Py4JJavaError) as error:
+        except Exception as error:
+            if not (isinstance(error, PySparkException) or is_java_error(error)):
+                raise
             at = "" if version is None else f" at version {version}"
             raise SourceError(f"Delta table {path!r} cannot be read{at}: {first_line(error)}") from None
 

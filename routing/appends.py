@@ -14,7 +14,7 @@ the ACL sweep's rejects)::
   path, ``saveAsTable`` for a catalog name (:mod:`routing.delta_tables`). Delta honours the txn options on both.
 * :func:`first_append` -- the same set transaction committed without Delta's check (and its state
   reconstruction), for a first attempt the caller has proved (the router's ledger). Delta's internal
-  API, reached through :mod:`routing.delta_jvm`, with its version check and the public writer as fallback.
+  API, reached through :mod:`routing.jvm`, with its version check and the public writer as fallback.
 * :func:`warm_append_state` and :class:`AppendStateWarmer` -- the state the next public append checks its
   txn version against, computed once the batch has committed, so the next batch does not wait for it.
 
@@ -24,13 +24,12 @@ Spark is imported only inside the functions, so importing this module stays chea
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from routing import delta_jvm, delta_tables
+from routing import delta_tables, jvm
 from routing.table_names import is_table_name
 
 if TYPE_CHECKING:
@@ -117,48 +116,31 @@ def first_append(frame: DataFrame, table: str, transaction_app_id: str, txn_vers
 
     Declines (False) on Spark Connect (no JVM here), for catalog table names (the public writer resolves
     them), when the frame's columns are not the table's (in any order; the public writer enforces or merges
-    the schema), on a Delta release it was not tested with (:data:`routing.delta_jvm.TESTED_DELTA`), and when
+    the schema), on a Delta release it was not tested with (:data:`routing.jvm.TESTED_DELTA`), and when
     Delta's internal API differs (both logged once). A failure of the write or the commit
     itself raises, like the public writer's.
     """
     global _first_append_missing
-    from routing.spark import is_connect
-
-    if _first_append_missing or is_connect(frame.sparkSession) or is_table_name(table):
+    if _first_append_missing or is_table_name(table):
         return False
-    spark = frame.sparkSession
+    delta = jvm.delta_jvm(frame.sparkSession)
+    if delta is None:
+        return False  # Spark Connect or an untested Delta (logged once): the public writer serves
     try:
-        delta = delta_jvm.delta_jvm(spark)
-        if not delta.tested():
-            _first_append_missing = True
-            log.warning(
-                "Delta %s is not a release the direct append was tested with (%s): appending through the public writer",
-                delta.version,
-                ", ".join(f"{prefix}x" for prefix in delta_jvm.TESTED_DELTA),
-            )
-            return False
-        transaction = delta.for_table(spark._jsparkSession, table).startTransaction()
-        # The schema's JSON in one call (its fieldNames array would be read one element per JVM round trip);
-        # None before the table's first commit, which then has no columns to append to.
-        schema = transaction.metadata().schemaString()
-        columns = [field["name"] for field in json.loads(schema)["fields"]] if schema else []
-        frame_columns = frame.columns
-        if sorted(columns) != sorted(frame_columns):
-            return False
-        operation = delta.append_operation
-        now = delta.option(delta.long_value_of(int(time.time() * 1000)))
-        set_transaction = delta.set_transaction(transaction_app_id, txn_version, now)
+        prepared = delta.prepare_append(table, transaction_app_id, txn_version)
     except Exception as error:
-        if not delta_jvm.delta_api_missing(error):
+        if not jvm.api_missing(error):
             raise  # a failure of the JVM's or of this code: loud, never a silent switch to the slower writer
         # No such class or method in this Delta: the public writer serves.
         _first_append_missing = True
         log.warning("Delta's transaction API is not as expected (%s); appending through the public writer", error)
         return False
+    columns = prepared.columns
+    frame_columns = frame.columns
+    if sorted(columns) != sorted(frame_columns):
+        return False
     # In the table's column order (a frame already in it, as the router's are, needs no select: ~30 JVM calls).
-    ordered = frame if frame_columns == columns else frame.select(*columns)
-    files = transaction.writeFiles(ordered._jdf)
-    transaction.commit(getattr(files, "$colon$plus")(set_transaction), operation)
+    prepared.commit(frame if frame_columns == columns else frame.select(*columns))
     return True
 
 
@@ -184,12 +166,11 @@ def warm_append_state(spark: SparkSession, table: str) -> bool:
     logged once and only loses the head start; the next append computes the state itself.
     """
     global _warm_failure_logged
-    from routing.spark import is_connect
-
-    if is_connect(spark):
-        return False  # no JVM here to reach DeltaLog: the next append computes the state itself
     try:
-        delta_jvm.jvm_snapshot(spark, delta_tables.location(spark, table)).transactions()
+        snapshot = jvm.jvm_snapshot(spark, delta_tables.location(spark, table))
+        if snapshot is None:
+            return False  # Spark Connect or an untested Delta: the next append computes the state itself
+        snapshot.transactions()
     except Exception as error:
         if not _warm_failure_logged:
             _warm_failure_logged = True

@@ -113,6 +113,8 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from routing.jvm import HadoopFiles, SparkJvm, spark_jvm
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -220,9 +222,10 @@ def in_checkpoint(checkpoint: str, *names: str) -> str:
 class CheckpointFiles:
     """Write-once and replaceable files in one directory, on the checkpoint's filesystem.
 
-    Hadoop's FileSystem through Spark's ``CheckpointFileManager`` (:class:`HadoopFiles`) in a classic
-    session; pyarrow's filesystems (:class:`ArrowFiles`) where the process has no JVM (a Spark Connect
-    session) and for a directory on the local disk. Both give the same atomic write-once files on local
+    Hadoop's FileSystem through Spark's ``CheckpointFileManager`` (:class:`routing.jvm.HadoopFiles`) in a
+    classic session on a tested Spark; pyarrow's filesystems (:class:`ArrowFiles`) where
+    :func:`routing.jvm.spark_jvm` is None (Spark Connect, an untested Spark) and for a directory on the
+    local disk. Both give the same atomic write-once files on local
     disks (ArrowFiles' hard link) and HDFS (Hadoop's rename); not Hadoop's own local filesystem, whose
     rename is a check then a rename (see "Limits" above).
 
@@ -236,14 +239,15 @@ class CheckpointFiles:
     """
 
     def __init__(self, spark: SparkSession, directory: str, *, backend: str | None = None) -> None:
-        from routing.spark import is_connect
-
+        internals = spark_jvm(spark)
         if backend is None:
-            backend = "arrow" if is_connect(spark) or _on_local_disk(spark, directory) else "hadoop"
+            backend = "arrow" if internals is None or _on_local_disk(spark, directory, internals) else "hadoop"
         if backend not in ("arrow", "hadoop"):
             raise ValueError(f"backend must be 'arrow' or 'hadoop', got {backend!r}")
+        if backend == "hadoop" and internals is None:
+            raise ValueError("backend 'hadoop' needs a classic session on a tested Spark (routing.jvm.spark_jvm)")
         self._backend: HadoopFiles | ArrowFiles = (
-            ArrowFiles(directory) if backend == "arrow" else HadoopFiles(spark, directory)
+            ArrowFiles(directory) if internals is None or backend == "arrow" else HadoopFiles(internals, directory)
         )
 
     @property
@@ -273,93 +277,15 @@ class CheckpointFiles:
         return self._backend.list_names(*names)
 
 
-def _on_local_disk(spark: SparkSession, directory: str) -> bool:
-    """Whether Hadoop would resolve ``directory`` on the driver's local filesystem (a classic session)."""
+def _on_local_disk(spark: SparkSession, directory: str, internals: SparkJvm | None) -> bool:
+    """Whether Hadoop would resolve ``directory`` on the driver's local filesystem."""
     from routing.filesystems import on_local_filesystem
 
-    default_fs = str(spark.sparkContext._jsc.hadoopConfiguration().get("fs.defaultFS", "file:///"))
+    if internals is not None:
+        default_fs = internals.default_fs()
+    else:
+        default_fs = str(spark.conf.get("spark.hadoop.fs.defaultFS", "file:///"))
     return on_local_filesystem(directory, default_fs)
-
-
-class HadoopFiles:
-    """Spark's ``CheckpointFileManager`` for one directory: write-once files on any Hadoop FS.
-
-    Write-once is as atomic as the filesystem's rename without overwrite: atomic on HDFS and ABFS; on
-    Hadoop's local filesystem (only ever forced here: :class:`CheckpointFiles` gives local directories
-    to :class:`ArrowFiles`) racing writers can both pass its exists-check, and the later rename replaces
-    the earlier one's file.
-    """
-
-    def __init__(self, spark: SparkSession, directory: str) -> None:
-        jvm: Any = spark.sparkContext._jvm
-        # Resolved once: each lookup through the gateway's package names is a round trip per name (a ledger
-        # entry's two paths took 12 calls, 4.5 ms, when every path looked the class up again).
-        self._path_class = jvm.org.apache.hadoop.fs.Path
-        self._io_utils = jvm.org.apache.commons.io.IOUtils
-        self._directory = self._path_class(directory)
-        conf = spark._jsparkSession.sessionState().newHadoopConf()
-        manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-        self._manager = manager.create(self._directory, conf)
-
-    def _path(self, *names: str) -> Any:
-        path = self._directory
-        for name in names:
-            path = self._path_class(path, name)
-        return path
-
-    def path(self, *names: str) -> str:
-        return str(self._path(*names))
-
-    def read(self, *names: str) -> str | None:
-        path = self._path(*names)
-        if not self._manager.exists(path):
-            return None
-        try:
-            stream = self._manager.open(path)
-        except Exception as error:
-            if "FileNotFoundException" in str(error):
-                return None  # deleted since the exists() check
-            raise
-        try:
-            return str(self._io_utils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
-
-    def create_once(self, data: bytes, *names: str) -> bool:
-        path = self._path(*names)
-        if self._manager.exists(path):
-            return False
-        self._manager.mkdirs(path.getParent())
-        stream = self._manager.createAtomic(path, False)
-        try:
-            stream.write(bytearray(data))
-            stream.close()
-        except Exception as error:
-            stream.cancel()
-            if "FileAlreadyExistsException" in str(error):
-                return False
-            raise
-        return True
-
-    def replace(self, data: bytes, *names: str) -> None:
-        path = self._path(*names)
-        self._manager.mkdirs(path.getParent())  # as ArrowFiles does: a first record creates its directory
-        stream = self._manager.createAtomic(path, True)
-        try:
-            stream.write(bytearray(data))
-            stream.close()
-        except Exception:
-            stream.cancel()
-            raise
-
-    def delete(self, *names: str) -> None:
-        self._manager.delete(self._path(*names))
-
-    def list_names(self, *names: str) -> list[str]:
-        path = self._path(*names)
-        if not self._manager.exists(path):
-            return []
-        return sorted(str(status.getPath().getName()) for status in self._manager.list(path))
 
 
 class ArrowFiles:

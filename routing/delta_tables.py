@@ -55,7 +55,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from routing.delta_jvm import jvm_snapshot
+from routing.jvm import is_java_error, jvm_snapshot
 from routing.table_names import is_table_name as is_table_name  # below the settings, which check table names
 
 if TYPE_CHECKING:
@@ -293,15 +293,13 @@ def _log_snapshot(spark: SparkSession, table: str) -> Any | None:
     global _log_calls_missing
     if _log_calls_missing or is_table_name(table) or _connect(spark):
         return None
-    from py4j.protocol import Py4JJavaError
-
     try:
         snapshot = jvm_snapshot(spark, table)
-        return snapshot if snapshot.version() >= 0 else None
-    except Py4JJavaError:  # the log itself failed (missing, unreadable): the SQL statement reports it
-        return None
-    except Exception as error:  # no such class or method in this Delta
-        _log_calls_missing = True
+        return snapshot if snapshot is not None and snapshot.version() >= 0 else None
+    except Exception as error:
+        if is_java_error(error):  # the log itself failed (missing, unreadable): the SQL statement reports it
+            return None
+        _log_calls_missing = True  # no such class or method in this Delta
         LOG.warning("Delta's DeltaLog API is not as expected (%s); reading table versions with SQL", error)
         return None
 

@@ -1,7 +1,7 @@
 """The checkpoint files' contract, on both backends of :class:`routing.checkpoints.CheckpointFiles`.
 
 pyarrow (:class:`~routing.checkpoints.ArrowFiles`: Spark Connect jobs, and every job's files on a local
-disk) and Hadoop's ``CheckpointFileManager`` (:class:`~routing.checkpoints.HadoopFiles`: a classic
+disk) and Hadoop's ``CheckpointFileManager`` (:class:`~routing.jvm.HadoopFiles`: a classic
 session's files anywhere else, here on a local directory through the JVM): a write-once file is created
 exactly once, even by writers racing each other, and is never half-visible.
 """
@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from routing.checkpoints import ArrowFiles, CheckpointFiles, HadoopFiles
+from routing.checkpoints import ArrowFiles, CheckpointFiles
 from routing.filesystems import on_local_filesystem
+from routing.jvm import HadoopFiles, spark_jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,8 +30,14 @@ def open_files(request: pytest.FixtureRequest, backend: str, directory: str) -> 
     """``directory``'s files through ``backend`` (the Hadoop one needs the shared session)."""
     if backend == "arrow":
         return ArrowFiles(directory)
-    spark: SparkSession = request.getfixturevalue("spark")
-    return HadoopFiles(spark, directory)
+    return hadoop_files(request.getfixturevalue("spark"), directory)
+
+
+def hadoop_files(spark: SparkSession, directory: str) -> HadoopFiles:
+    """``directory``'s files through Spark's ``CheckpointFileManager`` (a classic session on a tested Spark)."""
+    internals = spark_jvm(spark)
+    assert internals is not None
+    return HadoopFiles(internals, directory)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -96,7 +103,7 @@ def test_of_writers_racing_on_hadoops_local_filesystem_each_file_is_one_writers_
     both pass the check and the later rename replaces the file (CI saw a writer told it won while the
     file held another's bytes). What holds there, and on HDFS too: a writer wins, and each file is one
     writer's complete bytes. Exactly one winner is the test above, on the backend local disks use."""
-    files = HadoopFiles(spark, str(tmp_path))
+    files = hadoop_files(spark, str(tmp_path))
     writers = 8
     for round_number in range(5):  # a Hadoop write is ~40 ms of gateway calls
         won = race(files, str(round_number), writers)

@@ -7,14 +7,14 @@ import datetime
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from routing.jvm import spark_jvm
 from routing.router.classify import classify_projections
 from routing.router.metrics import observed_metrics, reason_metrics
 from routing.router.tables import PARTITION_COLUMN
-from routing.spark import is_connect
 from udfs.route import FANOUT_REASON, KIND_DEAD_LETTER, KIND_DELIVERY, KIND_UNROUTED
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
     from routing.router.snapshots import Published
     from routing.settings import RouterSettings
@@ -252,72 +252,28 @@ class Projection:
     ``frame.select(*columns)`` builds the ``Seq`` it hands the JVM afresh, and py4j makes a round trip per
     column to fill it: about 120 of the ~240 round trips a batch's plan made (a profile of
     ``BatchPlan``'s frames over an empty source: 86 ``add`` calls and their ``ArrayList``/``toSeq``
-    calls). Here a select is one round trip. :meth:`with_inserted` adds a batch's own columns to a copy
-    made in the JVM. A Spark Connect frame (no JVM here) takes the plain select.
+    calls). Here a select is one round trip (:meth:`routing.jvm.SparkJvm.select`). :meth:`with_inserted`
+    adds a batch's own columns to a copy made in the JVM. Where :func:`routing.jvm.spark_jvm` is None
+    (Spark Connect, an untested Spark) it is the plain select.
     """
 
     def __init__(self, columns: Sequence[Column]) -> None:
         self.columns = tuple(columns)
-        # Built on first use (from the JVM of the frame it is used with), then only read: a race builds them twice.
-        self._jlist: Any = None
-        self._jseq: Any = None
-        self._array_list: Any = None
-        self._to_seq: Any = None
+        # Built on first use (from the JVM of the frame it is used with), then only read: a race builds it twice.
+        self._jcolumns: tuple[Any, Any] | None = None
 
     def __call__(self, frame: DataFrame) -> DataFrame:
         return self.with_inserted(frame, 0, ())
 
-    def with_inserted(self, frame: DataFrame, at: int, extra: Sequence[Column]) -> DataFrame:
-        """``frame.select(*columns[:at], *extra, *columns[at:])``."""
-        if is_connect(frame.sparkSession):
+    def with_inserted(self, frame: DataFrame, at: int, extra: Sequence[Any]) -> DataFrame:
+        """``frame.select(*columns[:at], *extra, *columns[at:])`` (``extra``: Python columns, or the JVM
+        columns of :meth:`routing.jvm.SparkJvm.batch_constants`)."""
+        internals = spark_jvm(frame.sparkSession)
+        if internals is None:
             return frame.select(*self.columns[:at], *extra, *self.columns[at:])
-        from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
-
-        jvm: Any = frame.sparkSession.sparkContext._jvm
-        if self._jseq is None:
-            # Held: each lookup of a class or method by name is a round trip of its own (three for
-            # java.util.ArrayList), made again on every use of a name that is not held.
-            self._array_list = jvm.java.util.ArrayList
-            self._to_seq = jvm.PythonUtils.toSeq
-            self._jlist = self._array_list([column._jc for column in self.columns])
-            self._jseq = self._to_seq(self._jlist)
-        columns = self._jseq
-        if extra:
-            from pyspark.sql import Column as PythonColumn
-
-            copy = self._array_list(self._jlist)
-            for offset, column in enumerate(extra):
-                copy.add(at + offset, column._jc if isinstance(column, PythonColumn) else column)  # or a JVM Column
-            columns = self._to_seq(copy)
-        return ClassicDataFrame(frame._jdf.select(columns), frame.sparkSession)
-
-
-class JvmBatchColumns:
-    """:func:`batch_columns` built with direct calls of Spark's Scala ``functions`` (classic Spark only).
-
-    The same expressions, but the PySpark function wrappers record each call's origin for error messages
-    (set, read and clear a JVM thread-local, look up the session, per call): the three columns took ~100
-    JVM round trips that way, two thirds of what was left of a batch's plan, and take ~25 here.
-    """
-
-    def __init__(self, spark: SparkSession, index: Column) -> None:
-        jvm: Any = spark.sparkContext._jvm
-        functions = jvm.org.apache.spark.sql.functions
-        # The methods themselves are held: a call through the class looks the method up by name first, a
-        # round trip of its own (13 of a batch's ~50).
-        self._lit, self._array, self._element_at = functions.lit, functions.array, functions.element_at
-        self._to_seq = jvm.PythonUtils.toSeq
-        self._list = jvm.java.util.ArrayList
-        self._index = index._jc
-
-    def __call__(self, version: int, batch_id: int, routed_at: datetime.datetime | None = None) -> list[Any]:
-        values = batch_values(version, batch_id, routed_at)
-        return [self._constant(value, data_type).alias(name) for name, value, data_type in values]
-
-    def _constant(self, value: object, data_type: str) -> Any:
-        """What :func:`batch_constant` makes of ``value``: ``element_at(array(lit(value).cast(type)), index)``."""
-        literal = self._lit(value).cast(data_type)
-        return self._element_at(self._array(self._to_seq(self._list([literal]))), self._index)
+        if self._jcolumns is None:
+            self._jcolumns = internals.column_list(self.columns)
+        return internals.select(frame, self._jcolumns, at, extra)
 
 
 class BatchPlan:
@@ -329,7 +285,8 @@ class BatchPlan:
     batch size: more than the passthrough's whole Spark job for a 2,000-message batch); reused, a whole
     batch (ledger, append and warm included) made about 420, and with each select's JVM column list
     built once (:class:`Projection`) and the batch's constants made without PySpark's call-origin
-    bookkeeping (:class:`JvmBatchColumns`) it makes 170-260. Only what changes is built per batch: the
+    bookkeeping (:meth:`routing.jvm.SparkJvm.batch_constants`) it makes 170-260. Only what changes is built
+    per batch: the
     three :func:`batch_columns` (snapshot version, batch id, routing time) and, when the published
     snapshot changes, the UDF's projection. The frames are the same as those
     :func:`classify`, :func:`judged_frame`, :func:`fanned_out` and :func:`deliveries_frame` build.
@@ -349,7 +306,6 @@ class BatchPlan:
         self._deliveries = Projection([*before, *after])
         self._batch_at = len(before)
         self._batch_index = batch_index()
-        self._jvm_batch_columns: JvmBatchColumns | None = None
         self._route: tuple[Published, Projection] | None = None
 
     def classified(self, batch: DataFrame) -> DataFrame:
@@ -378,10 +334,9 @@ class BatchPlan:
     ) -> DataFrame:
         """``deliveries_frame(fanned_out(judged), version, batch_id, routed_at)``."""
         fanned = self._fan_out(judged)
-        if is_connect(fanned.sparkSession):
+        internals = spark_jvm(fanned.sparkSession)
+        if internals is None:
             batch: list[Any] = batch_columns(version, batch_id, routed_at, self._batch_index)
         else:
-            if self._jvm_batch_columns is None:
-                self._jvm_batch_columns = JvmBatchColumns(fanned.sparkSession, self._batch_index)
-            batch = self._jvm_batch_columns(version, batch_id, routed_at)
+            batch = internals.batch_constants(batch_values(version, batch_id, routed_at), self._batch_index)
         return self._deliveries.with_inserted(fanned, self._batch_at, batch)

@@ -1,4 +1,5 @@
-"""The router's progress listener: each query progress event reaches the router as its JSON, in two py4j calls."""
+"""The router's progress listener: each query progress event reaches the router as its JSON, in two py4j calls
+where :func:`routing.jvm.spark_jvm` allows, else through PySpark's own listener bridge."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import QueryStartedEvent, QueryTerminatedEvent, StreamingQueryListener
+
+from routing.jvm import spark_jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,9 +46,11 @@ class ProgressListener(StreamingQueryListener):
         # What StreamingQueryManager.addListener/removeListener register: the JVM's wrapper around a py4j
         # callback, here :class:`_JsonProgressCallback` instead of PySpark's converting one.
         if self._wrapper is None:
-            jvm: Any = self._spark.sparkContext._jvm
-            wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
-            self._wrapper = wrapper(_JsonProgressCallback(self))
+            internals = spark_jvm(self._spark)
+            if internals is None:
+                self._wrapper = super()._jlistener  # PySpark's converting bridge: onQueryProgress below
+            else:
+                self._wrapper = internals.progress_listener(_JsonProgressCallback(self))
         return self._wrapper
 
     def onQueryStarted(self, event: Any) -> None:
@@ -53,7 +58,8 @@ class ProgressListener(StreamingQueryListener):
         self.started.set()
 
     def onQueryProgress(self, event: Any) -> None:
-        """Unused: progress arrives as JSON through :meth:`on_progress_json`."""
+        """PySpark's converted event (the fallback bridge): its progress's JSON."""
+        self.on_progress_json(event.progress.json)
 
     def on_progress_json(self, progress_json: str) -> None:
         try:

@@ -441,24 +441,28 @@ def test_twenty_one_megabyte_messages_to_a_hundred_subscribers_route_completely(
 
 
 def test_prebuilt_selects_and_jvm_batch_columns_match_the_plain_ones(spark: Any) -> None:
-    """:class:`Projection` (a select whose JVM column list is built once) and :class:`JvmBatchColumns` (the
-    batch constants built without PySpark's wrappers) give what the plain select and :func:`batch_columns` give,
-    names, types and values, in every batch they are reused for."""
+    """:class:`Projection` (a select whose JVM column list is built once) and
+    :meth:`routing.jvm.SparkJvm.batch_constants` (the batch constants built without PySpark's wrappers) give
+    what the plain select and :func:`batch_columns` give, names, types and values, in every batch they are
+    reused for."""
     from pyspark.sql import functions as F
     from pyspark.testing import assertDataFrameEqual
 
-    from routing.router.columns import JvmBatchColumns, Projection, batch_columns, batch_index
+    from routing.jvm import spark_jvm
+    from routing.router.columns import Projection, batch_columns, batch_index, batch_values
 
     frame = batch_frame(spark, [b"a.b", b"c", None])
     columns = [F.col("topic"), F.upper(F.col("topic")).alias("shout"), F.col("offset") + 1]
     projection = Projection(columns)
     index = batch_index()
-    make_batch = JvmBatchColumns(spark, index)
+    internals = spark_jvm(spark)
+    assert internals is not None
     at = dt.datetime(2026, 11, 27, 17, 5, 9, 123456, tzinfo=dt.UTC)
     for version, batch_id in [(3, 0), (4, 9_000_000_000)]:
         assertDataFrameEqual(projection(frame), frame.select(*columns), checkRowOrder=True)
         plain = frame.select(*columns[:1], *batch_columns(version, batch_id, at, index), *columns[1:])
-        built = projection.with_inserted(frame, 1, make_batch(version, batch_id, at))
+        constants = internals.batch_constants(batch_values(version, batch_id, at), index)
+        built = projection.with_inserted(frame, 1, constants)
         assert built.schema == plain.schema
         assertDataFrameEqual(built, plain, checkRowOrder=True)
         assert built.select("batch_id").distinct().collect()[0][0] == batch_id
@@ -470,19 +474,22 @@ def test_the_direct_append_stands_down_on_a_delta_release_it_was_not_tested_with
     """The version check before Delta's internal API, and its fallback: the public writer, idempotent as ever."""
     import logging
 
-    from routing import appends, delta_jvm
+    from routing import appends, jvm
 
     frame = spark.range(3).selectExpr("id", "CAST(id AS STRING) AS text")
     tested, untested = str(tmp_path / "tested"), str(tmp_path / "untested")
     for path in (tested, untested):
         frame.limit(0).write.format("delta").save(path)  # the tables, with their columns
-    assert delta_jvm.delta_jvm(spark).version.startswith(delta_jvm.TESTED_DELTA)
+    delta = jvm.delta_jvm(spark)
+    assert delta is not None and delta.version.startswith(jvm.TESTED_DELTA)
     monkeypatch.setattr(appends, "_first_append_missing", False)
     assert appends.first_append(frame, tested, "direct", 0) is True
-    monkeypatch.setattr(delta_jvm, "TESTED_DELTA", ("0.0.",))
-    with caplog.at_level(logging.WARNING, logger="routing.appends"):
+    monkeypatch.setattr(jvm, "TESTED_DELTA", ("0.0.",))
+    monkeypatch.setattr(jvm, "_delta_jvm", None)
+    monkeypatch.setattr(jvm, "_logged_untested", set())
+    with caplog.at_level(logging.WARNING, logger="routing.jvm"):
         assert appends.first_append(frame, untested, "direct", 0) is False
-    assert "is not a release the direct append was tested with (0.0.x)" in caplog.text
+    assert "is not a release this project's fast paths were tested with (0.0.x)" in caplog.text
     assert delta_tables.read(spark, untested).count() == 0  # it wrote nothing
     for _ in range(2):  # the public writer serves, and skips the version it committed
         appends.idempotent_append(frame, untested, "direct", 0)

@@ -57,7 +57,7 @@ def test_only_a_missing_delta_class_or_method_switches_the_fast_append_off(spark
     from py4j.protocol import Py4JError, Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
-    from routing.delta_jvm import delta_api_missing
+    from routing.jvm import api_missing as delta_api_missing
 
     jvm = spark.sparkContext._jvm
 
