@@ -68,15 +68,16 @@ def route_job(spark: Any, keys: Any, version: int, load: Callable[[], bytes], ta
 
 
 def measure(spark: Any, keys: Any, data: bytes, transport: str, version: int, directory: str) -> dict[str, float]:
-    from routing.router.snapshot_files import SnapshotFileRef, SnapshotFiles
+    from routing.router.snapshot_files import SnapshotFiles
 
     started = time.perf_counter()
     if transport == "broadcast":
         carrier: Any = spark.sparkContext.broadcast(data)
     else:
-        name = SnapshotFiles(directory, keep=2).write(version, data)
+        files = SnapshotFiles(directory, keep=2, table_id="bench-snapshot-transport")
+        name = files.write(version, data)
         assert name is not None, "the snapshot file was not written"
-        carrier = SnapshotFileRef(directory, name)
+        carrier = files.ref(version, name)
     ship = time.perf_counter() - started
     table = f"bench-{transport}"
     first = route_job(spark, keys, version, lambda: carrier.value, table)

@@ -315,6 +315,15 @@ def table_property(spark: SparkSession, table: str, key: str) -> str | None:
     return None if value is None else str(value)
 
 
+def table_id(spark: SparkSession, table: str) -> str:
+    """The table's Delta id (``metaData.id``: a UUID fixed when the table is created; a table dropped and
+    created again gets a new one)."""
+    snapshot = _log_snapshot(spark, table)
+    if snapshot is not None:
+        return str(snapshot.metadata().id())
+    return str(detail(spark, table)["id"])
+
+
 def detail(spark: SparkSession, table: str) -> Any:
     """The table's ``DESCRIBE DETAIL`` row (location, properties, partition columns, ...)."""
     register(spark, table)

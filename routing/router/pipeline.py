@@ -182,8 +182,12 @@ class Router:
             spark,
             settings.subscriptions.table_path,
             refresh_interval_s=router.refresh_interval_s,
-            # Beside the table's files, wherever its path or the catalog puts them.
-            files=open_snapshot_files(router, delta_tables.location(spark, settings.subscriptions.table_path)),
+            # Beside the table's files, wherever its path or the catalog puts them; bound to the table's id.
+            files=open_snapshot_files(
+                router,
+                delta_tables.location(spark, settings.subscriptions.table_path),
+                delta_tables.table_id(spark, settings.subscriptions.table_path),
+            ),
             transport=router.snapshot_transport,
             thread_nice=REFRESH_THREAD_NICE,
         )

@@ -7,18 +7,30 @@ router that starts (or restarts, or replays a batch) on a version that has a fil
 one read, the digest and ``FrozenMatcher.header`` (the driver only ships the bytes; each Python worker
 decodes them with the validating ``FrozenMatcher.from_bytes``).
 
-Layout, one directory (``router.snapshot_files_path``; empty: ``_snapshots`` inside the subscription
-table, which Delta ignores like every ``_``-prefixed directory, VACUUM included)::
+Layout, one directory per subscription table (its Delta table id) under ``router.snapshot_files_path``
+(empty: ``_snapshots`` inside the subscription table, which Delta ignores like every ``_``-prefixed
+directory, VACUUM included), so tables that share the setting never list, read or prune each other's::
 
-    <version>-<sha256 of the bytes, 64 hex>.frozen    one serialized FrozenMatcher (``to_bytes``)
-    .<final name>.<random>.tmp                         a write in progress (renamed into place)
+    <table id>/<version>-<sha256 of the file, 64 hex>.frozen   one sealed snapshot (below)
+    <table id>/.<final name>.<random>.tmp                      a write in progress (renamed into place)
 
-* **Content-addressed, trusting nothing.** A file is used only if its bytes hash to the digest in its
-  name and its header is of a format this build reads; the workers' decode then validates the layout
-  itself. A torn, truncated, foreign or tampered file is logged and skipped, and the router builds
-  from the table as if there were no file; only bytes re-signed with a recomputed digest reach the
-  workers, whose decode rejects anything malformed (an error, never a crash). Whoever
-  may write here may write the table too: the files add no new trust.
+A file is the frozen matcher sealed with what it claims to be (:func:`seal`; decoding trusts nothing)::
+
+    offset  bytes  field
+    0       8      magic b"STRSNAP1"
+    8       2      n, the claim's length (u16, little-endian), at most MAX_CLAIM_BYTES
+    10      n      the claim: UTF-8 JSON {"table_id": <Delta table id>, "version": <table version>}
+    10 + n  rest   the serialized FrozenMatcher (``to_bytes``)
+
+* **Content-addressed, bound to its table and version, trusting nothing.** A file is used only if its
+  bytes hash to the digest in its name, its claim names the table and the version it was asked for
+  (:func:`unseal`), and its matcher's header is of a format this build reads; the workers' decode then
+  validates the layout itself. A torn, truncated, renamed (another version's bytes under this version's
+  name), swapped (another table's file) or tampered file is refused with a log line naming what it holds,
+  the next candidate is tried, and with none left the router builds from the table as if there were no
+  file. Only bytes re-sealed with a recomputed digest reach the workers, whose decode rejects anything
+  malformed (an error, never a crash). Whoever may write here may write the table too: the files add no
+  new trust.
 * **Same version, same routing.** A file holds exactly the active pairs of its table version (bad
   rows skipped as every build skips them), so routing a version from its file or from a fresh build
   gives the same deliveries; two routers writing one version at once both write valid files.
@@ -35,8 +47,10 @@ table, which Delta ignores like every ``_``-prefixed directory, VACUUM included)
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
+import struct
 import time
 import uuid
 from collections.abc import Collection
@@ -58,10 +72,53 @@ STALE_TEMP_S = 3600.0
 MAX_FILE_BYTES = 1 << 34
 
 _NAME = re.compile(r"^(\d{1,19})-([0-9a-f]{64})\.frozen$")
+#: What a Delta table id may be to name a directory: Delta writes a UUID.
+_TABLE_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+#: The first bytes of every snapshot file (format 1 of the seal).
+MAGIC = b"STRSNAP1"
+#: The longest claim a file may carry (a table id and a version need under 100).
+MAX_CLAIM_BYTES = 1024
+_CLAIM_LENGTH = struct.Struct("<H")
 
 
 class SnapshotFilesUnavailable(RuntimeError):
     """pyarrow cannot open the directory's filesystem (the message says which URI)."""
+
+
+class SnapshotFileRefused(ValueError):
+    """A snapshot file that is not what its name and its reader say: the message says what it holds instead."""
+
+
+def seal(table_id: str, version: int, data: bytes) -> bytes:
+    """``data`` (a serialized matcher) as the snapshot file of ``table_id`` at ``version`` (see the module docs)."""
+    claim = json.dumps({"table_id": table_id, "version": version}, sort_keys=True).encode()
+    assert len(claim) <= MAX_CLAIM_BYTES
+    return MAGIC + _CLAIM_LENGTH.pack(len(claim)) + claim + data
+
+
+def unseal(sealed: bytes, table_id: str, version: int) -> bytes:
+    """The matcher bytes of a file that claims ``table_id`` at ``version``; else :class:`SnapshotFileRefused`."""
+    head = len(MAGIC) + _CLAIM_LENGTH.size
+    if len(sealed) < head or not sealed.startswith(MAGIC):
+        raise SnapshotFileRefused("not a sealed snapshot file (no STRSNAP1 magic)")
+    (length,) = _CLAIM_LENGTH.unpack_from(sealed, len(MAGIC))
+    if length > MAX_CLAIM_BYTES or head + length > len(sealed):
+        raise SnapshotFileRefused(f"its claim length {length} is over {MAX_CLAIM_BYTES} or past the file's end")
+    try:
+        claim = json.loads(sealed[head : head + length].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise SnapshotFileRefused("its claim is not JSON") from None
+    if not isinstance(claim, dict) or set(claim) != {"table_id", "version"}:
+        raise SnapshotFileRefused("its claim is not {table_id, version}")
+    claimed_table, claimed_version = claim["table_id"], claim["version"]
+    if type(claimed_version) is not int or type(claimed_table) is not str:  # not True, 9.0 or a list
+        raise SnapshotFileRefused("its claim's table id is not text or its version not an integer")
+    if claimed_table != table_id or claimed_version != version:
+        raise SnapshotFileRefused(
+            f"it holds table {str(claimed_table)[:80]!r} version {str(claimed_version)[:20]}, "
+            f"not table {table_id!r} version {version}"
+        )
+    return sealed[head + length :]
 
 
 def snapshot_files_directory(snapshot_files_path: str, table_path: str) -> str:
@@ -75,11 +132,12 @@ def snapshot_files_directory(snapshot_files_path: str, table_path: str) -> str:
     return f"{table_path.rstrip('/')}/{DEFAULT_DIRECTORY}"
 
 
-def open_snapshot_files(router: RouterSettings, table_path: str) -> SnapshotFiles | None:
-    """The router's snapshot files, or None when their directory is unavailable (logged once, here)."""
+def open_snapshot_files(router: RouterSettings, table_path: str, table_id: str) -> SnapshotFiles | None:
+    """The router's snapshot files of the table ``table_id``, or None when their directory is unavailable
+    (logged once, here)."""
     directory = snapshot_files_directory(router.snapshot_files_path, table_path)
     try:
-        return SnapshotFiles(directory, keep=router.snapshot_files_keep)
+        return SnapshotFiles(directory, keep=router.snapshot_files_keep, table_id=table_id)
     except SnapshotFilesUnavailable as why:
         log.warning("snapshot files are off: %s", why)
         return None
@@ -94,8 +152,9 @@ class SnapshotFile:
     name: str
 
 
-def file_name(version: int, data: bytes) -> str:
-    return f"{version}-{hashlib.sha256(data).hexdigest()}.frozen"
+def file_name(version: int, sealed: bytes) -> str:
+    """The name of the file of ``version`` whose bytes are ``sealed``."""
+    return f"{version}-{hashlib.sha256(sealed).hexdigest()}.frozen"
 
 
 def _filesystem(directory: str) -> tuple[Any, str]:
@@ -106,17 +165,29 @@ def _filesystem(directory: str) -> tuple[Any, str]:
 
 
 class SnapshotFiles:
-    """The snapshot file directory of one subscription table.
+    """The snapshot files of one subscription table (``table_id``), in its directory under ``directory``.
 
     Thread-safe as far as the filesystem is: methods keep no state between calls.
     """
 
-    def __init__(self, directory: str, *, keep: int) -> None:
+    def __init__(self, directory: str, *, keep: int, table_id: str) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
-        self.directory = directory
+        if not _TABLE_ID.match(table_id):
+            raise ValueError(f"not a Delta table id: {table_id[:80]!r}")
+        self.table_id = table_id
+        #: This table's own directory: every file of it, and nothing else.
+        self.directory = f"{directory.rstrip('/')}/{table_id}"
         self.keep = keep
-        self._fs, self._root = _filesystem(directory)
+        self._fs, self._root = _filesystem(self.directory)
+
+    def name_of(self, version: int, data: bytes) -> str:
+        """The file name :meth:`write` gives the matcher bytes ``data`` of ``version``."""
+        return file_name(version, seal(self.table_id, version, data))
+
+    def ref(self, version: int, name: str) -> SnapshotFileRef:
+        """The UDF's carrier of this table's file ``name`` of ``version``."""
+        return SnapshotFileRef(self.directory, name, self.table_id, version)
 
     def _path(self, name: str) -> str:
         return f"{self._root.rstrip('/')}/{name}"
@@ -155,7 +226,10 @@ class SnapshotFiles:
             if hashlib.sha256(data).hexdigest() != file.digest:
                 log.warning("ignoring snapshot file %s: its contents do not match the digest in its name", path)
                 continue
-            return data
+            try:
+                return unseal(data, self.table_id, version)
+            except SnapshotFileRefused as why:
+                log.warning("refusing snapshot file %s: %s", path, why)
         return None
 
     def write(self, version: int, data: bytes, *, protect: Collection[int] = (), verify: bool = False) -> str | None:
@@ -166,14 +240,15 @@ class SnapshotFiles:
         ``verify``: a file of that name and size is rewritten unless its bytes are ``data`` (for a file the
         UDF will read, which a damaged one would fail).
         """
-        name = file_name(version, data)
+        sealed = seal(self.table_id, version, data)
+        name = file_name(version, sealed)
         final = self._path(name)
         temporary = self._path(f".{name}.{uuid.uuid4().hex}.tmp")
         try:
-            if self._fs.get_file_info(final).size != len(data) or (verify and not self._holds(final, data)):
+            if self._fs.get_file_info(final).size != len(sealed) or (verify and not self._holds(final, sealed)):
                 self._fs.create_dir(self._root, recursive=True)
                 with self._fs.open_output_stream(temporary) as stream:
-                    stream.write(data)
+                    stream.write(sealed)
                 self._fs.move(temporary, final)
         except Exception as error:
             log.warning("cannot write snapshot file %s (%s); routing is unaffected", final, error)
@@ -230,12 +305,15 @@ class SnapshotFileRef:
 
     Pickled into the UDF in place of a broadcast: ``value`` reads the file on the Python worker (the
     worker's matcher cache, ``udfs.route.WORKER_CACHE``, calls it once per version) and returns its
-    bytes only if they hash to the digest in its name. ``destroy`` does nothing: the file's
-    retention is :meth:`SnapshotFiles.prune`'s, which keeps the versions batches still use.
+    matcher bytes only if the file hashes to the digest in its name and claims ``table_id`` at
+    ``version`` (:func:`unseal`). ``destroy`` does nothing: the file's retention is
+    :meth:`SnapshotFiles.prune`'s, which keeps the versions batches still use.
     """
 
     directory: str
     name: str
+    table_id: str
+    version: int
 
     @property
     def value(self) -> bytes:
@@ -259,7 +337,10 @@ class SnapshotFileRef:
             ) from error
         if hashlib.sha256(data).hexdigest() != match.group(2):
             raise SnapshotFileMissing(f"snapshot file {path} does not match the digest in its name")
-        return data
+        try:
+            return unseal(data, self.table_id, self.version)
+        except SnapshotFileRefused as why:
+            raise SnapshotFileMissing(f"refusing snapshot file {path}: {why}") from None
 
     def destroy(self) -> None:
         pass

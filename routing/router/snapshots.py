@@ -63,7 +63,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from routing.matchers.native import BulkRowError, CSTrieMatcher, FrozenFormatError, FrozenHeader, FrozenMatcher
-from routing.router.snapshot_files import SnapshotFileRef, SnapshotFiles, file_name
+from routing.router.snapshot_files import SnapshotFiles
 from routing.subscriptions import ChangesUnavailable, latest_version, read_active_arrow, read_changes
 
 if TYPE_CHECKING:
@@ -387,12 +387,12 @@ class SnapshotBroadcasts:
         if self._files_carry:
             assert self._files is not None
             if written:
-                return SnapshotFileRef(self._files.directory, file_name(version, data))
+                return self._files.ref(version, self._files.name_of(version, data))
             with self._cond:
                 protect = {version, *self._published}
             name = self._files.write(version, data, protect=protect, verify=True)
             if name is not None:
-                return SnapshotFileRef(self._files.directory, name)
+                return self._files.ref(version, name)
             if self._connect:
                 raise RefreshFailed(
                     f"could not write the snapshot file of version {version} to {self._files.directory}"

@@ -135,7 +135,7 @@ def test_named_tables_route_as_the_oracle_says_and_replays_write_nothing(
     assert sorted(row["batch_id"] for row in metrics.collect()) == [0, 1]
     # The snapshot files went beside the named subscription table's files.
     snapshots = Path(delta_tables.location(spark, named.subscriptions.table_path).removeprefix("file:"))
-    assert any((snapshots / DEFAULT_DIRECTORY).glob("*.frozen"))
+    assert any((snapshots / DEFAULT_DIRECTORY).glob("*/*.frozen"))  # one directory per table id
 
 
 def test_the_whole_pipeline_runs_on_named_tables(

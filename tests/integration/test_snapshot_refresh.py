@@ -248,9 +248,20 @@ def test_a_table_without_the_change_feed_is_loaded_whole_until_the_refresh_job_e
 
 
 def test_a_restart_publishes_its_first_snapshot_from_the_file_of_that_version(
-    spark: SparkSession, job: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession,
+    job: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    files = SnapshotFiles(str(tmp_path / "snapshot_files"), keep=3)
+    from routing import delta_tables
+    from routing.router.snapshot_files import file_name
+    from routing.subscriptions import create_table_if_absent
+
+    table = job.subscriptions.table_path
+    create_table_if_absent(spark, table)
+    files = SnapshotFiles(str(tmp_path / "snapshot_files"), keep=3, table_id=delta_tables.table_id(spark, table))
+    own = Path(files.directory)
     made: list[SnapshotBroadcasts] = []
     # The refresh thread alone runs at a lower priority (Linux: nice is per thread).
     nices: set[int] = set()
@@ -311,14 +322,19 @@ def test_a_restart_publishes_its_first_snapshot_from_the_file_of_that_version(
         assert_matches_table(spark, job, replayed)
         second.release(replayed)
         assert second.history[-1] == {"event": "replay_rebuild", "version": v1, "source": "file"}
+        sealed = {file.version: (own / file.name).read_bytes() for file in files.files()}
         for file in files.files():
-            (tmp_path / "snapshot_files" / file.name).write_bytes(b"damaged")
+            (own / file.name).write_bytes(b"damaged")
         replayed = second.acquire(v2)
         assert_matches_table(spark, job, replayed)
         assert second.history[-1] == {"event": "replay_rebuild", "version": v2, "source": "table"}
 
-        # A restart whose file is damaged builds from the table, and matches it all the same.
-        third = start()
+        # A restart whose file is damaged, beside v1's bytes renamed to v3 (with their true digest), refuses both,
+        # builds from the table, and matches it all the same.
+        (own / file_name(v3, sealed[v1])).write_bytes(sealed[v1])
+        with caplog.at_level("WARNING", logger="routing.router.snapshot_files"):
+            third = start()
+        assert f"version {v1}, not table {files.table_id!r} version {v3}" in caplog.text
         assert (third.history[-1]["mode"], third.history[-1]["version"]) == ("full", v3)
         assert_matches_table(spark, job, third.acquire(v3))
         assert nices == {min(19, process_nice + 3)}

@@ -118,8 +118,9 @@ def test_connect_router_writes_exactly_the_classic_deliveries(
     assert summary["batches"] == len(classic_reports) >= 3
     assert {name: summary[name] for name in totals} == totals == {"input_rows": 400, "deliveries": totals["deliveries"]}
     assert summary["dead_letters"] == sum(report["dead_letters"] for report in classic_reports.values()) > 0
-    # The snapshot travelled as a file beside the table; every batch is in the ledger with that version.
-    snapshot_files = list((Path(classic.subscriptions.table_path) / DEFAULT_DIRECTORY).glob(f"{version}-*.frozen"))
+    # The snapshot travelled as a file beside the table (under its table id); every batch is in the ledger with
+    # that version.
+    snapshot_files = list((Path(classic.subscriptions.table_path) / DEFAULT_DIRECTORY).glob(f"*/{version}-*.frozen"))
     assert len(snapshot_files) == 1
     assert {entry[2] for entry in ledger_entries(spark, ledger_directory(connect.router.checkpoint_path))} == {version}
     kept = [entry[1] for entry in ledger_entries(spark, ledger_directory(connect.router.checkpoint_path))]
