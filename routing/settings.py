@@ -53,6 +53,7 @@ from routing.config import (
     shown,
 )
 from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
+from routing.kafka_sink import check_topic_setting
 from routing.limits import Limits
 from routing.table_names import is_table_name
 from routing.validation import Policy, ValidationSettings, Validator
@@ -461,8 +462,9 @@ class RouterSettings:
     every batch either way."""
     kafka_sink_topic: str = ""
     """Also publish every delivery to Kafka, keyed by its delivery id, for consumers that read Kafka rather than
-    Delta: empty, none; a topic name; or a template with ``{subscriber}``, one topic per subscriber (characters
-    Kafka forbids in topic names become ``_``)."""
+    Delta: empty, none; a topic name; or a template with ``{subscriber}``, one topic per subscriber. No two
+    subscribers share a topic: an id Kafka's names cannot hold as it is becomes a readable prefix and a hash
+    (``routing.kafka_sink``)."""
     arrow_batch_rows: int = 10_000
     """Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch)."""
     max_output_batch_bytes: int = 64 * 1024 * 1024
@@ -513,6 +515,9 @@ class RouterSettings:
         _check_seconds(section, "refresh_interval_s", self.refresh_interval_s)
         if not self.app_id:
             raise ConfigError(f"setting {section}.app_id must not be empty")
+        problem = check_topic_setting(self.kafka_sink_topic)
+        if problem is not None:
+            raise ConfigError(f"setting {section}.kafka_sink_topic {problem}, got {self.kafka_sink_topic!r}")
         _resolve_paths(self)
 
 

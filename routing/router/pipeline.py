@@ -67,7 +67,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from routing import delta_tables
+from routing import delta_tables, kafka_sink
 from routing.appends import AppendStateWarmer, append_once
 from routing.checkpoints import CheckpointLease, first_batch_of_run
 from routing.errors import DEAD_LETTER_REASONS
@@ -89,7 +89,7 @@ from routing.router.metrics import (
 )
 from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
-from routing.router.tables import HEADERS_DDL, OUTPUT_TABLES, PARTITION_COLUMN, output_paths, table_properties
+from routing.router.tables import OUTPUT_TABLES, PARTITION_COLUMN, output_paths, table_properties
 from routing.spark import is_connect
 from routing.streaming import (
     AfterWrites,
@@ -109,8 +109,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("routing.router")
 
-#: In ``router.kafka_sink_topic``: one topic per subscriber, its id in place of this.
-SUBSCRIBER_PLACEHOLDER = "{subscriber}"
 #: Added to the driver's nice value for the snapshot refresh thread (Linux: nice is per thread), so that
 #: freezing a large snapshot yields the CPUs to running batches.
 REFRESH_THREAD_NICE = 10
@@ -534,23 +532,16 @@ class Router:
         )
 
     def _publish_to_kafka(self, deliveries: DataFrame) -> None:
-        """Deliveries to Kafka with the delivery id as key and header (consumers dedupe on it)."""
+        """Deliveries to Kafka, keyed by the delivery id, the router's headers first (:mod:`routing.kafka_sink`:
+        the topic names and headers)."""
         from pyspark.sql import functions as F
 
-        router = self.settings.router
-        if SUBSCRIBER_PLACEHOLDER not in router.kafka_sink_topic:
-            topic = F.lit(router.kafka_sink_topic)
-        else:
-            # Subscriber ids may hold characters Kafka forbids in topic names; those become '_'.
-            safe = F.regexp_replace(F.col("subscriber_id"), r"[^A-Za-z0-9._-]", "_")
-            topic = F.replace(F.lit(router.kafka_sink_topic), F.lit(SUBSCRIBER_PLACEHOLDER), safe)
-        header = F.struct(F.lit("delivery_id").alias("key"), F.col("delivery_id").cast("binary").alias("value"))
         (
             deliveries.select(
-                topic.alias("topic"),
+                kafka_sink.topic_column(self.settings.router.kafka_sink_topic).alias("topic"),
                 F.col("delivery_id").cast("binary").alias("key"),
                 F.col("payload").alias("value"),
-                F.concat(F.coalesce(F.col("headers"), F.array().cast(HEADERS_DDL)), F.array(header)).alias("headers"),
+                kafka_sink.headers_column().alias("headers"),
             )
             .write.format("kafka")
             .options(**self.settings.spark_kafka_options())
