@@ -126,6 +126,11 @@ class PayloadTooLargeError(TopicError):
     kind = "payload"
 
 
+class HeadersTooLargeError(TopicError):
+    reason = grammar.HEADERS_TOO_LARGE
+    kind = "headers"
+
+
 class FanoutLimitError(TopicError):
     reason = grammar.FANOUT_LIMIT
     kind = "routing key"

@@ -5,8 +5,8 @@ file, and ``tests/rules.tsv`` (one row per case: subject, text, limits, the outc
 policy) is the table they are all tested against:
 
 * :class:`routing.validation.Validator` applies the rules in Python (``tests/test_grammar.py``);
-* :mod:`routing.router.classify` builds its Spark SQL from :data:`KEY_RULES` and
-  :data:`PAYLOAD_RULES`, so the JVM judges each Kafka record with no Python per record
+* :mod:`routing.router.classify` builds its Spark SQL from :data:`KEY_RULES`,
+  :data:`PAYLOAD_RULES` and :data:`HEADER_RULES`, so the JVM judges each Kafka record with no Python per record
   (``tests/integration/test_router_classify.py``);
 * the native bulk loads (``check_row`` in the native crate's ``bulk.rs``) apply the amqp-policy
   rules of :data:`PATTERN_RULES` then :data:`SUBSCRIBER_RULES`, all but the UTF-8 one, which Arrow
@@ -112,6 +112,7 @@ TOO_MANY_SUBSCRIPTIONS = "too_many_subscriptions"
 MATCH_COST_EXCEEDED = "match_cost_exceeded"
 SUBSCRIPTION_TABLE_FULL = "subscription_table_full"
 PAYLOAD_TOO_LARGE = "payload_too_large"
+HEADERS_TOO_LARGE = "headers_too_large"
 FANOUT_LIMIT = "fanout_limit"
 
 
@@ -129,6 +130,8 @@ class Check(enum.Enum):
     NON_EMPTY = "non_empty"
     #: UTF-8 bytes, at most the limit.
     BYTES = "bytes"
+    #: A message's headers: the UTF-8 bytes of every key plus the bytes of every value, at most the limit.
+    HEADER_BYTES = "header_bytes"
     #: Words (:data:`SEPARATOR`), at most the limit.
     WORDS = "words"
     #: Words that are exactly :data:`HASH`, at most the limit.
@@ -194,6 +197,12 @@ PAYLOAD_RULES: tuple[Rule, ...] = (
     Rule(PAYLOAD_TOO_LARGE, Check.BYTES, "payload is too large", limit="max_payload_bytes"),
 )
 
+#: A message's headers (none: 0 bytes), judged after its payload. Every delivery row copies them, so they are
+#: bounded like the payload.
+HEADER_RULES: tuple[Rule, ...] = (
+    Rule(HEADERS_TOO_LARGE, Check.HEADER_BYTES, "headers are too large", limit="max_headers_bytes"),
+)
+
 #: A message once matched: the subscribers it fans out to (:mod:`udfs.route`).
 FANOUT_RULE = Rule(FANOUT_LIMIT, Check.COUNT, "message matches too many subscribers", limit="max_fanout")
 
@@ -232,7 +241,7 @@ def reasons(rules: tuple[Rule, ...]) -> tuple[str, ...]:
 
 #: Every reason a routed message can be dead-lettered for, in check order: the dead-letter table's
 #: ``reason`` values and the metrics' ``dead_<reason>`` columns.
-DEAD_LETTER_REASONS: tuple[str, ...] = reasons((*KEY_RULES, *PAYLOAD_RULES, FANOUT_RULE))
+DEAD_LETTER_REASONS: tuple[str, ...] = reasons((*KEY_RULES, *PAYLOAD_RULES, *HEADER_RULES, FANOUT_RULE))
 
 #: Every reason a subscription event's own fields can be rejected for (a bulk load's nulls aside: an
 #: event without a field is ``missing_field``, :mod:`routing.subscriptions.events`).

@@ -49,6 +49,9 @@ class Limits:
     never dropped."""
     max_payload_bytes: int = 1_048_576
     """Bytes of one message payload (1 MiB, like Kafka and NATS)."""
+    max_headers_bytes: int = 65_536
+    """Bytes of one message's headers: every key's UTF-8 bytes plus every value's bytes (64 KiB). Every delivery
+    row copies them, so past it the message is dead-lettered (``headers_too_large``)."""
     max_fanout: int = 10_000
     """Subscribers one message may fan out to; past it the message is dead-lettered whole."""
     max_batch_rows: int = 1_000_000

@@ -22,12 +22,14 @@ everything): :meth:`Validator.check_allowed` is where a subscribe is refused ``f
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from routing.acl import ALLOW_ALL, AclRules
 from routing.errors import error_for
 from routing.grammar import (
     FANOUT_RULE,
     HASH,
+    HEADER_RULES,
     HOLDING_RULES,
     KEY_RULES,
     MATCH_COST_EXCEEDED,
@@ -202,6 +204,12 @@ class Validator:
     def check_payload(self, payload: bytes | None) -> None:
         raw = b"" if payload is None else payload
         _first_broken(PAYLOAD_RULES, self.policy, self.limits, raw=raw, shown=f"<{len(raw)} bytes>")
+
+    def check_headers(self, headers: Sequence[tuple[str, bytes | None]] | None) -> None:
+        """Raise :class:`~routing.errors.HeadersTooLargeError` past ``limits.max_headers_bytes`` (none: 0 bytes)."""
+        size = sum(len(key.encode("utf-8")) + len(value or b"") for key, value in headers or ())
+        for rule in HEADER_RULES:
+            self._at_most(rule, f"<{len(headers or ())} headers>", size)
 
     def check_fanout(self, key: str, subscribers: int) -> None:
         self._at_most(FANOUT_RULE, key, subscribers)

@@ -194,6 +194,7 @@ def expected_outcome(record: Record, router: RouterSettings, validator: Validato
     try:
         key = validator.decode_key(routing_key_bytes(record, router))
         validator.check_payload(record.value)
+        validator.check_headers(list(record.headers))
     except TopicError as error:
         return (error.reason, frozenset())
     subscribers = oracle.lookup(key)

@@ -15,7 +15,7 @@ from routing.limits import DEFAULT_LIMITS, Limits
 from routing.validation import Policy
 
 PATH = Path(__file__).with_name("rules.tsv")
-SUBJECTS = ("key", "payload", "pattern", "subscriber")
+SUBJECTS = ("key", "payload", "headers", "pattern", "subscriber")
 #: Subjects whose text is bytes (off the wire); the others are text.
 BYTE_SUBJECTS = ("key", "payload")
 NULL = r"\N"
@@ -27,8 +27,9 @@ _SIMPLE = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 class Case:
     line: int
     subject: str
-    #: Bytes for a key or payload, ``str`` for a pattern or subscriber; ``None`` is no value.
-    value: bytes | str | None
+    #: Bytes for a key or payload, (key, value) pairs for headers, ``str`` for a pattern or subscriber; ``None`` is
+    #: no value.
+    value: bytes | str | list[tuple[str, bytes | None]] | None
     limits: Limits
     #: Policy -> ``None`` (accepted) or the reason code of the first rule broken.
     expected: dict[Policy, str | None]
@@ -58,6 +59,21 @@ def unescape(field: str, *, as_bytes: bool) -> bytes | str:
     return raw if as_bytes else raw.decode("utf-8", "surrogatepass")
 
 
+def parse_headers(field: str) -> list[tuple[str, bytes | None]]:
+    """``key=value;key`` as (key, value) pairs: a key alone has no value (null); the empty field is no headers."""
+    if field == "":
+        return []
+    headers: list[tuple[str, bytes | None]] = []
+    for item in field.split(";"):
+        key, equals, value = item.partition("=")
+        text_key = unescape(key, as_bytes=False)
+        assert isinstance(text_key, str)
+        raw = unescape(value, as_bytes=True) if equals else None
+        assert raw is None or isinstance(raw, bytes)
+        headers.append((text_key, raw))
+    return headers
+
+
 def parse_limits(field: str) -> Limits:
     if field == "-":
         return DEFAULT_LIMITS
@@ -83,7 +99,13 @@ def load(path: Path = PATH) -> list[Case]:
             subject, text, limits, amqp, strict = fields
             if subject not in SUBJECTS:
                 raise ValueError(f"unknown subject {subject!r} (known: {', '.join(SUBJECTS)})")
-            value = None if text == NULL else unescape(text, as_bytes=subject in BYTE_SUBJECTS)
+            value: bytes | str | list[tuple[str, bytes | None]] | None
+            if text == NULL:
+                value = None
+            elif subject == "headers":
+                value = parse_headers(text)
+            else:
+                value = unescape(text, as_bytes=subject in BYTE_SUBJECTS)
             expected = {Policy.AMQP: amqp, Policy.STRICT: strict}
             if any(not outcome for outcome in expected.values()):
                 raise ValueError("an outcome is empty")

@@ -20,6 +20,7 @@ def test_the_dead_letter_reasons_are_the_error_classes_codes() -> None:
         "invalid_key",
         "too_many_words",
         "payload_too_large",
+        "headers_too_large",
         "fanout_limit",
     )
     assert tables.DEAD_LETTER_REASONS is errors.DEAD_LETTER_REASONS

@@ -30,6 +30,7 @@ NATIVE = Path(__file__).resolve().parents[1] / "native"
 SUBJECT_RULES: dict[str, tuple[Rule, ...]] = {
     "key": grammar.KEY_RULES,
     "payload": grammar.PAYLOAD_RULES,
+    "headers": grammar.HEADER_RULES,
     "pattern": grammar.PATTERN_RULES,
     "subscriber": grammar.SUBSCRIBER_RULES,
 }
@@ -37,6 +38,7 @@ SUBJECT_RULES: dict[str, tuple[Rule, ...]] = {
 ALL_RULES: tuple[Rule, ...] = (
     *grammar.KEY_RULES,
     *grammar.PAYLOAD_RULES,
+    *grammar.HEADER_RULES,
     grammar.FANOUT_RULE,
     *grammar.PATTERN_RULES,
     *grammar.SUBSCRIBER_RULES,
@@ -58,11 +60,14 @@ def python_outcome(case: Case, validator: Validator) -> str | None:
     """The reason code the Python validator gives ``case`` (``None``: accepted)."""
     try:
         if case.subject == "key":
-            assert not isinstance(case.value, str)
+            assert not isinstance(case.value, str | list)
             validator.decode_key(case.value)
         elif case.subject == "payload":
-            assert not isinstance(case.value, str)
+            assert not isinstance(case.value, str | list)
             validator.check_payload(case.value)
+        elif case.subject == "headers":
+            assert case.value is None or isinstance(case.value, list)
+            validator.check_headers(case.value)
         elif case.subject == "pattern":
             assert isinstance(case.value, str)
             validator.validate_pattern(case.value)
@@ -173,7 +178,7 @@ def test_every_limit_bounds_a_rule() -> None:
     # max_batch_rows bounds a matcher call (BatchLimitError), not a text: it has no reason code.
     assert set(limits) == {field.name for field in dataclasses.fields(Limits)} - {"max_batch_rows"}
     # A rule with a limit measures something; one without checks a property.
-    measures = {Check.BYTES, Check.WORDS, Check.HASH_WORDS, Check.COUNT}
+    measures = {Check.BYTES, Check.WORDS, Check.HASH_WORDS, Check.COUNT, Check.HEADER_BYTES}
     for rule in ALL_RULES:
         assert (rule.limit is not None) == (rule.check in measures), rule
 
@@ -199,6 +204,7 @@ def test_the_derived_reason_lists() -> None:
         "invalid_key",
         "too_many_words",
         "payload_too_large",
+        "headers_too_large",
         "fanout_limit",
     )
     assert set(grammar.SUBSCRIPTION_FIELD_REASONS) == {

@@ -1,10 +1,11 @@
 """Judging Kafka records in the JVM before any Python sees them.
 
 The routing key is located (message key, a header, or a field of a JSON value)
-and judged by the rules of :data:`routing.grammar.KEY_RULES` then
-:data:`~routing.grammar.PAYLOAD_RULES`, in their order, as
+and judged by the rules of :data:`routing.grammar.KEY_RULES`,
+:data:`~routing.grammar.PAYLOAD_RULES` then :data:`~routing.grammar.HEADER_RULES`, in their order, as
 :meth:`routing.validation.Validator.decode_key` followed by
-:meth:`~routing.validation.Validator.check_payload` applies them; the first rule
+:meth:`~routing.validation.Validator.check_payload` and :meth:`~routing.validation.Validator.check_headers`
+applies them; the first rule
 broken names the dead-letter reason. Each rule's check becomes one SQL
 condition (:func:`_condition`) and its ``rule`` column the limit and its value,
 or what was wrong (:func:`_description`). ``null_key`` is a null Kafka key, a
@@ -21,7 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from routing.grammar import KEY_RULES, PAYLOAD_RULES, SEPARATOR, STRICT_WORD, Check, Rule
+from routing.grammar import HEADER_RULES, KEY_RULES, PAYLOAD_RULES, SEPARATOR, STRICT_WORD, Check, Rule
 from routing.limits import Limits
 from routing.validation import Validator
 
@@ -104,8 +105,10 @@ def classify_projections(
         located = raw
     decode = [*keep, located.alias(_RAW), located.cast("string").alias(_TEXT)]
 
-    # (broken, reason code, rule text) per rule in check order: the key's, on its bytes and text, then the payload's.
+    # (broken, reason code, rule text) per rule in check order: the key's, on its bytes and text, then the payload's,
+    # then the headers'.
     rules = [(rule, raw, text) for rule in KEY_RULES] + [(rule, F.col("value"), None) for rule in PAYLOAD_RULES]
+    rules += [(rule, F.col("headers"), None) for rule in HEADER_RULES]
     checks = [
         (_condition(rule, limits, value, value_text), rule.reason, _description(rule, limits, router))
         for rule, value, value_text in rules
@@ -141,6 +144,18 @@ def _condition(rule: Rule, limits: Limits, raw: Column, text: Column | None) -> 
     limit = F.lit(getattr(limits, rule.limit)) if rule.limit is not None else None
     if rule.check is Check.PRESENT:
         return raw.isNull()
+    if rule.check is Check.HEADER_BYTES and limit is not None:
+        # No headers (most records) skip the sum; a null key or value counts 0 bytes.
+        size = F.aggregate(
+            raw,
+            F.lit(0).cast("bigint"),
+            lambda total, header: (
+                total
+                + F.coalesce(F.octet_length(header["key"]), F.lit(0))
+                + F.coalesce(F.octet_length(header["value"]), F.lit(0))
+            ),
+        )
+        return (F.coalesce(F.size(raw), F.lit(0)) > F.lit(0)) & (size > limit)
     if rule.check is Check.BYTES and limit is not None:
         size = F.coalesce(F.octet_length(raw), F.lit(0)) if text is None else F.octet_length(raw)
         return size > limit

@@ -26,15 +26,16 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
 
-LIMITS = Limits(max_key_bytes=24, max_key_words=5, max_payload_bytes=16, max_fanout=2)
-#: (key, payload): valid, then one record per classification rule in the order they are checked.
-RECORDS: list[tuple[bytes | None, bytes]] = [
-    (b"a.b", b"ok"),
-    (None, b"ok"),
-    (b"a" * 25, b"ok"),
-    (b"\xff", b"ok"),
-    (b"a.b.c.d.e.f", b"ok"),
-    (b"a.b", b"p" * 17),
+LIMITS = Limits(max_key_bytes=24, max_key_words=5, max_payload_bytes=16, max_headers_bytes=8, max_fanout=2)
+#: (key, payload, headers): valid, then one record per classification rule in the order they are checked.
+RECORDS: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = [
+    (b"a.b", b"ok", [("h", b"1234567")]),
+    (None, b"ok", []),
+    (b"a" * 25, b"ok", []),
+    (b"\xff", b"ok", []),
+    (b"a.b.c.d.e.f", b"ok", []),
+    (b"a.b", b"p" * 17, []),
+    (b"a.b", b"ok", [("h", b"12345678")]),
 ]
 
 
@@ -50,7 +51,8 @@ def over_the_fanout_limit(key: Column) -> Column:
 def test_the_router_emits_exactly_the_derived_reasons(spark: SparkSession, policy: Policy) -> None:
     moment = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     frame = spark.createDataFrame(
-        [(key, payload, "t", 0, index, moment, []) for index, (key, payload) in enumerate(RECORDS)], SOURCE_DDL
+        [(key, payload, "t", 0, index, moment, headers) for index, (key, payload, headers) in enumerate(RECORDS)],
+        SOURCE_DDL,
     )
     validator = Validator(limits=LIMITS, policy=policy)
     classified = classify(frame, RouterSettings(key_source="key"), validator).select(*CLASSIFIED_COLUMNS)

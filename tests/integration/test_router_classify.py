@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import router_support  # noqa: F401  (sets PYSPARK_PYTHON before the session starts)
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 
 #: Small limits, so random data crosses them often.
-LIMITS = Limits(max_key_bytes=24, max_key_words=5, max_payload_bytes=16)
+LIMITS = Limits(max_key_bytes=24, max_key_words=5, max_payload_bytes=16, max_headers_bytes=10)
 
 EDGE_KEYS: list[bytes | None] = [
     None,
@@ -126,22 +127,30 @@ records = st.lists(
 )
 
 
-def python_reason(validator: Validator, key: bytes | None, payload: bytes | None) -> tuple[str | None, str | None]:
-    """(reason, decoded key) as the Python validator judges the record."""
+#: A record to judge: (key, payload) or (key, payload, headers).
+Row = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
+def python_reason(
+    validator: Validator, key: bytes | None, payload: bytes | None, *headers: Any
+) -> tuple[str | None, str | None]:
+    """(reason, decoded key) as the Python validator judges the record (``headers``: its headers list, if any)."""
     try:
         decoded = validator.decode_key(key)
         validator.check_payload(payload)
+        validator.check_headers(headers[0] if headers else None)
     except TopicError as error:
         return error.reason, None
     return None, decoded
 
 
 def judge_in_spark(
-    spark: SparkSession, validator: Validator, rows: list[tuple[bytes | None, bytes | None]]
+    spark: SparkSession, validator: Validator, rows: Sequence[Row]
 ) -> list[tuple[str | None, str | None]]:
     timestamp = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     frame = spark.createDataFrame(
-        [(key, payload, "t", 0, index, timestamp, []) for index, (key, payload) in enumerate(rows)], SOURCE_DDL
+        [(row[0], row[1], "t", 0, index, timestamp, row[2] if len(row) > 2 else []) for index, row in enumerate(rows)],
+        SOURCE_DDL,
     )
     judged = classify(frame, RouterSettings(key_source="key"), validator)
     collected = judged.select("offset", "reason", "routing_key").collect()
@@ -150,23 +159,21 @@ def judge_in_spark(
     return [by_offset[index] for index in range(len(rows))]
 
 
-def check_agreement(spark: SparkSession, rows: list[tuple[bytes | None, bytes | None]]) -> None:
+def check_agreement(spark: SparkSession, rows: Sequence[Row]) -> None:
     for policy in Policy:
         validator = Validator(limits=LIMITS, policy=policy)
-        expected = [python_reason(validator, key, payload) for key, payload in rows]
+        expected = [python_reason(validator, *row) for row in rows]
         actual = judge_in_spark(spark, validator, rows)
         mismatches = [
-            (policy.value, key, payload, want, got)
-            for (key, payload), want, got in zip(rows, expected, actual, strict=True)
-            if want != got
+            (policy.value, row, want, got) for row, want, got in zip(rows, expected, actual, strict=True) if want != got
         ]
         assert mismatches == []
 
 
 def test_the_rules_table_classifies_as_declared(spark: SparkSession) -> None:
-    """Every key and payload case of ``tests/rules.tsv``, under both policies, in one Spark action."""
-    cases = [case for case in RULES if case.subject in ("key", "payload")]
-    # One frame per (limits, policy): a key case has an empty payload, a payload case the key "k".
+    """Every key, payload and headers case of ``tests/rules.tsv``, under both policies, in one Spark action."""
+    cases = [case for case in RULES if case.subject in ("key", "payload", "headers")]
+    # One frame per (limits, policy): a key case has an empty payload, a payload or headers case the key "k".
     groups: dict[tuple[Limits, Policy], list[Case]] = {}
     for case in cases:
         for policy in Policy:
@@ -178,6 +185,8 @@ def test_the_rules_table_classifies_as_declared(spark: SparkSession) -> None:
             (case.value, b"", str(group), 0, case.line, timestamp, [])
             if case.subject == "key"
             else (b"k", case.value, str(group), 0, case.line, timestamp, [])
+            if case.subject == "payload"
+            else (b"k", b"", str(group), 0, case.line, timestamp, case.value)
             for case in members
         ]
         frame = spark.createDataFrame(records, SOURCE_DDL)
@@ -199,7 +208,7 @@ def test_the_rules_table_classifies_as_declared(spark: SparkSession) -> None:
 
 
 def test_edge_cases_classify_like_the_validator(spark: SparkSession) -> None:
-    rows: list[tuple[bytes | None, bytes | None]] = [(key, b"ok") for key in EDGE_KEYS]
+    rows: list[Row] = [(key, b"ok") for key in EDGE_KEYS]
     rows += [
         (b"a.b", b"p" * 16),
         (b"a.b", b"p" * 17),
@@ -208,14 +217,26 @@ def test_edge_cases_classify_like_the_validator(spark: SparkSession) -> None:
         (None, b"p" * 17),
         (b"\xff", b"p" * 17),
         (b"a" * 25, b"p" * 17),
+        (b"a.b", b"ok", [("h", b"v" * 9)]),  # 10 bytes: at the limit
+        (b"a.b", b"ok", [("h", b"v" * 10)]),
+        (b"a.b", b"ok", [("h\u00e9", b"v" * 7)]),  # the key's UTF-8 bytes count: 1 + 2 + 7
+        (b"a.b", b"ok", [("h\u00e9", b"v" * 8)]),
+        (b"a.b", b"ok", [("abcde", None), ("fghij", None), ("k", None)]),  # keys alone add up
+        (b"a.b", b"ok", [("a", b"1234"), ("b", b"1234")]),
+        (b"a.b", b"p" * 17, [("h", b"v" * 20)]),  # the payload is judged first
+        (None, b"ok", [("h", b"v" * 20)]),  # the key first
     ]
-    reasons = {
-        python_reason(Validator(limits=LIMITS, policy=policy), key, payload)[0]
-        for policy in Policy
-        for key, payload in rows
-    }
+    reasons = {python_reason(Validator(limits=LIMITS, policy=policy), *row)[0] for policy in Policy for row in rows}
     # The table exercises every rule the classifier has.
-    assert reasons == {None, "null_key", "key_too_long", "invalid_key", "too_many_words", "payload_too_large"}
+    assert reasons == {
+        None,
+        "null_key",
+        "key_too_long",
+        "invalid_key",
+        "too_many_words",
+        "payload_too_large",
+        "headers_too_large",
+    }
     check_agreement(spark, rows)
 
 

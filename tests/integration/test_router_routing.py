@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 MAX_PAYLOAD_BYTES = 512
+MAX_HEADERS_BYTES = 64
 #: Low, so several keys below match more subscribers than this and one matches exactly this many.
 MAX_FANOUT = 4
 
@@ -130,7 +131,9 @@ def test_routing_by_message_key_matches_the_oracle(
     spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     topic = topic_factory(partitions=2)
-    limits = settings.limits.replace(max_payload_bytes=MAX_PAYLOAD_BYTES, max_fanout=MAX_FANOUT)
+    limits = settings.limits.replace(
+        max_payload_bytes=MAX_PAYLOAD_BYTES, max_headers_bytes=MAX_HEADERS_BYTES, max_fanout=MAX_FANOUT
+    )
     job = router_settings(settings.replace(limits=limits), tmp_path, [topic], max_offsets_per_trigger=200)
     version = apply_subscriptions(spark, job, tmp_path / "subscriptions.jsonl", SUBSCRIPTIONS)
     subscriptions = active_subscriptions(spark, job, version)
@@ -146,6 +149,10 @@ def test_routing_by_message_key_matches_the_oracle(
         (b"q", b"p" * MAX_PAYLOAD_BYTES, []),  # exactly at the limit: routed
         (b"q", None, []),  # a tombstone has no payload: routed
         (b"\xff", b"p" * (MAX_PAYLOAD_BYTES + 1), []),  # the key is judged first: invalid_key
+        (b"a.b", b"p", [("h", b"v" * (MAX_HEADERS_BYTES - 1))]),  # exactly at the limit (key + value): routed
+        (b"a.b", b"p", [("h", b"v" * MAX_HEADERS_BYTES)]),  # headers_too_large
+        (b"a.b", b"p", [("k" * (MAX_HEADERS_BYTES + 1), None)]),  # a huge key with no value: headers_too_large
+        (b"a.b", b"p" * (MAX_PAYLOAD_BYTES + 1), [("h", b"v" * MAX_HEADERS_BYTES)]),  # payload first
     ]
     records = produce(job, topic, messages, partitions=2)
 
@@ -162,6 +169,7 @@ def test_routing_by_message_key_matches_the_oracle(
         "invalid_key",
         "too_many_words",
         "payload_too_large",
+        "headers_too_large",
         "fanout_limit",
     }
     assert any(len(subs) == MAX_FANOUT for _, subs in expected.values())
