@@ -289,7 +289,7 @@ class AclSettings:
         if isinstance(raw, str):
             try:
                 raw = json.loads(raw) if raw.strip() else []
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
                 raise ConfigError("setting acl.rules must be JSON text of a list of rules when given as text") from None
         if not isinstance(raw, (list, tuple)):
             raise ConfigError(f"setting acl.rules must be a list of rules, got {raw!r:.80}")

@@ -49,9 +49,20 @@ class ConfigError(ValueError):
     """A settings file, variable or flag that cannot be used; names the key."""
 
 
+#: The most characters of a value an error quotes (a 5,000-digit number is shown by its length).
+MAX_SHOWN_CHARS = 80
+#: The most digits an integer setting may be written with: far past any limit (2**31), short of Python's
+#: 4,300-digit conversion guard, which raised a ValueError traceback.
+MAX_INTEGER_DIGITS = 30
+
+
 def shown(key: str, value: object) -> str:
-    """``value`` quoted for an error about setting ``key``, or a mask when the key looks secret."""
-    return "<hidden: the key looks secret>" if SECRET_KEY.search(key) else repr(value)
+    """``value`` quoted for an error about setting ``key`` (cut to :data:`MAX_SHOWN_CHARS`), or a mask when the key
+    looks secret."""
+    if SECRET_KEY.search(key):
+        return "<hidden: the key looks secret>"
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**MAX_INTEGER_DIGITS else "<a huge integer>"
+    return text if len(text) <= MAX_SHOWN_CHARS else f"{text[:MAX_SHOWN_CHARS]}... ({len(text)} characters)"
 
 
 def conf_path(path: str | os.PathLike[str] | None = None) -> Path:
@@ -77,6 +88,10 @@ def read_conf(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"settings file {chosen} is not valid TOML: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"settings file {chosen} nests arrays or tables too deeply to read") from None
+    except ValueError:  # tomllib converting an integer past Python's 4,300-digit guard
+        raise ConfigError(f"settings file {chosen} holds an integer too long to read") from None
 
 
 def read_bounded(path: Path, limit: int, *, what: str, limit_text: str) -> bytes:
@@ -118,6 +133,10 @@ def _coerce(section: str, key: str, raw: object, annotation: Any, from_text: boo
         if isinstance(raw, int):
             return raw
         if from_text and isinstance(raw, str) and INTEGER_TEXT.fullmatch(raw):
+            if len(raw.lstrip("+-")) > MAX_INTEGER_DIGITS:
+                raise ConfigError(
+                    f"setting {where} must be an integer of at most {MAX_INTEGER_DIGITS} digits, got {got}"
+                )
             return int(raw)
         raise ConfigError(f"setting {where} must be an integer (ASCII digits), got {got}")
     if annotation is float:

@@ -408,6 +408,11 @@ BAD_SETTINGS_FLAGS = [
     (["--conf", "/dev/zero"], "larger than 1 MiB"),
     (["--set", "kafka.sasl_password_file=/dev/zero"], "larger than 64 KiB"),
     (["--set", "kafka.sasl_password_file={tmp}"], "kafka.sasl_password_file"),
+    # Past Python's own guards: a 5,000-digit integer (its 4,300-digit conversion limit) and nesting past its stack.
+    (["--set", "limits.max_fanout=" + "9" * 5000], "limits.max_fanout must be an integer of at most 30 digits"),
+    (["--conf", "{tmp}/huge_integer.toml"], "holds an integer too long to read"),
+    (["--conf", "{tmp}/deep.toml"], "nests arrays or tables too deeply to read"),
+    (["--set", "acl.rules=" + "[" * 5000 + "]" * 5000], "acl.rules must be JSON text"),
 ]
 
 
@@ -423,9 +428,12 @@ def test_every_command_line_refuses_bad_settings_with_exit_2(
 ) -> None:
     monkeypatch.delenv(SASL_PASSWORD_ENV, raising=False)
     (tmp_path / "binary.toml").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "huge_integer.toml").write_text("[limits]\nmax_fanout = " + "9" * 5000 + "\n")
+    (tmp_path / "deep.toml").write_text("[limits]\nmax_fanout = " + "[" * 5000 + "]" * 5000 + "\n")
     code, err = run_cli(command, [flag.replace("{tmp}", str(tmp_path)) for flag in flags], capsys)
     assert code == 2, err
     assert named in err
+    assert max(map(len, err.splitlines())) < 400, "an error quotes a value cut short"
     assert "Traceback" not in err
     assert "hunter2" not in err
 
