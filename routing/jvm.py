@@ -99,11 +99,11 @@ def _is_connect(spark: SparkSession) -> bool:
 class SparkJvm:
     """Spark's JVM classes and methods held for one JVM (a classic session on a tested release)."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, version: str) -> None:
         jvm: Any = spark.sparkContext._jvm
         self.jvm = jvm
         self._jspark: Any = spark._jsparkSession
-        self.version = str(spark.version)
+        self.version = version
         self._array_list = jvm.java.util.ArrayList
         self._to_seq = jvm.PythonUtils.toSeq
         functions = jvm.org.apache.spark.sql.functions
@@ -174,7 +174,7 @@ def spark_jvm(spark: SparkSession) -> SparkJvm | None:
     held = _spark_jvm
     if held is None or held[0] is not jvm:
         version = str(spark.version)
-        handle = SparkJvm(spark) if _tested("Spark", version, TESTED_SPARK) else None
+        handle = SparkJvm(spark, version) if _tested("Spark", version, TESTED_SPARK) else None
         held = _spark_jvm = (jvm, handle)
     return held[1]
 

@@ -89,11 +89,16 @@ class SnapshotFileRefused(ValueError):
     """A snapshot file that is not what its name and its reader say: the message says what it holds instead."""
 
 
-def seal(table_id: str, version: int, data: bytes) -> bytes:
-    """``data`` (a serialized matcher) as the snapshot file of ``table_id`` at ``version`` (see the module docs)."""
+def _seal_head(table_id: str, version: int) -> bytes:
+    """What precedes the matcher bytes in the file of ``table_id`` at ``version``: magic, claim length, claim."""
     claim = json.dumps({"table_id": table_id, "version": version}, sort_keys=True).encode()
     assert len(claim) <= MAX_CLAIM_BYTES
-    return MAGIC + _CLAIM_LENGTH.pack(len(claim)) + claim + data
+    return MAGIC + _CLAIM_LENGTH.pack(len(claim)) + claim
+
+
+def seal(table_id: str, version: int, data: bytes) -> bytes:
+    """``data`` (a serialized matcher) as the snapshot file of ``table_id`` at ``version`` (see the module docs)."""
+    return _seal_head(table_id, version) + data
 
 
 def unseal(sealed: bytes, table_id: str, version: int) -> bytes:
@@ -183,7 +188,14 @@ class SnapshotFiles:
 
     def name_of(self, version: int, data: bytes) -> str:
         """The file name :meth:`write` gives the matcher bytes ``data`` of ``version``."""
-        return file_name(version, seal(self.table_id, version, data))
+        return self._name(version, _seal_head(self.table_id, version), data)
+
+    @staticmethod
+    def _name(version: int, head: bytes, data: bytes) -> str:
+        """:func:`file_name` of ``head + data``, hashed in two parts (a large snapshot is not copied to name it)."""
+        digest = hashlib.sha256(head)
+        digest.update(data)
+        return f"{version}-{digest.hexdigest()}.frozen"
 
     def ref(self, version: int, name: str) -> SnapshotFileRef:
         """The UDF's carrier of this table's file ``name`` of ``version``."""
@@ -240,15 +252,17 @@ class SnapshotFiles:
         ``verify``: a file of that name and size is rewritten unless its bytes are ``data`` (for a file the
         UDF will read, which a damaged one would fail).
         """
-        sealed = seal(self.table_id, version, data)
-        name = file_name(version, sealed)
+        head = _seal_head(self.table_id, version)
+        name = self._name(version, head, data)
         final = self._path(name)
         temporary = self._path(f".{name}.{uuid.uuid4().hex}.tmp")
         try:
-            if self._fs.get_file_info(final).size != len(sealed) or (verify and not self._holds(final, sealed)):
+            size = len(head) + len(data)
+            if self._fs.get_file_info(final).size != size or (verify and not self._holds(final, head, data)):
                 self._fs.create_dir(self._root, recursive=True)
                 with self._fs.open_output_stream(temporary) as stream:
-                    stream.write(sealed)
+                    stream.write(head)  # the seal, then the matcher: never joined into one copy
+                    stream.write(data)
                 self._fs.move(temporary, final)
         except Exception as error:
             log.warning("cannot write snapshot file %s (%s); routing is unaffected", final, error)
@@ -257,12 +271,14 @@ class SnapshotFiles:
         self.prune(protect=protect)
         return name
 
-    def _holds(self, path: str, data: bytes) -> bool:
+    def _holds(self, path: str, head: bytes, data: bytes) -> bool:
+        """Whether the file at ``path`` is exactly ``head`` then ``data``."""
         try:
             with self._fs.open_input_stream(path) as stream:
-                return bytes(stream.read()) == data
+                content = memoryview(bytes(stream.read()))
         except OSError:
             return False
+        return len(content) == len(head) + len(data) and content[: len(head)] == head and content[len(head) :] == data
 
     def prune(self, *, protect: Collection[int] = ()) -> list[str]:
         """Delete all but the newest ``keep`` versions' files (and those of ``protect``), and stale temporary
