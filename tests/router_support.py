@@ -294,6 +294,30 @@ def ledger_versions(spark: SparkSession, settings: Settings) -> list[tuple[int, 
     return sorted((batch_id, version) for _, batch_id, version in entries)
 
 
+def assert_routed_with_recorded_versions(
+    spark: SparkSession, settings: Settings, records: Sequence[Record]
+) -> tuple[dict[int, int], dict[tuple[int, int], tuple[int, int]], dict[tuple[int, int], Outcome]]:
+    """Every record routed once, by a batch that used the version its ledger entry recorded, exactly as the oracle
+    of that version says; (ledger: batch -> version, each record's (batch, version), each record's outcome)."""
+    ledger = dict(ledger_versions(spark, settings))
+    routed = read_routed(spark, settings)
+    assert_ids_exact(routed)
+    pinned = routed.versions()
+    assert set(pinned) == {record.coordinates for record in records}
+    for batch_id, version in pinned.values():
+        assert ledger[batch_id] == version  # each batch routed with the version it recorded
+    oracles = {
+        version: ReferenceMatcher(active_subscriptions(spark, settings, version)) for version in set(ledger.values())
+    }
+    validator = settings.validator()
+    expected = {
+        record.coordinates: expected_outcome(record, settings.router, validator, oracles[pinned[record.coordinates][1]])
+        for record in records
+    }
+    assert routed.outcomes() == expected
+    return ledger, pinned, expected
+
+
 def run_available_now(spark: SparkSession, settings: Settings) -> Router:
     """One in-process available-now run of the router on the shared session; the closed Router."""
     from routing.router.pipeline import Router

@@ -21,11 +21,8 @@ from router_support import (
     Record,
     active_subscriptions,
     apply_subscriptions,
-    assert_ids_exact,
-    expected_outcome,
-    ledger_versions,
+    assert_routed_with_recorded_versions,
     produce,
-    read_routed,
     router_settings,
 )
 
@@ -93,28 +90,13 @@ def test_new_table_version_is_picked_up_while_running(
         query.stop()
         router.close()
 
-    ledger = dict(ledger_versions(spark, job))
+    ledger, pinned, expected = assert_routed_with_recorded_versions(spark, job, records)
     assert set(ledger.values()) == {old_version, new_version}
     # Versions only move forward: once a batch used the new table, later batches do too.
     versions_in_order = [ledger[batch] for batch in sorted(ledger)]
     assert versions_in_order == sorted(versions_in_order)
-
-    validator = job.validator()
-    oracles = {
-        version: ReferenceMatcher(active_subscriptions(spark, job, version)) for version in (old_version, new_version)
-    }
-    assert sorted(oracles[new_version].subscriptions()) == sorted(set(BEFORE + ADDED) - set(REMOVED))
-    routed = read_routed(spark, job)
-    assert_ids_exact(routed)
-    pinned = routed.versions()
-    assert set(pinned) == {record.coordinates for record in records}
-    for batch_id, version in pinned.values():
-        assert ledger[batch_id] == version  # each batch routed with the version it recorded
-    expected = {
-        record.coordinates: expected_outcome(record, job.router, validator, oracles[pinned[record.coordinates][1]])
-        for record in records
-    }
-    assert routed.outcomes() == expected
+    new_subscriptions = ReferenceMatcher(active_subscriptions(spark, job, new_version)).subscriptions()
+    assert sorted(new_subscriptions) == sorted(set(BEFORE + ADDED) - set(REMOVED))
     assert all(pinned[record.coordinates][1] == old_version for record in records[: len(KEYS) * 5])
     assert all(pinned[record.coordinates][1] == new_version for record in records[switched_at:])
     # The switch changed routing for real (the same keys went elsewhere).

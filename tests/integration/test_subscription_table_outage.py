@@ -19,18 +19,13 @@ import pytest
 from router_support import (
     WAIT_TIMEOUT_S,
     Record,
-    active_subscriptions,
     apply_subscriptions,
-    assert_ids_exact,
-    expected_outcome,
-    ledger_versions,
+    assert_routed_with_recorded_versions,
     produce,
-    read_routed,
     router_settings,
 )
 
 from integration.test_router_refresh import wait_until_processed
-from routing.reference import ReferenceMatcher
 from routing.router.pipeline import Router
 
 if TYPE_CHECKING:
@@ -95,18 +90,7 @@ def test_an_unreadable_subscription_table_keeps_the_last_snapshot_and_the_router
         query.stop()
         router.close()
 
-    ledger = dict(ledger_versions(spark, job))
+    ledger, pinned, _ = assert_routed_with_recorded_versions(spark, job, records)
     assert set(ledger.values()) == {old_version, new_version}
-    routed = read_routed(spark, job)
-    assert_ids_exact(routed)
-    pinned = routed.versions()
-    assert set(pinned) == {record.coordinates for record in records}
-    oracles = {version: ReferenceMatcher(active_subscriptions(spark, job, version)) for version in ledger.values()}
-    validator = job.validator()
-    expected = {
-        record.coordinates: expected_outcome(record, job.router, validator, oracles[pinned[record.coordinates][1]])
-        for record in records
-    }
-    assert routed.outcomes() == expected
     # Everything produced before the table came back was routed with the last snapshot published before it went.
     assert all(pinned[record.coordinates][1] == old_version for record in records[:outage_end])
