@@ -38,6 +38,9 @@ What each piece guarantees:
   with :func:`crash_after_writes_from_env` (the one place the variable is read). Never set it in
   production. The same variable can name another point of the refresh job's batch
   (:class:`CrashHook`: inside its MERGE, or between the MERGE and the rejects append).
+* :func:`retry_worker_start` -- starts a query again when Spark refused it because the Python
+  worker it launched for ``foreachBatch`` (a Spark Connect server does) missed Spark's fixed 10 s
+  to connect back, which a busy server can.
 * :func:`retry_delta_conflicts` -- re-runs a read-decide-commit step when Delta refuses its commit
   because another writer committed first (``ConcurrentAppendException`` and its kin): the step then
   decides again against the newer table.
@@ -237,9 +240,50 @@ def start_query(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=trigger_interval)
-    query = writer.start()
+    query = retry_worker_start(writer.start, f"starting {query_name or 'the query'}")
     bind(str(query.id))
     return query
+
+
+#: Attempts of a query start whose ``foreachBatch`` Python worker did not connect back in time.
+WORKER_START_ATTEMPTS = 3
+
+#: What Spark says when a Python worker it launched did not connect back within its fixed 10 s
+#: (``PythonWorkerFactory``; not a setting). A Spark Connect server launches one for every
+#: ``foreachBatch`` query it starts, so a busy server refuses the start, before the query exists.
+_WORKER_DID_NOT_CONNECT = ("Python worker to connect back", "Python worker failed to connect back")
+
+
+def worker_did_not_connect(error: BaseException) -> bool:
+    """Whether ``error`` is Spark's refusal of a Python worker that was too slow to start."""
+    return any(text in str(error) for text in _WORKER_DID_NOT_CONNECT)
+
+
+def retry_worker_start(
+    start: Callable[[], T], what: str, *, attempts: int = WORKER_START_ATTEMPTS, first_pause_s: float = 2.0
+) -> T:
+    """``start()``, run again while Spark refuses it because a Python worker did not connect back in time.
+
+    Safe because the refusal comes before the query exists (nothing ran, nothing was committed).
+    Pauses double from ``first_pause_s``; after ``attempts`` refusals the last one is raised.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return start()
+        except Exception as error:
+            if attempt == attempts or not worker_did_not_connect(error):
+                raise
+            pause = first_pause_s * 2 ** (attempt - 1)
+            log.warning(
+                "%s: Spark's Python worker did not connect back within its 10 s; trying again in %.1f s "
+                "(attempt %d of %d)",
+                what,
+                pause,
+                attempt + 1,
+                attempts,
+            )
+            time.sleep(pause)
+    raise AssertionError("unreachable")
 
 
 # -- Delta tables ----------------------------------------------------------------------

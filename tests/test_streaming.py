@@ -1,5 +1,5 @@
 """The shared streaming layer's pure parts (no JVM): query identity, the txnAppId format, the crash hook, the
-retry of steps Delta refuses, the background warm's ordering.
+retry of steps Delta refuses and of query starts a slow Python worker refused, the background warm's ordering.
 
 The Spark parts (Kafka source, table creation, idempotent appends) run in every router and refresh-job
 integration test, and the replays in tests/integration/test_router_txn.py and test_refresh_job.py.
@@ -23,6 +23,7 @@ from routing.streaming import (
     crash_after_writes_from_env,
     kafka_source,
     retry_delta_conflicts,
+    retry_worker_start,
     txn_app_id,
 )
 
@@ -96,6 +97,38 @@ def test_a_step_refused_every_time_raises_the_last_conflict_and_other_errors_are
     with pytest.raises(OSError, match="disk full"):
         retry_delta_conflicts(failing, "a test step", first_pause_s=0.0)
     assert calls == ["conflict"] * 4 + ["error"]
+
+
+# Spark's words when a Connect server's foreachBatch worker misses its fixed 10 s (PythonWorkerFactory).
+SLOW_WORKER = "java.net.SocketTimeoutException: Timed out while waiting for the Python worker to connect back"
+
+
+def test_a_start_a_slow_python_worker_refused_is_tried_again_and_other_errors_are_not() -> None:
+    calls: list[str] = []
+
+    def start() -> str:
+        calls.append("start")
+        if len(calls) < 3:
+            raise RuntimeError(f"(org.apache.spark.SparkException) {SLOW_WORKER}")
+        return "query"
+
+    assert retry_worker_start(start, "a test query", first_pause_s=0.0) == "query"
+    assert calls == ["start"] * 3
+
+    def always_slow() -> None:
+        calls.append("slow")
+        raise RuntimeError(f"{SLOW_WORKER} ({len(calls)})")
+
+    with pytest.raises(RuntimeError, match=r"connect back \(5\)"):
+        retry_worker_start(always_slow, "a test query", attempts=2, first_pause_s=0.0)
+
+    def refused() -> None:
+        calls.append("refused")
+        raise RuntimeError("[STREAMING_QUERY_ALREADY_ACTIVE] another query runs on this checkpoint")
+
+    with pytest.raises(RuntimeError, match="ALREADY_ACTIVE"):
+        retry_worker_start(refused, "a test query", first_pause_s=0.0)
+    assert calls == ["start"] * 3 + ["slow"] * 2 + ["refused"]
 
 
 @pytest.mark.parametrize(("topics", "pattern"), [((), ""), (("a",), "a.*")])
