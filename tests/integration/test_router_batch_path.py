@@ -383,7 +383,7 @@ def test_output_tables_hand_parquet_their_plain_columns_and_int64_timestamps(
             ), name
 
 
-def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
+def test_long_ids_on_every_message_cut_the_output_by_bytes_and_route_completely(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
     from pyspark.sql import functions as F
@@ -392,21 +392,25 @@ def test_nine_thousand_messages_to_a_thousand_long_ids_route_completely(
     subscribers = [f"{index:0>{local.limits.max_subscriber_bytes}}" for index in range(1_000)]
     apply_subscriptions(spark, local, tmp_path / "subs.json", [("#", subscriber) for subscriber in subscribers])
     router = started_router(spark, local, "wide")
-    keys = [f"k.{index % 50}".encode() for index in range(9_000)]
+    keys = [f"k.{index % 50}".encode() for index in range(1_200)]
+    # One Arrow batch of keys whose lists take over four of the default output cuts: the UDF must split it,
+    # and every part must reach the table. The cut, not the total, is what keeps each part below Arrow's
+    # 32-bit offsets, so a total past 2 GiB tests nothing more (settings refuse a cut past 2**31 - 1 bytes).
+    list_bytes = len(keys) * len(subscribers) * (4 + local.limits.max_subscriber_bytes)
+    assert list_bytes > 4 * local.router.max_output_batch_bytes
     try:
-        router.process_batch(batch_frame(spark, keys), 0)  # one Arrow batch of 9,000 keys: 2.3 GB of lists
+        router.process_batch(batch_frame(spark, keys), 0)
     finally:
         router.close(progress_wait_s=0)
     metrics = router.reports[0].metrics
-    assert (metrics["input_rows"], metrics["deliveries"], metrics["dead_letters"]) == (9_000, 9_000_000, 0)
+    assert (metrics["input_rows"], metrics["deliveries"], metrics["dead_letters"]) == (1_200, 1_200_000, 0)
     deliveries = spark.read.format("delta").load(local.router.deliveries_path)
     per_message = deliveries.groupBy("source_offset").agg({"subscriber_id": "count"}).collect()
-    assert len(per_message) == 9_000 and {row[1] for row in per_message} == {1_000}
+    assert len(per_message) == 1_200 and {row[1] for row in per_message} == {1_000}
     assert deliveries.select("subscriber_id").distinct().count() == 1_000
-    # Distinct delivery ids, counted on an 8-byte hash of each instead of the 64-character id (half the time of
-    # the check): a hash can merge two ids but never split one, and there are 9,000,000 rows, so 9,000,000
-    # distinct hashes means 9,000,000 distinct ids. The ids are deterministic: no collision comes and goes.
-    assert deliveries.select(F.xxhash64("delivery_id")).distinct().count() == 9_000_000
+    # Distinct delivery ids, counted on an 8-byte hash of each instead of the 64-character id: a hash can merge
+    # two ids but never split one, so 1,200,000 distinct hashes means 1,200,000 distinct ids.
+    assert deliveries.select(F.xxhash64("delivery_id")).distinct().count() == 1_200_000
 
 
 def test_twenty_one_megabyte_messages_to_a_hundred_subscribers_route_completely(
