@@ -195,6 +195,10 @@ class Validator:
         """Raise when ``subscriber``'s patterns would cost ``cost`` lookup states in all, past the limit."""
         self._at_most(_MATCH_COST_RULE, subscriber, cost)
 
+    def for_batch(self) -> Validator:
+        """This validator with a fresh ACL budget (:meth:`routing.acl.AclRules.for_batch`): one per batch."""
+        return dataclasses.replace(self, acl=self.acl.for_batch())
+
     def check_allowed(self, subscriber: str, pattern: str) -> None:
         """Raise :class:`~routing.errors.ForbiddenPatternError` unless ``[acl]`` lets ``subscriber`` hold it."""
         self.acl.check(subscriber, pattern)

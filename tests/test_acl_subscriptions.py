@@ -5,6 +5,7 @@ reason, in a way later events still order against (last writer wins)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -137,3 +138,46 @@ def test_deactivation_change_id_sorts_right_after_the_row_change() -> None:
 def test_forbidden_rows_is_empty_without_rules() -> None:
     assert list(forbidden_rows([("a", "#")], ALLOW_ALL)) == []
     assert [row[:2] for row in forbidden_rows([("a", "#"), ("audit", "#")], RULES)] == [("a", "#")]
+
+
+def test_a_batchs_uncached_checks_share_one_budget_and_the_rest_are_rejected_naming_it() -> None:
+    """Distinct patterns (each a cache miss) past ``acl.max_check_states_per_batch``: the first ones are judged,
+    the later ones rejected ``forbidden_pattern`` with the setting named. Decided answers cost nothing, and
+    the next batch has a fresh budget."""
+    import routing.acl
+
+    rules = AclRules(rules=RULES.rules, max_check_states_per_batch=200)
+    own = routing.acl.automaton_of(("tenant.42.#",), rules.max_rule_states)
+    patterns = [f"tenant.*.{index}.*.#.x{index}" for index in range(40)]  # not covered: each searched whole
+    costs = [routing.acl.search(own, pattern)[1] for pattern in patterns]
+    judged = next(n for n in range(1, len(costs) + 1) if sum(costs[:n]) >= 200)  # spent after these
+    batch = Validator(acl=rules).for_batch()
+
+    def detail(pattern: str, validator: Validator = batch) -> str:
+        outcome = judge(
+            received("subscribe", "tenant-42-web", pattern, 1, 0), validator, max_event_bytes=MAX_EVENT_BYTES
+        )
+        return "" if outcome.rejection is None else f"{outcome.rejection.reason}: {outcome.rejection.detail}"
+
+    details = [detail(pattern) for pattern in patterns]
+    assert all(text.startswith("forbidden_pattern: ") for text in details)
+    refused = ["acl.max_check_states_per_batch=200" in text for text in details]
+    assert refused == [False] * judged + [True] * (len(patterns) - judged)
+    assert detail("tenant.42.#") == ""  # the pattern a rule names: no search
+    fresh = "tenant.42.z.*"
+    assert "max_check_states_per_batch" in detail(fresh)  # allowed, but never decided: refused in a spent batch
+    assert detail(fresh, batch.for_batch()) == ""  # the next batch decides it
+    assert detail(fresh) == ""  # and once decided, it costs nothing, even in the spent batch
+
+    model = SubscriptionModel(
+        Validator(acl=dataclasses.replace(rules, max_check_states_per_batch=1)), max_event_bytes=MAX_EVENT_BYTES
+    )
+    counts = model.apply_batch(
+        received("subscribe", "tenant-42-web", f"tenant.42.m{index}.*", 1, index) for index in range(5)
+    )
+    assert (counts[SUBSCRIBED], counts["forbidden_pattern"]) == (1, 4)  # the model spends one budget per batch
+    counts = model.apply_batch(
+        received("subscribe", "tenant-42-web", f"tenant.42.m{index}.*", 2, 10 + index) for index in range(5)
+    )
+    # m0 was decided in the batch before (free), m1 spends this batch's budget, m2-m4 wait for another batch.
+    assert counts["forbidden_pattern"] == 3

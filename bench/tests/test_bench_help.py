@@ -13,6 +13,7 @@ BENCH = Path(__file__).resolve().parents[1]
 NOT_HERE = {"__init__", "harness", "workloads"}
 #: Each benchmark and flags its --help must list.
 FLAGS = {
+    "acl_cost": ("--patterns", "--events", "--seed", "--results-dir", "--no-write"),
     "chaos": ("--seed", "--router-kills", "--broker-kills", "--refresh-kills", "--output", "--work"),
     "driver_refresh": ("--rows", "--changes", "--keys", "--baseline-batches", "--results-dir", "--no-write"),
     "fuzz": ("--minutes", "--targets", "--max-len", "--timeout", "--no-minimize", "--output", "Exit status"),

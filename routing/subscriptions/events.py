@@ -389,6 +389,7 @@ def read_import_file(
     four, whoever reads it.
     """
     kind = import_format(path)
+    validator = validator.for_batch()  # a file is one batch: one ACL budget
     content = _read_bytes(path)
     digest = file_sha256(content)
     name = os.fspath(path)

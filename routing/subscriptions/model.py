@@ -102,11 +102,12 @@ class SubscriptionModel:
         """
         counts: collections.Counter[str] = collections.Counter()
         latest: dict[tuple[str, str], ChangeEvent] = {}
+        validator = self.validator.for_batch()  # one ACL budget per batch, like each task of the job
         for item in batch:
             if isinstance(item, Outcome):
                 outcome = item
             else:
-                outcome = judge(item, self.validator, max_event_bytes=self.max_event_bytes)
+                outcome = judge(item, validator, max_event_bytes=self.max_event_bytes)
             if outcome.rejection is not None:
                 self.rejects[outcome.received.change_id] = outcome.rejection.reason
                 counts[outcome.rejection.reason] += 1

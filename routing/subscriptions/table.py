@@ -380,11 +380,14 @@ def _validate_arrow(validator: Validator, max_event_bytes: int) -> Any:
         import pyarrow as pa
 
         schema = _arrow_schema()
+        task_validator = validator.for_batch()  # this task's share of the batch: one ACL budget
         for batch in batches:
             columns = batch.to_pydict()
             records = [
                 validated_record(
-                    judge(kafka_received(topic, partition, offset, value), validator, max_event_bytes=max_event_bytes)
+                    judge(
+                        kafka_received(topic, partition, offset, value), task_validator, max_event_bytes=max_event_bytes
+                    )
                 )
                 for value, topic, partition, offset in zip(
                     columns["value"], columns["topic"], columns["partition"], columns["offset"], strict=True
