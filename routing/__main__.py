@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from routing import console, matchers
 from routing.config import ConfigError
 from routing.errors import TopicError
+from routing.explain import MAX_CELLS as EXPLAIN_MAX_CELLS
 from routing.reference import ReferenceMatcher
 
 if TYPE_CHECKING:
@@ -156,7 +157,12 @@ def missing_local_table(table: str) -> bool:
 
 
 def subscriptions_from_files(
-    paths: Sequence[str], validator: Validator, *, max_event_bytes: int, report: Callable[[str], None]
+    paths: Sequence[str],
+    validator: Validator,
+    *,
+    max_event_bytes: int,
+    max_import_bytes: int,
+    report: Callable[[str], None],
 ) -> frozenset[tuple[str, str]]:
     """Active (pattern, subscriber) pairs after applying ``paths`` in order, one batch per file.
 
@@ -173,7 +179,9 @@ def subscriptions_from_files(
         if not Path(name).is_file():
             raise SourceError(f"subscriptions source {name!r} is neither a file nor a Delta table directory")
         try:
-            _, outcomes = read_import_file(name, validator, max_event_bytes=max_event_bytes, allow_pairs=True)
+            _, outcomes = read_import_file(
+                name, validator, max_event_bytes=max_event_bytes, max_import_bytes=max_import_bytes, allow_pairs=True
+            )
         except ImportFileError as error:
             raise SourceError(str(error)) from None
         batches.append(outcomes)
@@ -290,7 +298,11 @@ def run_match(args: argparse.Namespace, out: Callable[[str], None], err: Callabl
             if args.version is not None:
                 raise SourceError("--version applies only to a Delta table")
             active = subscriptions_from_files(
-                sources, validator, max_event_bytes=settings.subscriptions.max_event_bytes, report=err
+                sources,
+                validator,
+                max_event_bytes=settings.subscriptions.max_event_bytes,
+                max_import_bytes=settings.subscriptions.max_import_bytes,
+                report=err,
             )
     except SourceError as error:
         err(f"match: {error}")
@@ -311,7 +323,7 @@ def run_match(args: argparse.Namespace, out: Callable[[str], None], err: Callabl
 
 
 def run_explain(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None]) -> int:
-    from routing.explain import explain
+    from routing.explain import ExplainTooLarge, explain
     from routing.settings import settings_from_args
     from routing.validation import Policy, Validator
 
@@ -320,14 +332,17 @@ def run_explain(args: argparse.Namespace, out: Callable[[str], None], err: Calla
     except ConfigError as error:
         err(f"explain: {error}")
         return 2
+    if args.max_cells < 1:
+        err(f"explain: --max-cells must be at least 1, not {args.max_cells}")
+        return 2
     # The limits first (bytes, words, '#' words: the router's checks in its order, with its reason codes): the
     # alignment table is pattern words x key words, so over-limit input is refused before anything is built.
     within_limits = Validator(limits=validator.limits, policy=Policy.AMQP)
     try:
         within_limits.validate_pattern(args.pattern)
         within_limits.validate_key(args.key)
-        explanation = explain(args.pattern, args.key)
-    except TopicError as error:
+        explanation = explain(args.pattern, args.key, max_cells=args.max_cells)
+    except (TopicError, ExplainTooLarge) as error:
         err(f"explain: {error}")
         return 2
     out(explanation.render())
@@ -641,6 +656,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("pattern", metavar="PATTERN")
     explain.add_argument("key", metavar="KEY")
+    explain.add_argument(
+        "--max-cells",
+        type=int,
+        default=EXPLAIN_MAX_CELLS,
+        metavar="N",
+        help=f"the most cells of the alignment table, (pattern words + 1) x (key words + 1), 4 bytes each "
+        f"(default {EXPLAIN_MAX_CELLS:,}); past it: one line and exit 2",
+    )
     add_settings_arguments(explain)
     for name, what in (("subscribe", "subscribe SUBSCRIBER to"), ("unsubscribe", "unsubscribe SUBSCRIBER from")):
         change = commands.add_parser(

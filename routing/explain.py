@@ -19,8 +19,10 @@ per reachable state so an alignment can be read back:
   leftmost first, like a regex). A running "latest reachable ``j``" makes a ``#`` row
   O(n), so the whole table is O(m * n) for m pattern words and n key words,
   never exponential however many ``#`` there are. The table itself is O(m * n)
-  memory, so callers bound the input first: ``python -m routing explain``
-  refuses a pattern or key over the configured limits before calling this.
+  memory (4 bytes a cell), so it is bounded: past ``max_cells`` cells
+  (:data:`MAX_CELLS`, ``--max-cells`` of ``python -m routing explain``) the
+  explanation is refused with :class:`ExplainTooLarge` before anything is built.
+  At the default limits (32 words each) a table is 1,089 cells.
 
 The key matches iff ``(m, n)`` is reachable. If it is, the back-pointers give
 the alignment: which key words each pattern word consumed. If not, the
@@ -34,6 +36,7 @@ left).
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Sequence
 
 from routing.topic import HASH, STAR, key_words, pattern_words
@@ -112,50 +115,73 @@ def _failure_at(pattern: Sequence[str], key: Sequence[str], i: int, j: int) -> F
     return Failure(i, j, f"pattern word {i + 1} {_show(word)} differs from key word {j + 1} {_show(key[j])}")
 
 
+#: Cells of the alignment table (pattern words + 1) x (key words + 1) an explanation may build: 16 MB.
+MAX_CELLS = 4_000_000
+#: An unreachable state in the table.
+_NONE = -1
+
+
+class ExplainTooLarge(ValueError):
+    """The alignment table would have more than ``max_cells`` cells."""
+
+
 def explain_words(
-    pattern: Sequence[str], key: Sequence[str], *, pattern_text: str = "", key_text: str = ""
+    pattern: Sequence[str],
+    key: Sequence[str],
+    *,
+    pattern_text: str = "",
+    key_text: str = "",
+    max_cells: int = MAX_CELLS,
 ) -> Explanation:
     """The alignment (or the furthest failure) of pattern words against key words."""
     m, n = len(pattern), len(key)
-    # back[i][j]: the predecessor j of reachable state (i, j) (its i is i - 1); None = unreachable.
+    cells = (m + 1) * (n + 1)
+    if cells > max_cells:
+        raise ExplainTooLarge(
+            f"{m} pattern words x {n} key words need a {cells:,}-cell alignment table, over the {max_cells:,} "
+            "an explanation builds (--max-cells)"
+        )
+    # back[i][j]: the predecessor j of reachable state (i, j) (its i is i - 1); _NONE = unreachable.
     # State (0, 0) is the start and has itself as predecessor.
-    back: list[list[int | None]] = [[None] * (n + 1) for _ in range(m + 1)]
+    back = [array("i", [_NONE]) * (n + 1) for _ in range(m + 1)]
     back[0][0] = 0
     for i, word in enumerate(pattern):
         row, nxt = back[i], back[i + 1]
         if word == HASH:
-            latest: int | None = None
+            latest = _NONE
             for j in range(n + 1):
-                if row[j] is not None:
+                if row[j] != _NONE:
                     latest = j
                 nxt[j] = latest
         else:
             for j in range(n):
-                if row[j] is not None and (word == STAR or key[j] == word):
+                if row[j] != _NONE and (word == STAR or key[j] == word):
                     nxt[j + 1] = j
-    matched = back[m][n] is not None
+    matched = back[m][n] != _NONE
     if matched:
         end_i, end_j = m, n
     else:
-        end_i = max(i for i in range(m + 1) if any(cell is not None for cell in back[i]))
-        end_j = max(j for j in range(n + 1) if back[end_i][j] is not None)
+        end_i = max(i for i in range(m + 1) if any(cell != _NONE for cell in back[i]))
+        end_j = max(j for j in range(n + 1) if back[end_i][j] != _NONE)
     steps: list[Step] = []
     i, j = end_i, end_j
     while i > 0:
         start = back[i][j]
-        assert start is not None  # every state on the path is reachable by construction
+        assert start != _NONE  # every state on the path is reachable by construction
         steps.append(Step(i - 1, pattern[i - 1], start, j, tuple(key[start:j])))
         i, j = i - 1, start
     steps.reverse()
     failures: tuple[Failure, ...] = ()
     if not matched:
-        failures = tuple(_failure_at(pattern, key, end_i, j) for j in range(n + 1) if back[end_i][j] is not None)
+        failures = tuple(_failure_at(pattern, key, end_i, j) for j in range(n + 1) if back[end_i][j] != _NONE)
     return Explanation(pattern_text, key_text, tuple(pattern), tuple(key), matched, tuple(steps), failures)
 
 
-def explain(pattern: str, key: str) -> Explanation:
+def explain(pattern: str, key: str, *, max_cells: int = MAX_CELLS) -> Explanation:
     """Explain ``pattern`` against routing ``key`` (grammar checked, like every matcher)."""
-    return explain_words(pattern_words(pattern), key_words(key), pattern_text=pattern, key_text=key)
+    return explain_words(
+        pattern_words(pattern), key_words(key), pattern_text=pattern, key_text=key, max_cells=max_cells
+    )
 
 
 def _consumed(step: Step) -> str:

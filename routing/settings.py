@@ -378,6 +378,9 @@ class SubscriptionSettings:
     """Upper bound on events one micro-batch reads (``maxOffsetsPerTrigger``)."""
     max_event_bytes: int = 65_536
     """Bytes of one subscription event (Kafka value or import line); larger ones are rejected."""
+    max_import_bytes: int = 64 * 1024 * 1024
+    """Bytes of one import file (``--import``, ``python -m routing match``): it is read whole, so a larger one is
+    refused with one line before any of it is applied."""
 
     def __post_init__(self) -> None:
         section = self.SECTION

@@ -190,6 +190,32 @@ def test_explain_checks_the_limits_before_building_anything(
     assert f"[reason={reason}]" in err[0] and err[0].startswith("explain: ")
 
 
+def test_explain_with_raised_limits_is_bounded_by_its_table_and_small_within_it() -> None:
+    """4,000 x 4,000 words once took 517 MB: past ``--max-cells`` it is one line and exit 2, and a table within
+    the default bound costs its 4 bytes a cell (an array per row), not a Python object per cell."""
+    import tracemalloc
+
+    raised = ["--set", "limits.max_pattern_bytes=100000", "--set", "limits.max_pattern_words=5000"]
+    raised += ["--set", "limits.max_key_bytes=100000", "--set", "limits.max_key_words=5000"]
+    raised += ["--set", "limits.max_hash_words=5000"]
+    words = ".".join(["a"] * 4_000)
+    code, out, err = run("explain", *raised, "#." + words, words)
+    assert (code, out) == (2, [])
+    assert err[0].startswith("explain: 4001 pattern words x 4000 key words need a 16,012,002-cell") and len(err) == 1
+    assert run("explain", *raised, "--max-cells", "0", "#", "a")[0] == 2
+    shorter = ".".join(["a"] * 1_000)
+    assert run("explain", *raised, "--max-cells", "1000000", "#." + shorter, shorter)[0] == 2  # 1,002,001 cells
+    code, out, _ = run("explain", *raised, "#." + shorter, shorter)  # within the default 4,000,000
+    assert code == 0 and out[0].startswith("pattern '#.a.a")
+    tracemalloc.start()
+    try:
+        assert explain(".".join(["#", *["a"] * 700]), ".".join(["a"] * 700)).matched
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 * 1024 * 1024, peak  # 491,401 cells: 2 MB of table (lists of ints took 10 MB)
+
+
 def test_explain_validates_with_the_settings_of_conf_and_set(tmp_path: Path) -> None:
     """``explain`` loads its settings like every job: --conf, then ROUTER__ variables, then --set."""
     conf = tmp_path / "router.toml"

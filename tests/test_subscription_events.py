@@ -287,6 +287,30 @@ def test_jsonl_import(tmp_path: Path) -> None:
     assert outcomes[3].event is not None and outcomes[3].event.op is Op.UNSUBSCRIBE
 
 
+def test_a_jsonl_import_starting_with_a_byte_order_mark_keeps_line_1(tmp_path: Path) -> None:
+    """An editor's BOM was part of line 1's JSON, so line 1 was rejected; it is dropped, as CSV's reader does."""
+    for name, content in (
+        ("subs.jsonl", b"\xef\xbb\xbf" + event() + b"\n" + event(op="unsubscribe", ts=2000)),
+        ("subs.csv", b"\xef\xbb\xbfts,op,subscriber,pattern\n1000,subscribe,s,a.b\n"),
+    ):
+        path = tmp_path / name
+        path.write_bytes(content)
+        _, outcomes = read_import_file(path, VALIDATOR, max_event_bytes=MAX_EVENT_BYTES)
+        assert [outcome.rejection for outcome in outcomes] == [None] * len(outcomes) and outcomes, name
+        assert outcomes[0].received.import_line == (1 if name.endswith("jsonl") else 2)
+
+
+def test_an_import_file_over_its_byte_limit_is_refused_in_one_line_before_any_of_it(tmp_path: Path) -> None:
+    path = tmp_path / "subs.jsonl"
+    path.write_bytes(event() + b"\n" + event(ts=2000))
+    size = path.stat().st_size
+    _, outcomes = read_import_file(path, VALIDATOR, max_event_bytes=MAX_EVENT_BYTES, max_import_bytes=size)
+    assert len(outcomes) == 2  # exactly at the limit: read
+    with pytest.raises(ImportFileError, match=rf"is over subscriptions\.max_import_bytes={size - 1} bytes") as raised:
+        read_import_file(path, VALIDATOR, max_event_bytes=MAX_EVENT_BYTES, max_import_bytes=size - 1)
+    assert "\n" not in str(raised.value)
+
+
 #: Characters ``str.splitlines`` treats as line breaks but CSV does not: inside a field they are field text.
 UNICODE_LINE_BREAKS = ("\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
 
@@ -329,6 +353,12 @@ def test_csv_records_split_only_where_csv_says(tmp_path: Path) -> None:
         ("subs.csv", b"", "needs a header"),
         ("subs.csv", b"op,subscriber,ts\n", "lacks column"),
         ("subs.csv", b"op,subscriber,pattern,ts\n\xff\n", "not UTF-8"),
+        # The last of two pattern columns was used silently; which one the writer meant is not the reader's guess.
+        (
+            "subs.csv",
+            b"op,subscriber,pattern,ts,pattern\nsubscribe,s,a,1,b\n",
+            "names column.s. pattern more than once",
+        ),
     ],
 )
 def test_unreadable_import_files(tmp_path: Path, name: str, content: bytes, message: str) -> None:

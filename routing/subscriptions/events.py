@@ -364,36 +364,57 @@ def import_format(path: str | os.PathLike[str]) -> str:
     raise ImportFileError(f"import file {os.fspath(path)!r}: unknown format {suffix!r} (use .csv, .json, .jsonl)")
 
 
-def _read_bytes(path: str | os.PathLike[str]) -> bytes:
+#: The byte order mark some editors write first; a JSON-lines import drops it, as CSV does.
+UTF8_BOM = b"\xef\xbb\xbf"
+
+#: Bytes of one import file (``subscriptions.max_import_bytes``'s default): read whole, one outcome per line.
+DEFAULT_MAX_IMPORT_BYTES = 64 * 1024 * 1024
+
+
+def _read_bytes(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The file's bytes, refused past ``max_bytes`` without reading more than one byte past it."""
     try:
-        return Path(path).read_bytes()
+        with Path(path).open("rb") as file:
+            content = file.read(max_bytes + 1)
     except OSError as error:
         raise ImportFileError(f"import file {os.fspath(path)!r} cannot be read: {error}") from None
+    if len(content) > max_bytes:
+        raise ImportFileError(
+            f"import file {os.fspath(path)!r} is over subscriptions.max_import_bytes={max_bytes} bytes; "
+            "split it, or raise the limit"
+        )
+    return content
 
 
 def read_import_file(
-    path: str | os.PathLike[str], validator: Validator, *, max_event_bytes: int, allow_pairs: bool = False
+    path: str | os.PathLike[str],
+    validator: Validator,
+    *,
+    max_event_bytes: int,
+    max_import_bytes: int = DEFAULT_MAX_IMPORT_BYTES,
+    allow_pairs: bool = False,
 ) -> tuple[str, list[Outcome]]:
     """(content SHA-256, one outcome per event line) of a CSV or JSON-lines import file.
 
     The one reader of import files: the refresh job's ``--import`` and ``python -m routing match``.
-    JSON lines: every physical line is one event (a blank line is an ``empty_event``
-    reject). CSV: a header naming ``op,subscriber,pattern,ts`` (any order, extra
-    columns ignored), then one record per line; a quoted field may span lines and
-    then the record's line number is its first line. Lines end only where CSV says (``\r``, ``\n``,
-    ``\r\n``, as the csv module reads a file opened with ``newline=''``): Unicode line breaks such as
-    U+2028 are text, and line numbers are physical lines as the csv module counts them. With ``allow_pairs`` (the CLI
-    only) a CSV whose header names neither ``op`` nor ``ts`` but ``pattern,subscriber``
-    is a subscription list: every record is a subscribe at ``ts`` 0, older than any
+    At most ``max_import_bytes`` (:class:`ImportFileError` past it). JSON lines: every physical line is one
+    event (a blank line is an ``empty_event`` reject; a leading byte order mark is dropped). CSV: a header
+    naming ``op,subscriber,pattern,ts`` (any order, each once, extra columns ignored), then one record per
+    line; a quoted field may span lines and then the record's line number is its first line. Lines end only
+    where CSV says (``\r``, ``\n``, ``\r\n``, as the csv module reads a file opened with ``newline=''``):
+    Unicode line breaks such as U+2028 are text, and line numbers are physical lines as the csv module
+    counts them. With ``allow_pairs`` (the CLI only) a CSV whose header names neither ``op`` nor ``ts`` but
+    ``pattern,subscriber`` is a subscription list: every record is a subscribe at ``ts`` 0, older than any
     dated event. A header naming ``op`` or ``ts`` is an import file's and must name all
     four, whoever reads it.
     """
     kind = import_format(path)
     validator = validator.for_batch()  # a file is one batch: one ACL budget
-    content = _read_bytes(path)
+    content = _read_bytes(path, max_import_bytes)
     digest = file_sha256(content)
     name = os.fspath(path)
     if kind == "jsonl":
+        content = content.removeprefix(UTF8_BOM)  # as CSV's utf-8-sig does: an editor's mark, not line 1's text
         outcomes = [
             judge(
                 Received(
@@ -447,6 +468,9 @@ def _csv_records(
     except csv.Error as error:
         raise ImportFileError(f"import file {name!r}: unreadable CSV header: {error}") from None
     named = set(header)
+    twice = sorted({field for field in header if header.count(field) > 1})
+    if twice:
+        raise ImportFileError(f"import file {name!r}: CSV header names column(s) {', '.join(twice)} more than once")
     # A header naming op or ts is an import file's, whoever reads it; only one naming neither can be a list.
     could_be_pairs = allow_pairs and not named & {"op", "ts"}
     pairs = could_be_pairs and set(PAIR_FIELDS) <= named

@@ -307,7 +307,12 @@ def read_import_files(settings: Settings, paths: Sequence[str]) -> list[ImportFi
         import_format(path)
         if not os.path.isfile(path):
             raise ImportFileError(f"import file {path!r} does not exist or is not a regular file")
-        digest, outcomes = read_import_file(path, validator, max_event_bytes=settings.subscriptions.max_event_bytes)
+        digest, outcomes = read_import_file(
+            path,
+            validator,
+            max_event_bytes=settings.subscriptions.max_event_bytes,
+            max_import_bytes=settings.subscriptions.max_import_bytes,
+        )
         files.append(ImportFile(path, digest, outcomes))
     return files
 
