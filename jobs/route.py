@@ -37,13 +37,16 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from routing import console
 from routing.checkpoints import EXIT_CHECKPOINT_BUSY, CheckpointBusy
 from routing.config import ConfigError
 from routing.settings import add_settings_arguments, parse_overrides, settings_from_args
 from routing.streaming import crash_after_writes_from_env, kafka_exit_status
+
+if TYPE_CHECKING:
+    from udfs.route import RouterFactory
 
 LOG = logging.getLogger("jobs.route")
 APP_NAME = "spark-topic-router"
@@ -69,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, make_route: RouterFactory | None = None) -> int:
+    """The job; ``make_route`` replaces the UDF body's factory (tests that kill a Python worker mid-task)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     console.configure(verbose=args.verbose, level=args.log_level)
@@ -93,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     spark = get_spark(settings, app_name=APP_NAME)
     # Tests only: routing.streaming.CRASH_AFTER_WRITES_ENV kills the job between a batch's writes and its commit.
-    router = Router(spark, settings, after_writes=crash_after_writes_from_env())
+    factory = {} if make_route is None else {"make_route": make_route}
+    router = Router(spark, settings, after_writes=crash_after_writes_from_env(), **factory)
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:

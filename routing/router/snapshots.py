@@ -104,6 +104,20 @@ class RefreshFailed(RuntimeError):
     """The background refresh could not publish a version a caller waits for (the cause is chained)."""
 
 
+class ReplayVersionGone(RuntimeError):
+    """A replayed batch's recorded version has no snapshot file and the table cannot be read as of it (vacuumed)."""
+
+    def __init__(self, version: int, table_path: str, cause: BaseException) -> None:
+        first = next((line.strip() for line in str(cause).splitlines() if line.strip()), type(cause).__name__)
+        super().__init__(
+            f"the replayed batch recorded subscription version {version}, which has no snapshot file and which "
+            f"{table_path!r} can no longer be read as of (vacuumed?): {first[:300]}. Routing it with another version "
+            "would change its deliveries: keep delta.deletedFileRetentionDuration longer than a router can be down, "
+            "or start from a new checkpoint to give up this batch's exactness"
+        )
+        self.version = version
+
+
 class SnapshotBroadcasts:
     """The published snapshot, the broadcasts batches still use, and the thread that builds the next one.
 
@@ -473,7 +487,11 @@ class SnapshotBroadcasts:
         if loaded is not None:
             self.history.append({"event": "replay_rebuild", "version": version, "source": "file"})
             return loaded[0], loaded[1].pairs
-        table = read_active_arrow(self._spark, self._table_path, version)
+        try:
+            table = read_active_arrow(self._spark, self._table_path, version)
+        except Exception as error:  # Spark's FileNotFound of a vacuumed file, or Delta's own refusal
+            log.error("cannot rebuild snapshot version %s for a replayed batch: %s", version, error)
+            raise ReplayVersionGone(version, self._table_path, error) from error
         try:
             frozen = FrozenMatcher.from_arrow(table.column("pattern"), table.column("subscriber_id"))
         except BulkRowError as error:

@@ -10,10 +10,19 @@ shared session: what Spark keeps of a batch that failed there is what it keeps o
 killed (the offset log entry, no commit entry), and the SIGKILLed processes, with the same replay checks
 on every batch, are ``tests/integration/test_chaos.py``'s (the harness of ``bench/chaos.py``), so this
 test spares the suite a JVM start.
+
+:func:`test_a_python_worker_killed_mid_task_is_retried_to_the_same_deliveries` runs the router as a process of
+its own, in ``local[2,3]`` (so a failed task is retried, as on a cluster), with a UDF body that SIGKILLs its
+Python worker once, after its first Arrow batch of output: Spark retries the task and the deliveries are exactly
+the oracle's, each once.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,17 +33,20 @@ from router_support import (
     apply_subscriptions,
     assert_ids_exact,
     assert_planned_not_committed,
+    assert_routed_with_recorded_versions,
     expected_outcomes,
     fail_after_writes,
     ledger_versions,
     produce,
     read_routed,
+    route_flags,
     router_settings,
     run_available_now,
     with_router,
 )
 
 from routing.router.pipeline import Router
+from routing.settings import REPO_ROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -108,3 +120,61 @@ def test_replayed_batch_uses_its_recorded_version(
 
     assert deliveries_in_batch_1(old) != deliveries_in_batch_1(new)
     assert replay.metrics["deliveries"] == deliveries_in_batch_1(old)
+
+
+#: A router whose UDF body SIGKILLs its Python worker once: in the first attempt of a task, after it has handed
+#: the JVM its first Arrow batch of output (mid-task), marking the kill in a file so it happens once per run.
+KILLING_ROUTER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+
+    from jobs import route
+    from udfs.route import make_router
+
+    MARKER = Path(sys.argv[1])
+
+    def killing(version, load_bytes, **options):
+        body = make_router(version, load_bytes, **options)
+
+        def run(batches):
+            from pyspark import TaskContext
+
+            task = TaskContext.get()
+            for part in body(batches):
+                yield part
+                if task.attemptNumber() == 0 and not MARKER.exists():
+                    MARKER.write_text(f"{os.getpid()} {task.partitionId()}")
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        return run
+
+    sys.exit(route.main(sys.argv[2:], make_route=killing))
+    """
+)
+
+
+def test_a_python_worker_killed_mid_task_is_retried_to_the_same_deliveries(
+    spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=2)
+    job = router_settings(settings, tmp_path, [topic], arrow_batch_rows=8)  # several Arrow batches a task
+    apply_subscriptions(spark, job, tmp_path / "v1.jsonl", SUBSCRIPTIONS)
+    cycle: list[bytes | None] = [b"stock.nasdaq.msft", b"stock.nyse.ibm", b"forex.eur", b"bond.x", None]
+    records = produce(job, topic, [(cycle[index % 5], f"v{index}".encode(), []) for index in range(120)])
+    script, marker = tmp_path / "killing_router.py", tmp_path / "killed"
+    script.write_text(KILLING_ROUTER, encoding="utf-8")
+    flags = [*route_flags(job), "--available-now", "--set", "spark.master=local[2,3]", "--verbose"]
+    done = subprocess.run(
+        [sys.executable, str(script), str(marker), *flags],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=WAIT_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert marker.exists(), "no Python worker was killed"
+    output = done.stdout + done.stderr
+    assert "Lost task" in output or "Python worker exited unexpectedly" in output, output[-3000:]
+    assert_routed_with_recorded_versions(spark, job, records)  # every record once, as the oracle says

@@ -219,6 +219,41 @@ def test_a_replayed_batch_gets_its_recorded_version_by_time_travel(
     assert snapshots.live_broadcasts == []
 
 
+def test_a_replayed_batch_whose_version_was_vacuumed_fails_loudly_and_routes_nothing_with_another(
+    spark: SparkSession,
+    job: Settings,
+    tmp_path: Path,
+    make_snapshots: Callable[[], SnapshotBroadcasts],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/operations.md: without a snapshot file, a vacuumed version cannot be rebuilt, so the batch fails."""
+    from routing.router.snapshots import ReplayVersionGone
+
+    v1 = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", [("a.*", "s1"), ("b", "s2")])
+    v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", [("c.#", "s3")], [("a.*", "s1")])
+    snapshots = make_snapshots()
+    snapshots.maybe_refresh(force=True)
+    assert snapshots.current_version == v2
+    # Delta's own VACUUM, at once: retention 0 needs its check off, and its listing job would run 10,000 tasks.
+    vacuum_conf = {
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    }
+    before = {name: spark.conf.get(name, None) for name in vacuum_conf}
+    for name, value in vacuum_conf.items():
+        spark.conf.set(name, value)
+    try:
+        spark.sql(f"VACUUM delta.`{job.subscriptions.table_path}` RETAIN 0 HOURS").collect()
+    finally:
+        for name, value in before.items():
+            spark.conf.unset(name) if value is None else spark.conf.set(name, value)
+    with pytest.raises(ReplayVersionGone, match=rf"recorded subscription version {v1}, which has no snapshot file"):
+        snapshots.acquire(v1)
+    assert f"cannot rebuild snapshot version {v1} for a replayed batch" in caplog.text
+    assert snapshots.live_broadcasts == [v2]  # nothing half-built left behind; the current version still routes
+    assert snapshots.acquire(v2).version == v2
+
+
 def test_a_table_without_the_change_feed_is_loaded_whole_until_the_refresh_job_enables_it(
     spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
 ) -> None:
