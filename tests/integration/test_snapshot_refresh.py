@@ -245,8 +245,11 @@ def test_a_replayed_batch_whose_version_was_vacuumed_fails_loudly_and_routes_not
     try:
         spark.sql(f"VACUUM delta.`{job.subscriptions.table_path}` RETAIN 0 HOURS").collect()
     finally:
-        for name, value in before.items():
-            spark.conf.unset(name) if value is None else spark.conf.set(name, value)
+        for name, earlier in before.items():
+            if earlier is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, earlier)
     with pytest.raises(ReplayVersionGone, match=rf"recorded subscription version {v1}, which has no snapshot file"):
         snapshots.acquire(v1)
     assert f"cannot rebuild snapshot version {v1} for a replayed batch" in caplog.text
