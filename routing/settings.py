@@ -237,9 +237,27 @@ class KafkaSettings:
     """A file holding the SASL password (alternative to env ROUTER_KAFKA_SASL_PASSWORD)."""
     sasl_password: Secret | None = None
     """Only from env ROUTER_KAFKA_SASL_PASSWORD or ``sasl_password_file`` (see module docstring)."""
+    spark_options: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    """More Kafka client configs for Spark's Kafka source and sink, without the ``kafka.`` prefix Spark wants (for
+    example ``default.api.timeout.ms``, how long a client call waits for a broker that is down). The connection
+    and SASL configs are the settings above, not these."""
 
     def __post_init__(self) -> None:
         section = self.SECTION
+        options: dict[str, str] = {}
+        for key, value in self.spark_options.items():
+            name = str(key)
+            if isinstance(value, (dict, list, tuple)) or value is None:
+                raise ConfigError(f"setting {section}.spark_options.{name} must be a scalar, got {shown(name, value)}")
+            if name.removeprefix("kafka.") in OWN_KAFKA_CONFIGS:
+                raise ConfigError(
+                    f"setting {section}.spark_options.{name[:80]} is set by the [kafka] settings themselves "
+                    "(bootstrap_servers, security_protocol, sasl_*), not here"
+                )
+            if SECRET_KEY.search(name):  # never echo the value
+                raise ConfigError(f"setting {section}.spark_options.{name[:80]} looks like a secret: not a setting")
+            options[name.removeprefix("kafka.")] = str(value).lower() if isinstance(value, bool) else str(value)
+        object.__setattr__(self, "spark_options", options)
         if self.sasl_password is not None and not isinstance(self.sasl_password, Secret):
             # Never echo the value: it is a password.
             raise ConfigError(
@@ -582,10 +600,9 @@ class Settings:
         The result holds the password in clear text (in the JAAS line): never log it.
         """
         kafka = self.kafka
-        options = {
-            "kafka.bootstrap.servers": kafka.bootstrap_servers,
-            "kafka.security.protocol": kafka.security_protocol,
-        }
+        options = {f"kafka.{name}": value for name, value in kafka.spark_options.items()}
+        options["kafka.bootstrap.servers"] = kafka.bootstrap_servers
+        options["kafka.security.protocol"] = kafka.security_protocol
         if kafka.uses_sasl:
             module = SASL_LOGIN_MODULES[str(kafka.sasl_mechanism)]
             username = _jaas_quote(str(kafka.sasl_username))
@@ -593,6 +610,10 @@ class Settings:
             options["kafka.sasl.mechanism"] = str(kafka.sasl_mechanism)
             options["kafka.sasl.jaas.config"] = f'{module} required username="{username}" password="{password}";'
         return options
+
+
+#: Kafka client configs the ``[kafka]`` settings set themselves (so ``kafka.spark_options`` may not).
+OWN_KAFKA_CONFIGS = frozenset({"bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.jaas.config"})
 
 
 def _jaas_quote(text: str) -> str:

@@ -345,6 +345,7 @@ def job_flags(settings: Settings) -> list[str]:
     router = settings.router
     values: dict[str, object] = {
         "kafka.bootstrap_servers": settings.kafka.bootstrap_servers,
+        **{f"kafka.spark_options.{name}": value for name, value in settings.kafka.spark_options.items()},
         "spark.jars_dir": settings.spark.jars_dir,
         # The session's scratch space, where a quiet command writes its JVM's log (routing.spark.scratch_dir).
         **{f"spark.conf.{key}": settings.spark.conf[key] for key in ("spark.local.dir",) if key in settings.spark.conf},

@@ -679,3 +679,17 @@ def test_the_key_source_names_where_the_routing_key_is(source: str, kind: str, n
 def test_a_key_source_without_its_name_or_of_another_kind_is_refused(source: str) -> None:
     with pytest.raises(ConfigError, match=r"router\.key_source must be key, header:NAME or json:FIELD"):
         load_settings(env={}, overrides={"router": {"key_source": source}})
+
+
+def test_kafka_spark_options_reach_sparks_source_and_cannot_replace_the_connection_or_carry_a_secret() -> None:
+    settings = load_settings(env={}, overrides={"kafka": {"spark_options": {"kafka.request.timeout.ms": 3000}}})
+    assert settings.kafka.spark_options == {"request.timeout.ms": "3000"}  # Spark's prefix is the loader's
+    options = settings.spark_kafka_options()
+    assert options["kafka.request.timeout.ms"] == "3000"
+    assert options["kafka.bootstrap.servers"] == settings.kafka.bootstrap_servers
+    for name in ("bootstrap.servers", "kafka.security.protocol", "sasl.jaas.config"):
+        with pytest.raises(ConfigError, match=r"is set by the \[kafka\] settings themselves"):
+            load_settings(env={}, overrides={"kafka": {"spark_options": {name: "elsewhere:9092"}}})
+    with pytest.raises(ConfigError, match="looks like a secret") as raised:
+        load_settings(env={}, overrides={"kafka": {"spark_options": {"ssl.key.password": "hunter2"}}})
+    assert "hunter2" not in str(raised.value)
