@@ -98,7 +98,8 @@ def main(argv: Sequence[str] | None = None, *, make_route: RouterFactory | None 
     spark = get_spark(settings, app_name=APP_NAME)
     # Tests only: routing.streaming.CRASH_AFTER_WRITES_ENV kills the job between a batch's writes and its commit.
     factory = {} if make_route is None else {"make_route": make_route}
-    router = Router(spark, settings, after_writes=crash_after_writes_from_env(), **factory)
+    crash = crash_after_writes_from_env()  # tests only: the points inside a batch too (after_ledger, ...)
+    router = Router(spark, settings, after_writes=crash, crash_points=crash, **factory)
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:

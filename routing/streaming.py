@@ -36,8 +36,9 @@ What each piece guarantees:
   kill a job exactly there and prove the replay writes nothing twice; a test that runs a job as a
   child process sets :data:`CRASH_AFTER_WRITES_ENV`, which the jobs' ``main()`` turn into that hook
   with :func:`crash_after_writes_from_env` (the one place the variable is read). Never set it in
-  production. The same variable can name another point of the refresh job's batch
-  (:class:`CrashHook`: inside its MERGE, or between the MERGE and the rejects append).
+  production. The same variable can name another point of a batch (:class:`CrashHook`): the refresh
+  job's inside its MERGE, or between the MERGE and the rejects append; the router's after its ledger
+  entry, or between its deliveries and its dead letters (:data:`CrashPoints`).
 * :func:`retry_worker_start` -- starts a query again when Spark refused it because the Python
   worker it launched for ``foreachBatch`` (a Spark Connect server does) missed Spark's fixed 10 s
   to connect back, which a busy server can.
@@ -356,7 +357,13 @@ AFTER_WRITES = "after_writes"
 IN_MERGE = "in_merge"
 #: The refresh job: after the MERGE committed, before the rejects append.
 AFTER_MERGE = "after_merge"
-CRASH_POINTS = (AFTER_WRITES, IN_MERGE, AFTER_MERGE)
+#: The router: after the batch's ledger entry (its snapshot version) is recorded, before any output is written.
+AFTER_LEDGER = "after_ledger"
+#: The router: after the deliveries append, before the dead letters' (and the other tables').
+AFTER_DELIVERIES = "after_deliveries"
+CRASH_POINTS = (AFTER_WRITES, IN_MERGE, AFTER_MERGE, AFTER_LEDGER, AFTER_DELIVERIES)
+#: Called with (batch id, point) at each point of a batch: :class:`CrashHook` (the router's points inside a batch).
+CrashPoints = Callable[[int, str], None]
 
 
 def _kill_job(pid: int, leads_group: bool) -> None:

@@ -92,7 +92,10 @@ from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import OUTPUT_TABLES, PARTITION_COLUMN, output_paths, table_properties
 from routing.spark import is_connect
 from routing.streaming import (
+    AFTER_DELIVERIES,
+    AFTER_LEDGER,
     AfterWrites,
+    CrashPoints,
     QueryIdentity,
     create_delta_table_if_absent,
     kafka_source,
@@ -154,6 +157,7 @@ class Router:
         *,
         make_route: RouterFactory = make_router,
         after_writes: AfterWrites | None = None,
+        crash_points: CrashPoints | None = None,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -210,6 +214,7 @@ class Router:
         #: Test hook (:data:`routing.streaming.AfterWrites`): called after the Delta writes and before the
         #: batch returns (so before the checkpoint commits); the crash-recovery test kills the process there.
         self.after_writes = after_writes
+        self.crash_points = crash_points
         self.listener: ProgressListener | None = None
         #: This router's hold on its checkpoint (:mod:`routing.checkpoints`), from :meth:`start` to :meth:`close`.
         self.lease: CheckpointLease | None = None
@@ -282,6 +287,7 @@ class Router:
             replayed = not created
         else:
             version, replayed = recorded, True
+        self._crash_point(batch_id, AFTER_LEDGER)
         with timer("snapshot"):
             published = self.snapshots.acquire(version)
         try:
@@ -304,6 +310,7 @@ class Router:
                 self._wait_for_warm(timer)
                 with timer("write_deliveries"):
                     self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=True)
+                self._crash_point(batch_id, AFTER_DELIVERIES)
                 with timer("observe"):
                     if observation is None:
                         metrics = udf_counts(udf_before, self.udf_figures())
@@ -322,6 +329,7 @@ class Router:
                     with timer("write_deliveries"):
                         deliveries = plan.deliveries(judged, version, batch_id, routed_at)
                         self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=False)
+                self._crash_point(batch_id, AFTER_DELIVERIES)
             udf = self.udf_figures().since(udf_before)  # the figures of the first pass over the input
             metrics.update(
                 match_ns=udf.match_ns,
@@ -606,6 +614,11 @@ class Router:
             self.lease.release()
             self.lease = None
             raise
+
+    def _crash_point(self, batch_id: int, point: str) -> None:
+        """The test-only crash hook at ``point`` of a batch (``crash_points``; nothing in production)."""
+        if self.crash_points is not None:
+            self.crash_points(batch_id, point)
 
     def bind_query(self, query_id: str) -> None:
         """Write as the query ``query_id``: its id (kept in the checkpoint) joins the txnAppId.

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from router_support import (
     WAIT_TIMEOUT_S,
+    BatchDied,
     active_subscriptions,
     apply_subscriptions,
     assert_ids_exact,
@@ -47,6 +48,7 @@ from router_support import (
 
 from routing.router.pipeline import Router
 from routing.settings import REPO_ROOT
+from routing.streaming import AFTER_DELIVERIES, AFTER_LEDGER
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -120,6 +122,39 @@ def test_replayed_batch_uses_its_recorded_version(
 
     assert deliveries_in_batch_1(old) != deliveries_in_batch_1(new)
     assert replay.metrics["deliveries"] == deliveries_in_batch_1(old)
+
+
+@pytest.mark.parametrize("point", [AFTER_LEDGER, AFTER_DELIVERIES])
+def test_a_batch_that_dies_inside_its_writes_replays_to_exactly_the_oracles_rows(
+    point: str, spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Batch 1 dies at ``point`` (its ledger entry recorded and nothing written, or its deliveries written and
+    its dead letters not), as the crash hook SIGKILLs a router there; the restart writes each row once."""
+    topic = topic_factory(partitions=1)
+    job = router_settings(settings, tmp_path, [topic], max_offsets_per_trigger=20)
+    apply_subscriptions(spark, job, tmp_path / "v1.jsonl", SUBSCRIPTIONS)
+    cycle: list[bytes | None] = [b"stock.nasdaq.msft", b"stock.nyse.ibm", b"forex.eur", b"bond.x", None]
+    records = produce(job, topic, [(cycle[index % 5], b"v", []) for index in range(60)])
+
+    def die(batch_id: int, at: str) -> None:
+        if (batch_id, at) == (1, point):
+            raise BatchDied(f"batch {batch_id} dies at {at}")
+
+    crashing = Router(spark, with_router(job, trigger="available_now"), crash_points=die)
+    query = crashing.start()
+    try:
+        with pytest.raises(Exception, match=f"batch 1 dies at {point}"):
+            query.awaitTermination(int(WAIT_TIMEOUT_S))
+    finally:
+        if query.isActive:
+            query.stop()
+        crashing.close(progress_wait_s=0)
+    assert_planned_not_committed(job.router.checkpoint_path, 1)
+    written = {row["batch_id"] for row in read_routed(spark, job).deliveries}
+    assert written == ({0} if point == AFTER_LEDGER else {0, 1})
+    restarted = run_available_now(spark, job)
+    assert restarted.reports[1].replayed
+    assert_routed_with_recorded_versions(spark, job, records)
 
 
 #: A router whose UDF body SIGKILLs its Python worker once: in the first attempt of a task, after it has handed
