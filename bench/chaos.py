@@ -26,7 +26,11 @@ What runs, all real and on this machine (a run uses its own broker, topics, tabl
 Faults come in a seeded random order, each a seeded random time after the router's query has started (the
 first only once a batch has committed, so restarts resume from real progress):
 
-* **router SIGKILL**, then a restart from its checkpoint;
+* **router SIGKILL**, then a restart from its checkpoint. Most (:attr:`ChaosPlan.aimed_share`) are aimed
+  inside a batch: the router is started with the test-only crash hook armed at a point of a batch one or
+  two past what its checkpoint has planned (:data:`AIMED_POINTS`: after its ledger entry, after its
+  deliveries, after all its writes; never while the JVM starts), and SIGKILLs its own process group there.
+  The rest come from outside at the fault's random moment. The report counts where each landed;
 * **refresh job SIGKILL**, then a restart;
 * **broker SIGKILL** (:func:`jobs.local_kafka.kill`), a random downtime, a restart on the same data
   directory and ports; then the run waits until each job either rides through (completes a batch, or a
@@ -95,6 +99,7 @@ from router_support import (
 )
 
 from routing.settings import REPO_ROOT, Settings
+from routing.streaming import AFTER_DELIVERIES, AFTER_LEDGER, AFTER_WRITES, CRASH_AFTER_WRITES_ENV
 
 if TYPE_CHECKING:
     import subprocess
@@ -113,6 +118,11 @@ REPLAYED = b'"replayed_version": true'
 ROUTER_KILL = "router SIGKILL"
 REFRESH_KILL = "refresh job SIGKILL"
 BROKER_KILL = "broker SIGKILL"
+#: Where an aimed router kill lands, in a batch's order: its ledger entry recorded and nothing written; its
+#: deliveries written and its dead letters not; every write done and its checkpoint commit not.
+AIMED_POINTS = (AFTER_LEDGER, AFTER_DELIVERIES, AFTER_WRITES)
+#: The exit status of a process SIGKILLed (the router's crash hook kills its own process group).
+KILLED = -signal.SIGKILL
 
 #: The table the run starts from, then (pattern, subscriber) pairs the events subscribe and unsubscribe.
 INITIAL_SUBSCRIPTIONS = [
@@ -171,6 +181,10 @@ class ChaosPlan:
     fault_delay_s: tuple[float, float] = (0.0, 6.0)
     #: Seconds (uniform) the broker stays down before its restart.
     broker_downtime_s: tuple[float, float] = (1.0, 8.0)
+    #: Share of the router kills aimed inside a batch: the router is started with the crash hook
+    #: (``routing.streaming.CRASH_AFTER_WRITES_ENV``) armed at one of :data:`AIMED_POINTS` of a batch a few
+    #: batches ahead, and SIGKILLs itself there. The rest come from outside at a random moment.
+    aimed_share: float = 0.75
     #: The router's last stretch. False: restarted after every kill, it catches up by itself and stops on SIGTERM.
     #: True (``make test``): the last fault is a router kill not followed by a restart, and what is left is drained
     #: in this process on the caller's session (``router_support.run_available_now``), which spares a JVM start.
@@ -201,6 +215,13 @@ class ChaosFailure(Exception):
     """The run could not go on (a job exited with an unexpected status, or hung); the message says why."""
 
 
+def next_batch_id(checkpoint: str) -> int:
+    """The id after the last batch a streaming checkpoint has planned (its ``offsets/`` entries); 0 if none."""
+    offsets = Path(checkpoint) / "offsets"
+    planned = [int(entry.name) for entry in offsets.iterdir() if entry.name.isdigit()] if offsets.is_dir() else []
+    return max(planned, default=-1) + 1
+
+
 @dataclasses.dataclass
 class Job:
     """One of the two jobs as a child process group, restarted as often as the run needs; one log per run."""
@@ -221,11 +242,11 @@ class Job:
     #: Killed for good (not restarted): its exit is no news.
     retired: bool = False
 
-    def start(self) -> None:
+    def start(self, env: dict[str, str] | None = None) -> None:
         self.runs += 1
         self.log_path = self.work / f"{self.name.replace(' ', '-')}-{self.runs}.log"
         with self.log_path.open("wb") as log:
-            self.process = start_job(self.module, self.args, log)
+            self.process = start_job(self.module, self.args, log, env=env)
 
     def kill(self) -> None:
         assert self.process is not None
@@ -344,6 +365,17 @@ class ChaosResult:
     def injected(self, what: str) -> int:
         return sum(event.what == what for event in self.events)
 
+    def router_kills_inside(self, point: str = "") -> int:
+        """Router kills that landed inside a batch (at ``point``, or at any)."""
+        return sum(
+            event.what == ROUTER_KILL
+            and "aimed: inside batch" in event.detail
+            and event.detail.endswith(f"at {point}; restarted")
+            if point
+            else event.what == ROUTER_KILL and "aimed: inside batch" in event.detail
+            for event in self.events
+        )
+
     def markdown(self, command: str) -> str:
         verdict = "**PASS**: every check held" if self.passed else "**FAIL**"
         (before, after) = self.load
@@ -365,6 +397,12 @@ class ChaosResult:
             "| what | count |",
             "|---|---|",
             *(f"| {name} | {value} |" for name, value in self.counts.items()),
+            f"| router kills: aimed inside a batch / from outside | {self.router_kills_inside()} / "
+            f"{self.injected(ROUTER_KILL) - self.router_kills_inside()} |",
+            *(
+                f"| router kills inside a batch at {point} | {self.router_kills_inside(point)} |"
+                for point in AIMED_POINTS
+            ),
             "",
             "## Faults and what the jobs did",
             "",
@@ -422,6 +460,18 @@ class ChaosRun:
             failure_marker=b"refresh failed; the next run resumes",
         )
         self.traffic = Traffic(self.settings, plan, random.Random(self.rng.getrandbits(64)))
+        self.faults = plan.fault_order(self.rng)
+        #: Per router kill, in order: the point it is aimed at, or None (from outside, at a random moment).
+        self.aims: list[str | None] = [
+            self.rng.choice(AIMED_POINTS) if self.rng.random() < plan.aimed_share else None
+            for _ in range(plan.router_kills)
+        ]
+        if plan.drain_in_process and self.aims:
+            self.aims[-1] = None  # the kill before the drain comes last of all: from outside, at its turn
+        #: The aimed kill the running router is armed with: (batch id, point), or None.
+        self.armed: tuple[int, str] | None = None
+        #: Router kills recorded so far (an aimed one may land while an earlier fault is handled).
+        self.router_kills_done = 0
         self.events: list[Event] = []
         self.problems: list[str] = []
         self.broker_starts = 0
@@ -463,14 +513,41 @@ class ChaosRun:
         code = None if job.retired else job.exit_code()
         if code is None:
             return False
+        if job is self.router and code == KILLED and self.armed is not None:
+            self.landed()
+            return True
         detail = f"run {job.runs}: {job.last_error()}"
         self.record(f"{job.name} exited {code}", detail + ("" if code != 1 else "; restarted"))
         if code != 1:
             raise ChaosFailure(f"the {job.name} exited {code} (only 1, a failed query, may end a job): {detail}")
         if not self._broker_fault:
             self.problems.append(f"the {job.name} exited 1 outside any broker fault ({detail})")
-        job.start()
+        if job is self.router:
+            self.start_router()
+        else:
+            job.start()
         return True
+
+    def start_router(self) -> None:
+        """(Re)start the router, armed with the crash hook if the next router kill is aimed (:attr:`aims`): at its
+        point of a batch one or two batches past the ones its checkpoint has planned, so that the kill comes
+        after the run's first batch, never while the JVM starts."""
+        self.armed, env = None, None
+        if self.aims and self.aims[0] is not None:
+            batch_id = next_batch_id(self.settings.router.checkpoint_path) + self.rng.randint(1, 2)
+            self.armed = (batch_id, self.aims[0])
+            env = {CRASH_AFTER_WRITES_ENV: f"{batch_id}:{self.aims[0]}"}
+        self.router.start(env)
+
+    def landed(self) -> None:
+        """The armed router killed itself at its aim: record where, then restart it (unless it was the last fault
+        and the rest is drained in process)."""
+        assert self.armed is not None
+        batch_id, point = self.armed
+        self.aims.pop(0)
+        self.router_kills_done += 1
+        self.record(ROUTER_KILL, f"run {self.router.runs}, aimed: inside batch {batch_id}, at {point}; restarted")
+        self.start_router()
 
     def wait_until(
         self, condition: Callable[[], bool], what: str, *, progress: Callable[[], object] | None = None
@@ -498,12 +575,21 @@ class ChaosRun:
     # -- the faults -----------------------------------------------------------------------------------------
 
     def kill_router(self, *, restart: bool = True) -> None:
+        """A router kill: wait for an aimed one to land (:meth:`landed`, through :meth:`reap`; it may have
+        already), or SIGKILL the router from outside now."""
+        if self.aims and self.aims[0] is not None:
+            done = self.router_kills_done
+            self.wait_until(lambda: self.router_kills_done > done, "the router to reach its aimed kill")
+            return
+        if self.aims:
+            self.aims.pop(0)
+        self.router_kills_done += 1
         batches = self.router.count(self.router.progress_marker)
         self.router.kill()
         then = "restarted" if restart else "not restarted: the rest is drained in process"
-        self.record(ROUTER_KILL, f"run {self.router.runs}, after {batches} batch(es) of that run; {then}")
+        self.record(ROUTER_KILL, f"run {self.router.runs}, from outside, after {batches} batch(es) of that run; {then}")
         if restart:
-            self.router.start()
+            self.start_router()
         else:
             self.router.retired = True
 
@@ -569,7 +655,7 @@ class ChaosRun:
             prepare_tables(self.spark, self.settings)
             self.traffic.start()
             self.refresh.start()
-            self.router.start()
+            self.start_router()
             self.inject_faults()
             self.finish()
             completed = True
@@ -597,8 +683,13 @@ class ChaosRun:
     def inject_faults(self) -> None:
         router = self.router
         self.wait_until(lambda: router.count(router.progress_marker) >= 1, "the router's first batch")
-        faults = self.plan.fault_order(self.rng)
+        faults = self.faults
+        router_faults = 0
         for index, fault in enumerate(faults):
+            if fault == ROUTER_KILL:
+                router_faults += 1
+                if self.router_kills_done >= router_faults:
+                    continue  # this aimed kill landed while an earlier fault was handled
             self.wait_until(lambda: router.count(router.ready_marker) >= 1, "the router's query to start")
             self.pause(self.rng.uniform(*self.plan.fault_delay_s))
             if fault == ROUTER_KILL:

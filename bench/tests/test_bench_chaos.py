@@ -93,3 +93,34 @@ def test_the_report_of_a_failed_run_names_the_run_the_problem_and_every_fault(mo
     assert "Verdict: **FAIL**.\n- message 3 delivered twice" in text
     assert "| messages sent | 30 |" in text
     assert f"| 3.2 | {chaos.ROUTER_KILL} | pid 7 / group |" in text  # a '|' in a detail cannot split the row
+
+
+def test_an_aimed_kill_targets_a_batch_past_what_the_checkpoint_planned(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chaos
+
+    assert chaos.next_batch_id(str(tmp_path / "none")) == 0  # a new checkpoint: batch 0 comes first
+    offsets = tmp_path / "checkpoint" / "offsets"
+    offsets.mkdir(parents=True)
+    for name in ("0", "1", "7", ".7.crc", "temp"):
+        (offsets / name).write_text("")
+    assert chaos.next_batch_id(str(tmp_path / "checkpoint")) == 8
+    assert set(chaos.AIMED_POINTS) == {"after_ledger", "after_deliveries", "after_writes"}
+
+
+def test_the_report_counts_where_each_router_kill_landed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chaos
+
+    events = [
+        chaos.Event(1.0, chaos.ROUTER_KILL, "run 1, aimed: inside batch 3, at after_ledger; restarted"),
+        chaos.Event(2.0, chaos.ROUTER_KILL, "run 2, aimed: inside batch 6, at after_writes; restarted"),
+        chaos.Event(3.0, chaos.ROUTER_KILL, "run 3, from outside, after 2 batch(es) of that run; restarted"),
+    ]
+    result = chaos.ChaosResult(chaos.ChaosPlan(seed=1), events, {}, [], 10.0, ((0, 0, 0), (0, 0, 0)), [])
+    assert (result.router_kills_inside(), result.router_kills_inside("after_ledger")) == (2, 1)
+    report = result.markdown("python bench/chaos.py")
+    assert "| router kills: aimed inside a batch / from outside | 2 / 1 |" in report
+    assert "| router kills inside a batch at after_deliveries | 0 |" in report
