@@ -21,7 +21,7 @@ endif
 # finding the jobserver named in MAKEFLAGS (or MFLAGS) but not its pipe, would warn that the build is misconfigured.
 unexport MAKEFLAGS MFLAGS
 
-.PHONY: help install jars jvm-archive package native native-test loom fuzz fuzz-smoke lint test test-fast demo bench bench-latency chaos clean kafka-start kafka-stop kafka-status
+.PHONY: help install jars jvm-archive package native native-test loom fuzz fuzz-smoke lint test test-fast demo bench bench-latency chaos soak clean kafka-start kafka-stop kafka-status
 
 help:
 	@echo "make demo   install everything, start the broker and route sample traffic end to end"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench  run the benchmarks (tables and charts under bench/results/)"
 	@echo "make bench-latency  sustained-rate latency of the router and the passthrough (~15 min; idle machine)"
 	@echo "make chaos  SIGKILL the router, broker and refresh job at random under live traffic, check every message (bench/results/chaos.md)"
+	@echo "make soak   an hour of steady traffic, churn and a router SIGKILL every 10 min: memory, files, batch p99, conservation (bench/results/soak.md)"
 	@echo "make fuzz   each cargo-fuzz target for FUZZ_MINUTES (default 10) minutes: bench/results/fuzz.md, corpus in native/fuzz/corpus/"
 	@echo "make loom   the CS-trie's loom models (~3 min on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
@@ -209,6 +210,11 @@ bench-latency: install native
 # message checked (bench/chaos.py --help); tests/integration/test_chaos.py runs the same harness with a few kills.
 chaos: install native
 	$(LOCAL_SPARK) $(PY) bench/chaos.py
+
+# Not part of `make test` (over an hour): the router at half its measured capacity with subscription churn and a
+# SIGKILL every ten minutes, sampled every minute (bench/soak.py --help; SOAK_ARGS passes flags).
+soak: install native
+	$(LOCAL_SPARK) $(PY) bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info native/target

@@ -748,7 +748,7 @@ class ChaosRun:
         except AssertionError as error:
             self.problems.append(f"routing: {error}")
         try:
-            counts.update(self.check_subscriptions())
+            counts.update(check_subscriptions(self.spark, self.settings, self.traffic.events))
         except AssertionError as error:
             self.problems.append(f"subscriptions: {error}")
         counts["router processes / refresh processes / broker starts"] = (
@@ -806,28 +806,31 @@ class ChaosRun:
             "subscription table versions the batches routed with": f"{len(versions)} ({versions[0]}..{versions[-1]})",
         }
 
-    def check_subscriptions(self) -> dict[str, str]:
-        from routing.subscriptions.events import kafka_received
-        from routing.subscriptions.model import apply_events_model
-        from routing.subscriptions.table import latest_version, read_rows
 
-        subscriptions = self.settings.subscriptions
-        received = [kafka_received(r.topic, r.partition, r.offset, r.value) for r in self.traffic.events]
-        model = apply_events_model([received], self.settings.validator(), max_event_bytes=subscriptions.max_event_bytes)
-        table = read_rows(self.spark, subscriptions.table_path)
-        assert table == {key: (row.active, row.ts_millis, row.change_id) for key, row in model.rows.items()}, (
-            "the subscription table differs from the model of every acked event"
-        )
-        rejects = self.spark.read.format("delta").load(subscriptions.rejects_path).select("change_id", "reason")
-        in_table = sorted((row["change_id"], row["reason"]) for row in rejects.collect())
-        assert in_table == sorted(model.rejects.items()), "the rejects table differs from the model's rejects"
-        active = sum(row.active for row in model.rows.values())
-        return {
-            "subscription events produced (acked) / rejected": f"{len(received):,} / {len(in_table)}",
-            "subscription table at the end: version / active rows": (
-                f"{latest_version(self.spark, subscriptions.table_path)} / {active}"
-            ),
-        }
+def check_subscriptions(spark: SparkSession, settings: Settings, events: Sequence[Record]) -> dict[str, str]:
+    """The subscription table and its rejects equal the plain-Python model fed every acked event (``events``, in
+    order); AssertionError if not, else the counts for the record."""
+    from routing.subscriptions.events import kafka_received
+    from routing.subscriptions.model import apply_events_model
+    from routing.subscriptions.table import latest_version, read_rows
+
+    subscriptions = settings.subscriptions
+    received = [kafka_received(r.topic, r.partition, r.offset, r.value) for r in events]
+    model = apply_events_model([received], settings.validator(), max_event_bytes=subscriptions.max_event_bytes)
+    table = read_rows(spark, subscriptions.table_path)
+    assert table == {key: (row.active, row.ts_millis, row.change_id) for key, row in model.rows.items()}, (
+        "the subscription table differs from the model of every acked event"
+    )
+    rejects = spark.read.format("delta").load(subscriptions.rejects_path).select("change_id", "reason")
+    in_table = sorted((row["change_id"], row["reason"]) for row in rejects.collect())
+    assert in_table == sorted(model.rejects.items()), "the rejects table differs from the model's rejects"
+    active = sum(row.active for row in model.rows.values())
+    return {
+        "subscription events produced (acked) / rejected": f"{len(received):,} / {len(in_table)}",
+        "subscription table at the end: version / active rows": (
+            f"{latest_version(spark, subscriptions.table_path)} / {active}"
+        ),
+    }
 
 
 def run_chaos(

@@ -23,6 +23,7 @@ FLAGS = {
     "native": ("--quick", "--seed", "--scales", "--skip", "--out-dir"),
     "parquet_encodings": ("--deliveries", "--files", "--rounds", "--warmup", "--output"),
     "refresh_batch": ("--rows", "--events", "--batches", "--warmup", "--seed", "--output"),
+    "soak": ("--minutes", "--interval", "--kill-every", "--capacity-share", "--rate", "--output", "--work"),
     "snapshot_transport": ("--sizes", "--repeats", "--keys", "--output"),
     "stream": (
         "--quick",
