@@ -46,6 +46,8 @@ What each piece guarantees:
   because another writer committed first (``ConcurrentAppendException`` and its kin): the step then
   decides again against the newer table.
 
+  Both are :func:`retry` with their own test of an error and their own pauses.
+
 Spark is imported only inside the functions, so importing this module stays cheap.
 """
 
@@ -260,6 +262,33 @@ def worker_did_not_connect(error: BaseException) -> bool:
     return any(text in str(error) for text in _WORKER_DID_NOT_CONNECT)
 
 
+def retry(
+    step: Callable[[], T],
+    what: str,
+    *,
+    retryable: Callable[[Exception], str | None],
+    attempts: int,
+    pause_s: Callable[[int], float],
+) -> T:
+    """``step()``, run again while ``retryable(error)`` says why its failure is worth another try (else None).
+
+    The loop of :func:`retry_worker_start` and :func:`retry_delta_conflicts`: each refusal is logged with
+    ``what`` and the reason, then waits ``pause_s(attempt)``; after ``attempts`` refusals, or at an error
+    ``retryable`` does not name, the error is raised.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return step()
+        except Exception as error:
+            reason = retryable(error)
+            if reason is None or attempt == attempts:
+                raise
+            pause = pause_s(attempt)
+            log.warning("%s: %s; trying again in %.1f s (attempt %d of %d)", what, reason, pause, attempt + 1, attempts)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
 def retry_worker_start(
     start: Callable[[], T], what: str, *, attempts: int = WORKER_START_ATTEMPTS, first_pause_s: float = 2.0
 ) -> T:
@@ -268,23 +297,17 @@ def retry_worker_start(
     Safe because the refusal comes before the query exists (nothing ran, nothing was committed).
     Pauses double from ``first_pause_s``; after ``attempts`` refusals the last one is raised.
     """
-    for attempt in range(1, attempts + 1):
-        try:
-            return start()
-        except Exception as error:
-            if attempt == attempts or not worker_did_not_connect(error):
-                raise
-            pause = first_pause_s * 2 ** (attempt - 1)
-            log.warning(
-                "%s: Spark's Python worker did not connect back within its 10 s; trying again in %.1f s "
-                "(attempt %d of %d)",
-                what,
-                pause,
-                attempt + 1,
-                attempts,
-            )
-            time.sleep(pause)
-    raise AssertionError("unreachable")
+
+    def slow_worker(error: Exception) -> str | None:
+        return "Spark's Python worker did not connect back within its 10 s" if worker_did_not_connect(error) else None
+
+    return retry(
+        start,
+        what,
+        retryable=slow_worker,
+        attempts=attempts,
+        pause_s=lambda attempt: first_pause_s * 2 ** (attempt - 1),
+    )
 
 
 # -- Delta tables ----------------------------------------------------------------------
@@ -329,24 +352,16 @@ def retry_delta_conflicts(
     conflict is raised.
     """
     conflicts = delta_conflict_types()
-    for attempt in range(1, attempts + 1):
-        try:
-            return step()
-        except conflicts as error:
-            if attempt == attempts:
-                raise
-            pause = min(5.0, first_pause_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-            log.warning(
-                "%s: another writer committed first (%s); deciding again against the new table version in %.1f s "
-                "(attempt %d of %d)",
-                what,
-                type(error).__name__,
-                pause,
-                attempt + 1,
-                attempts,
-            )
-            time.sleep(pause)
-    raise AssertionError("unreachable")
+
+    def conflict(error: Exception) -> str | None:
+        if not isinstance(error, conflicts):
+            return None
+        return f"another writer committed first ({type(error).__name__}); deciding again against the new table version"
+
+    def pause_s(attempt: int) -> float:
+        return min(5.0, first_pause_s * 2.0 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+    return retry(step, what, retryable=conflict, attempts=attempts, pause_s=pause_s)
 
 
 # -- the test-only crash hook -----------------------------------------------------------

@@ -8,6 +8,7 @@ integration test, and the replays in tests/integration/test_router_txn.py and te
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -22,6 +23,7 @@ from routing.streaming import (
     QueryIdentity,
     crash_after_writes_from_env,
     kafka_source,
+    retry,
     retry_delta_conflicts,
     retry_worker_start,
     txn_app_id,
@@ -67,68 +69,81 @@ def test_the_crash_hook_can_name_a_point_inside_the_refresh_jobs_merge(monkeypat
         crash_after_writes_from_env()
 
 
-def test_a_step_delta_refuses_is_run_again_until_it_commits() -> None:
-    calls: list[int] = []
+def test_retry_runs_a_step_again_while_its_error_is_retryable(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+    pauses: list[int] = []
 
     def step() -> str:
-        calls.append(len(calls))
+        calls.append("step")
         if len(calls) < 3:
-            raise ConcurrentTableChange("another writer committed first")
-        return "committed"
+            raise LookupError(f"refusal {len(calls)}")
+        return "done"
 
-    assert retry_delta_conflicts(step, "a test step", first_pause_s=0.0) == "committed"
-    assert calls == [0, 1, 2]
+    def retryable(error: Exception) -> str | None:
+        return f"refused ({error})" if isinstance(error, LookupError) else None
 
+    def pause_s(attempt: int) -> float:
+        pauses.append(attempt)
+        return 0.0
 
-def test_a_step_refused_every_time_raises_the_last_conflict_and_other_errors_are_not_retried() -> None:
-    calls: list[str] = []
+    with caplog.at_level("WARNING", logger="routing.streaming"):
+        assert retry(step, "a test step", retryable=retryable, attempts=5, pause_s=pause_s) == "done"
+    assert calls == ["step"] * 3 and pauses == [1, 2]
+    assert "a test step: refused (refusal 1); trying again in 0.0 s (attempt 2 of 5)" in caplog.messages
 
-    def conflicting() -> None:
-        calls.append("conflict")
-        raise ConcurrentTableChange(f"refusal {len(calls)}")
-
-    with pytest.raises(ConcurrentTableChange, match="refusal 4"):
-        retry_delta_conflicts(conflicting, "a test step", attempts=4, first_pause_s=0.0)
+    calls.clear()
+    with pytest.raises(LookupError, match="refusal 2"):  # refused every time: the last refusal, after 2 attempts
+        retry(step, "a test step", retryable=retryable, attempts=2, pause_s=pause_s)
+    assert calls == ["step"] * 2
 
     def failing() -> None:
         calls.append("error")
         raise OSError("disk full")
 
-    with pytest.raises(OSError, match="disk full"):
-        retry_delta_conflicts(failing, "a test step", first_pause_s=0.0)
-    assert calls == ["conflict"] * 4 + ["error"]
+    calls.clear()
+    with pytest.raises(OSError, match="disk full"):  # not retryable: raised at once
+        retry(failing, "a test step", retryable=retryable, attempts=5, pause_s=pause_s)
+    assert calls == ["error"]
 
 
 # Spark's words when a Connect server's foreachBatch worker misses its fixed 10 s (PythonWorkerFactory).
 SLOW_WORKER = "java.net.SocketTimeoutException: Timed out while waiting for the Python worker to connect back"
 
 
-def test_a_start_a_slow_python_worker_refused_is_tried_again_and_other_errors_are_not() -> None:
+@pytest.mark.parametrize(
+    ("retrying", "refusal", "other"),
+    [
+        (retry_delta_conflicts, ConcurrentTableChange("another writer committed first"), OSError("disk full")),
+        (
+            retry_worker_start,
+            RuntimeError(f"(org.apache.spark.SparkException) {SLOW_WORKER}"),
+            RuntimeError("[STREAMING_QUERY_ALREADY_ACTIVE] another query runs on this checkpoint"),
+        ),
+    ],
+    ids=["delta conflicts", "slow python worker"],
+)
+def test_each_retry_tries_again_at_its_own_refusal_only(
+    retrying: Callable[..., str], refusal: Exception, other: Exception
+) -> None:
     calls: list[str] = []
 
-    def start() -> str:
-        calls.append("start")
-        if len(calls) < 3:
-            raise RuntimeError(f"(org.apache.spark.SparkException) {SLOW_WORKER}")
-        return "query"
-
-    assert retry_worker_start(start, "a test query", first_pause_s=0.0) == "query"
-    assert calls == ["start"] * 3
-
-    def always_slow() -> None:
-        calls.append("slow")
-        raise RuntimeError(f"{SLOW_WORKER} ({len(calls)})")
-
-    with pytest.raises(RuntimeError, match=r"connect back \(5\)"):
-        retry_worker_start(always_slow, "a test query", attempts=2, first_pause_s=0.0)
-
-    def refused() -> None:
+    def refused_twice() -> str:
         calls.append("refused")
-        raise RuntimeError("[STREAMING_QUERY_ALREADY_ACTIVE] another query runs on this checkpoint")
+        if len(calls) < 3:
+            raise refusal
+        return "done"
 
-    with pytest.raises(RuntimeError, match="ALREADY_ACTIVE"):
-        retry_worker_start(refused, "a test query", first_pause_s=0.0)
-    assert calls == ["start"] * 3 + ["slow"] * 2 + ["refused"]
+    assert retrying(refused_twice, "a test step", first_pause_s=0.0) == "done"
+    assert calls == ["refused"] * 3
+
+    def failing() -> str:
+        calls.append("other")
+        raise other
+
+    with pytest.raises(type(other)) as raised:
+        retrying(failing, "a test step", first_pause_s=0.0)
+    assert raised.value is other
+    assert calls == ["refused"] * 3 + ["other"]
 
 
 @pytest.mark.parametrize(("topics", "pattern"), [((), ""), (("a",), "a.*")])
