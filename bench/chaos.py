@@ -367,14 +367,10 @@ class ChaosResult:
 
     def router_kills_inside(self, point: str = "") -> int:
         """Router kills that landed inside a batch (at ``point``, or at any)."""
-        return sum(
-            event.what == ROUTER_KILL
-            and "aimed: inside batch" in event.detail
-            and event.detail.endswith(f"at {point}; restarted")
-            if point
-            else event.what == ROUTER_KILL and "aimed: inside batch" in event.detail
-            for event in self.events
-        )
+        inside = [
+            event.detail for event in self.events if event.what == ROUTER_KILL and "aimed: inside" in event.detail
+        ]
+        return sum(detail.endswith(f"at {point}; restarted") for detail in inside) if point else len(inside)
 
     def markdown(self, command: str) -> str:
         verdict = "**PASS**: every check held" if self.passed else "**FAIL**"
