@@ -117,7 +117,30 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def measure(case: Case, patterns: int, events: int, seed: int) -> dict[str, object]:
+@dataclasses.dataclass(frozen=True)
+class CaseCost:
+    """What :func:`measure` found for one rule set."""
+
+    case: str
+    rule_states: int
+    rules_build_s: float
+    own_states: int
+    checks: int
+    mean_ms: float
+    p99_ms: float
+    max_ms: float
+    max_visited: int
+    max_bound: int
+    events: int
+    batch_s: float
+    subscribed: int
+    refused: int
+    other: int
+    times_ms: list[float]
+    visits: list[int]
+
+
+def measure(case: Case, patterns: int, events: int, seed: int) -> CaseCost:
     validator = Validator(limits=DEFAULT_LIMITS, acl=case.rules)
     started = time.perf_counter()
     whole = case.rules.automaton  # what the settings build at start-up
@@ -154,41 +177,41 @@ def measure(case: Case, patterns: int, events: int, seed: int) -> dict[str, obje
     refused = counts["forbidden_pattern"]  # not covered, or past the budget
     other = len(batch) - counts[SUBSCRIBED] - refused  # the subscribers' own limits (match cost, count)
     progress(f"{case.name}: a batch of {len(batch):,} events in {batch_s:.1f} s")
-    return {
-        "case": case.name,
-        "rule_states": whole.states,
-        "rules_build_s": whole_s,
-        "own_states": own.states,
-        "checks": len(attack),
-        "mean_ms": sum(times_ms) / len(times_ms),
-        "p99_ms": percentile(times_ms, 0.99),
-        "max_ms": max(times_ms),
-        "max_visited": max(visits),
-        "max_bound": max(bounds),
-        "events": len(batch),
-        "batch_s": batch_s,
-        "subscribed": counts[SUBSCRIBED],
-        "refused": refused,
-        "other": other,
-        "times_ms": times_ms,
-        "visits": visits,
-    }
+    return CaseCost(
+        case=case.name,
+        rule_states=whole.states,
+        rules_build_s=whole_s,
+        own_states=own.states,
+        checks=len(attack),
+        mean_ms=sum(times_ms) / len(times_ms),
+        p99_ms=percentile(times_ms, 0.99),
+        max_ms=max(times_ms),
+        max_visited=max(visits),
+        max_bound=max(bounds),
+        events=len(batch),
+        batch_s=batch_s,
+        subscribed=counts[SUBSCRIBED],
+        refused=refused,
+        other=other,
+        times_ms=times_ms,
+        visits=visits,
+    )
 
 
-def report(results: list[dict[str, object]], record: RunRecord, interval_s: float) -> str:
+def report(results: list[CaseCost], record: RunRecord, interval_s: float) -> str:
     rows = []
     for r in results:
-        within = float(r["max_ms"]) <= TARGET_MS and float(r["batch_s"]) <= interval_s  # type: ignore[arg-type]
+        within = r.max_ms <= TARGET_MS and r.batch_s <= interval_s
         rows.append(
             [
-                str(r["case"]),
-                f"{r['rule_states']:,} ({float(r['rules_build_s']) * 1000:,.0f} ms)",  # type: ignore[arg-type]
-                f"{r['own_states']:,}",
-                f"{r['checks']:,}",
-                f"{float(r['mean_ms']):.3f} / {float(r['p99_ms']):.3f} / {float(r['max_ms']):.3f}",  # type: ignore[arg-type]
-                f"{r['max_visited']:,} of {r['max_bound']:,}",
-                f"{r['events']:,} in {float(r['batch_s']):.1f} s",  # type: ignore[arg-type]
-                f"{r['subscribed']:,} / {r['refused']:,} / {r['other']:,}",
+                r.case,
+                f"{r.rule_states:,} ({r.rules_build_s * 1000:,.0f} ms)",
+                f"{r.own_states:,}",
+                f"{r.checks:,}",
+                f"{r.mean_ms:.3f} / {r.p99_ms:.3f} / {r.max_ms:.3f}",
+                f"{r.max_visited:,} of {r.max_bound:,}",
+                f"{r.events:,} in {r.batch_s:.1f} s",
+                f"{r.subscribed:,} / {r.refused:,} / {r.other:,}",
                 "pass" if within else "FAIL",
             ]
         )
@@ -227,11 +250,11 @@ def report(results: list[dict[str, object]], record: RunRecord, interval_s: floa
     )
 
 
-def chart(results: list[dict[str, object]], output: Path) -> None:
+def chart(results: list[CaseCost], output: Path) -> None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 4))
     for r in results:
-        axis.scatter(r["visits"], r["times_ms"], s=4, label=str(r["case"]))
+        axis.scatter(r.visits, r.times_ms, s=4, label=r.case)
     axis.set_xlabel("search states one check visited")
     axis.set_ylabel("ms per check")
     axis.axhline(TARGET_MS, linestyle="--", linewidth=1, color="grey")
