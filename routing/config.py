@@ -165,6 +165,14 @@ def _coerce(section: str, key: str, raw: object, annotation: Any, from_text: boo
     return raw
 
 
+def _unknown_setting(cls: type[Any], section: str, key: str, fields: set[str], source: str = "") -> str:
+    """The complaint about ``section.key``: where it went if the section's ``MOVED`` names it, else the known keys."""
+    moved: Mapping[str, str] = getattr(cls, "MOVED", {})
+    if key in moved:
+        return f"setting {section}.{key}{source} is gone: {moved[key]}"
+    return f"unknown setting {section}.{key}{source} (known: {', '.join(sorted(fields))})"
+
+
 def load_section(
     cls: type[T],
     section: str,
@@ -188,7 +196,7 @@ def load_section(
         raise ConfigError(f"settings section [{section}] must be a table")
     for key, raw in table.items():
         if key not in fields:
-            raise ConfigError(f"unknown setting {section}.{key} (known: {', '.join(sorted(fields))})")
+            raise ConfigError(_unknown_setting(cls, section, key, fields))
         values[key] = _coerce(section, key, raw, hints[key], from_text=False)
 
     prefix = f"{ENV_PREFIX}{section.upper()}__"
@@ -197,12 +205,12 @@ def load_section(
             continue
         key = name[len(prefix) :].lower()
         if key not in fields:
-            raise ConfigError(f"unknown setting {section}.{key} from environment variable {name}")
+            raise ConfigError(_unknown_setting(cls, section, key, fields, f" from environment variable {name}"))
         values[key] = _coerce(section, key, raw, hints[key], from_text=True)
 
     for key, raw in (overrides or {}).items():
         if key not in fields:
-            raise ConfigError(f"unknown setting {section}.{key} (known: {', '.join(sorted(fields))})")
+            raise ConfigError(_unknown_setting(cls, section, key, fields))
         if raw is not None:
             values[key] = _coerce(section, key, raw, hints[key], from_text=isinstance(raw, str))
     try:

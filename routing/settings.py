@@ -314,6 +314,13 @@ class KafkaSettings:
 
 #: Spark's own settings with this project's defaults (``[spark.conf]``, which conf/router.toml spells out): the
 #: settings file's ``[spark.conf]`` table replaces them as a whole, a ``--set spark.conf.KEY=VALUE`` one by one.
+#: Spark's rows per Arrow batch a Python UDF gets: the keys of one native matcher call, so at most
+#: ``limits.max_batch_rows``.
+ARROW_BATCH_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+#: Spark's bytes per Arrow batch a Python UDF returns: the routing UDF cuts its subscriber lists by it too
+#: (below 2 GiB: Arrow's 32-bit offsets).
+ARROW_OUTPUT_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerOutputBatch"
+
 DEFAULT_SPARK_CONF: Mapping[str, str] = {
     # The web UI (port 4040+): off for tests and small machines.
     "spark.ui.enabled": "false",
@@ -327,6 +334,10 @@ DEFAULT_SPARK_CONF: Mapping[str, str] = {
     # Partitions of Delta's log replay, which every idempotent append needs for each new table version:
     # Delta's 50 assume a cluster; on 2 cores 1 replayed fastest (tables of 1 to 8,000 files).
     "spark.databricks.delta.snapshotPartitions": "1",
+    # Keys per native matcher call: enough to amortise the call, small enough to keep a task's memory low.
+    ARROW_BATCH_ROWS: "10000",
+    # A UDF output batch of subscriber lists: many rows per round trip, far below Arrow's 2 GiB.
+    ARROW_OUTPUT_BATCH_BYTES: str(64 * 1024 * 1024),
 }
 
 
@@ -336,6 +347,9 @@ class SparkSettings:
 
     SECTION: ClassVar[str] = "spark"
     PATHS: ClassVar[tuple[str, ...]] = ("jars_dir",)
+    OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("jars_dir",)
+    #: Settings of earlier releases, and where each went (the loader's error says so).
+    MOVED: ClassVar[Mapping[str, str]] = {"jars_provided": 'set jars_dir = "" where the runtime provides the jars'}
 
     master: str = "local[2]"
     """Where the session runs: ``local[N]`` runs it in this process's JVM on N cores; under spark-submit the
@@ -345,9 +359,7 @@ class SparkSettings:
     Spark. The server brings its own jars and static configuration (``python -m jobs.connect_server``)."""
     jars_dir: str = "var/jars/spark"
     """The Kafka source and Delta jars ``make jars`` resolved: the only jars a session loads (nothing is
-    resolved at run time)."""
-    jars_provided: bool = False
-    """Whether the runtime already has Delta and the Kafka source on its class path (a managed Spark, an image
+    resolved at run time). Empty where the runtime already has them on its class path (a managed Spark, an image
     with them in ``$SPARK_HOME/jars``): then no jar check, and nothing is added to ``spark.jars``."""
     conf: dict[str, str] = dataclasses.field(default_factory=lambda: dict(DEFAULT_SPARK_CONF), hash=False)
     """Spark's (and Delta's) own configuration keys for the session, applied over what the project must set;
@@ -369,7 +381,27 @@ class SparkSettings:
                 raise ConfigError(f"setting {section}.conf.{key} must be a scalar, got {shown(str(key), value)}")
             conf[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
         object.__setattr__(self, "conf", conf)
+        for key in (ARROW_BATCH_ROWS, ARROW_OUTPUT_BATCH_BYTES):
+            number = self._conf_int(key)
+            if not 1 <= number <= MAX_INT_SETTING:
+                raise ConfigError(f"setting {section}.conf.{key} must be between 1 and {MAX_INT_SETTING}, got {number}")
         _resolve_paths(self)
+
+    def _conf_int(self, key: str) -> int:
+        text = self.conf.get(key, DEFAULT_SPARK_CONF[key])
+        if not (text.isascii() and text.lstrip("-").isdigit() and len(text) <= 20):
+            raise ConfigError(f"setting {self.SECTION}.conf.{key} must be an integer, got {text!r}")
+        return int(text)
+
+    @property
+    def arrow_batch_rows(self) -> int:
+        """Rows per Arrow batch the routing UDF gets (:data:`ARROW_BATCH_ROWS`; its default if unset)."""
+        return self._conf_int(ARROW_BATCH_ROWS)
+
+    @property
+    def arrow_output_batch_bytes(self) -> int:
+        """Bytes per Arrow batch the routing UDF returns (:data:`ARROW_OUTPUT_BATCH_BYTES`; its default if unset)."""
+        return self._conf_int(ARROW_OUTPUT_BATCH_BYTES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -436,6 +468,11 @@ class RouterSettings:
     #: Empty means the default place (``snapshot_files_path``) or off (``unrouted_path``, ``metrics_path``), and
     #: stays empty.
     OPTIONAL_PATHS: ClassVar[tuple[str, ...]] = ("unrouted_path", "metrics_path", "snapshot_files_path")
+    #: Settings of earlier releases, and where each went (the loader's error says so): Spark's own keys.
+    MOVED: ClassVar[Mapping[str, str]] = {
+        "arrow_batch_rows": f'set [spark.conf] "{ARROW_BATCH_ROWS}", Spark\'s own key',
+        "max_output_batch_bytes": f'set [spark.conf] "{ARROW_OUTPUT_BATCH_BYTES}", Spark\'s own key',
+    }
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
         "retain_batches": (0, MAX_INT_SETTING, " 0 (keep everything) or a number of batches"),
     }
@@ -486,11 +523,6 @@ class RouterSettings:
     Delta: empty, none; a topic name; or a template with ``{subscriber}``, one topic per subscriber. No two
     subscribers share a topic: an id Kafka's names cannot hold as it is becomes a readable prefix and a hash
     (``routing.kafka_sink``)."""
-    arrow_batch_rows: int = 10_000
-    """Rows per Arrow batch handed to the matcher (spark.sql.execution.arrow.maxRecordsPerBatch)."""
-    max_output_batch_bytes: int = 64 * 1024 * 1024
-    """Bytes of one Arrow batch the routing UDF returns (subscriber lists): batches are cut by bytes as well as rows,
-    like Spark's spark.sql.execution.arrow.maxBytesPerOutputBatch. Below 2 GiB (32-bit offsets)."""
     metrics_path: str = ""
     """Delta table of one metrics row per batch (the BatchReport); empty = not written."""
     snapshot_files_path: str = ""
@@ -532,7 +564,7 @@ class RouterSettings:
             )
         if not self.topics and not self.subscribe_pattern:
             raise ConfigError(f"setting {section}.topics is empty and {section}.subscribe_pattern is not set")
-        _check_integers(self)  # max_output_batch_bytes among them: below 2 GiB (32-bit offsets)
+        _check_integers(self)
         _check_seconds(section, "refresh_interval_s", self.refresh_interval_s)
         if not self.app_id:
             raise ConfigError(f"setting {section}.app_id must not be empty")
@@ -556,11 +588,11 @@ class Settings:
 
     def __post_init__(self) -> None:
         # Settings of different sections that must agree; each section checked its own fields already.
-        if self.router.arrow_batch_rows > self.limits.max_batch_rows:
+        if self.spark.arrow_batch_rows > self.limits.max_batch_rows:
             raise ConfigError(
-                f"settings router.arrow_batch_rows={self.router.arrow_batch_rows} and "
+                f"settings spark.conf.{ARROW_BATCH_ROWS}={self.spark.arrow_batch_rows} and "
                 f"limits.max_batch_rows={self.limits.max_batch_rows} disagree: every Arrow batch of keys is one "
-                f"matcher call, which refuses more than limits.max_batch_rows rows; lower router.arrow_batch_rows "
+                f"matcher call, which refuses more than limits.max_batch_rows rows; lower {ARROW_BATCH_ROWS} "
                 f"or raise limits.max_batch_rows"
             )
         if self.spark.remote and self.router.snapshot_transport != "file":

@@ -25,7 +25,7 @@ settings) owns every static setting. Only the runtime SQL settings (:func:`runti
 :func:`is_connect` tells the two kinds apart.
 
 Where the runtime itself provides Delta and the Kafka source (a managed Spark, or an image with them in
-``$SPARK_HOME/jars``), ``spark.jars_provided = true`` skips the jar check and adds nothing to
+``$SPARK_HOME/jars``), an empty ``spark.jars_dir`` skips the jar check and adds nothing to
 ``spark.jars``: loading the open-source jars beside the runtime's own would shadow them.
 
 Jobs are scheduled FAIR between two pools (:func:`scheduler_pools_xml`, written under ``spark.local.dir``): the
@@ -191,7 +191,7 @@ def spark_conf(
     spark = settings.spark
     submitted = submitted or {}
     jars: dict[str, str] = {}
-    if spark.jars_provided:
+    if not spark.jars_dir:
         pass  # the runtime's classpath has them: check nothing, add nothing
     elif "spark.jars" in submitted:
         names = [Path(jar).name for jar in submitted["spark.jars"].split(",")]

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 from routing import delta_tables
 from routing.errors import TopicError
 from routing.reference import ReferenceMatcher
-from routing.settings import REPO_ROOT, RouterSettings, Settings
+from routing.settings import ARROW_BATCH_ROWS, ARROW_OUTPUT_BATCH_BYTES, REPO_ROOT, RouterSettings, Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -347,8 +347,13 @@ def job_flags(settings: Settings) -> list[str]:
         "kafka.bootstrap_servers": settings.kafka.bootstrap_servers,
         **{f"kafka.spark_options.{name}": value for name, value in settings.kafka.spark_options.items()},
         "spark.jars_dir": settings.spark.jars_dir,
-        # The session's scratch space, where a quiet command writes its JVM's log (routing.spark.scratch_dir).
-        **{f"spark.conf.{key}": settings.spark.conf[key] for key in ("spark.local.dir",) if key in settings.spark.conf},
+        # The session's scratch space, where a quiet command writes its JVM's log (routing.spark.scratch_dir),
+        # and the Arrow batch sizes the routing UDF works in.
+        **{
+            f"spark.conf.{key}": settings.spark.conf[key]
+            for key in ("spark.local.dir", ARROW_BATCH_ROWS, ARROW_OUTPUT_BATCH_BYTES)
+            if key in settings.spark.conf
+        },
         **{
             f"limits.{field.name}": getattr(settings.limits, field.name)
             for field in dataclasses.fields(settings.limits)

@@ -38,7 +38,7 @@ def fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def archive_settings(**spark: object) -> Settings:
     """Settings with no jar check (no var/jars needed)."""
-    return load_settings(env={}, overrides={"spark": {"jars_provided": True, **spark}})
+    return load_settings(env={}, overrides={"spark": {"jars_dir": "", **spark}})
 
 
 def publish(
@@ -288,13 +288,13 @@ def test_missing_jars_and_bad_settings_exit_2(
     code = class_archive.main(["--dir", str(tmp_path / "jvm"), "--set", f"spark.jars_dir={tmp_path / 'no-jars'}"])
     err = capsys.readouterr().err
     assert code == 2 and "run `make jars`" in err and len(err.strip().splitlines()) == 1
-    assert class_archive.main(["--set", "router.arrow_batch_rows=0"]) == 2
-    assert "router.arrow_batch_rows" in capsys.readouterr().err
+    assert class_archive.main(["--set", "router.max_offsets_per_trigger=0"]) == 2
+    assert "router.max_offsets_per_trigger" in capsys.readouterr().err
 
 
 def test_an_archive_that_is_there_is_reported_and_kept(
     fake_java: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     archive = publish(archive_settings(), tmp_path / "jvm", local_spark.local_fs_conf())
-    assert class_archive.main(["--dir", str(tmp_path / "jvm"), "--set", "spark.jars_provided=true"]) == 0
+    assert class_archive.main(["--dir", str(tmp_path / "jvm"), "--set", "spark.jars_dir="]) == 0
     assert f"{archive} is up to date" in capsys.readouterr().out

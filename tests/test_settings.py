@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import textwrap
 import tomllib
 import typing
@@ -20,6 +21,8 @@ import pytest
 from routing import config, settings
 from routing.config import DEFAULT_CONF, REPO_ROOT, ConfigError
 from routing.settings import (
+    ARROW_BATCH_ROWS,
+    ARROW_OUTPUT_BATCH_BYTES,
     SASL_PASSWORD_ENV,
     SECTIONS,
     Secret,
@@ -163,7 +166,10 @@ def test_the_repository_settings_file_loads() -> None:
     ("toml", "named"),
     [
         ("[kafka]\nnope = 1\n", "kafka.nope"),
-        ("[router]\narrow_batch_rows = 'four'\n", "router.arrow_batch_rows"),
+        ("[router]\nmax_offsets_per_trigger = 'four'\n", "router.max_offsets_per_trigger"),
+        ("[spark.conf]\n'spark.sql.execution.arrow.maxRecordsPerBatch' = 'four'\n", "maxRecordsPerBatch"),
+        ("[spark.conf]\n'spark.sql.execution.arrow.maxBytesPerOutputBatch' = 0\n", "maxBytesPerOutputBatch"),
+        ("[spark.conf]\n'spark.sql.execution.arrow.maxBytesPerOutputBatch' = 2147483648\n", "maxBytesPerOutputBatch"),
         ("[router]\nfail_on_data_loss = 'yes'\n", "router.fail_on_data_loss"),
         ("[kafka]\nclient_port = 70000\n", "kafka.client_port"),
         ("[kafka]\nclient_port = 20000\ncontroller_port = 20000\n", "kafka.controller_port"),
@@ -183,18 +189,18 @@ def test_bad_settings_are_rejected_naming_the_key(tmp_path: Path, toml: str, nam
 
 
 def test_environment_overrides_the_file_and_flags_override_the_environment(tmp_path: Path) -> None:
-    conf = write_conf(tmp_path, "[kafka]\nclient_port = 20001\n[router]\narrow_batch_rows = 3\n")
-    env = {"ROUTER__KAFKA__CLIENT_PORT": "20002", "ROUTER__ROUTER__ARROW_BATCH_ROWS": "5"}
+    conf = write_conf(tmp_path, "[kafka]\nclient_port = 20001\n[router]\nmax_offsets_per_trigger = 3\n")
+    env = {"ROUTER__KAFKA__CLIENT_PORT": "20002", "ROUTER__ROUTER__MAX_OFFSETS_PER_TRIGGER": "5"}
     from_env = load_settings(conf, env=env)
-    assert (from_env.kafka.client_port, from_env.router.arrow_batch_rows) == (20002, 5)
+    assert (from_env.kafka.client_port, from_env.router.max_offsets_per_trigger) == (20002, 5)
     assert from_env.kafka.bootstrap_servers.endswith(":20002")
 
     parser = argparse.ArgumentParser()
     add_settings_arguments(parser)
-    flags = ["--conf", str(conf), "--set", "router.arrow_batch_rows=7", "--set", "router.fail_on_data_loss=off"]
+    flags = ["--conf", str(conf), "--set", "router.max_offsets_per_trigger=7", "--set", "router.fail_on_data_loss=off"]
     args = parser.parse_args(flags)
     from_flags = settings_from_args(args, env=env)
-    assert (from_flags.kafka.client_port, from_flags.router.arrow_batch_rows) == (20002, 7)
+    assert (from_flags.kafka.client_port, from_flags.router.max_offsets_per_trigger) == (20002, 7)
     assert from_flags.router.fail_on_data_loss is False
 
 
@@ -309,7 +315,7 @@ INTEGER_SETTINGS = [
 
 
 def test_there_are_integer_settings_to_bound() -> None:
-    assert ("limits", "max_batch_rows") in INTEGER_SETTINGS and ("router", "arrow_batch_rows") in INTEGER_SETTINGS
+    assert ("limits", "max_batch_rows") in INTEGER_SETTINGS and ("router", "retain_batches") in INTEGER_SETTINGS
     assert len(INTEGER_SETTINGS) >= 20
 
 
@@ -329,7 +335,6 @@ CROSS_FIELD_REFUSALS = {
     ("limits", "max_pattern_words", 1),
     ("limits", "max_hash_words", 2**31 - 1),
     ("limits", "max_batch_rows", 1),
-    ("router", "arrow_batch_rows", 2**31 - 1),
 }
 
 
@@ -343,20 +348,49 @@ def test_every_integer_setting_takes_both_ends_of_its_range(section: str, key: s
 
 def test_the_largest_integer_settings_load() -> None:
     limits = {key: 2**31 - 1 for section, key in INTEGER_SETTINGS if section == "limits"}
-    loaded = load_settings(env={}, overrides={"limits": limits, "router": {"arrow_batch_rows": 2**31 - 1}})
-    assert loaded.limits.max_batch_rows == loaded.router.arrow_batch_rows == 2**31 - 1
+    arrow = {ARROW_BATCH_ROWS: str(2**31 - 1), ARROW_OUTPUT_BATCH_BYTES: str(2**31 - 1)}
+    loaded = load_settings(env={}, overrides={"limits": limits, "spark": {"conf": arrow}})
+    assert loaded.limits.max_batch_rows == loaded.spark.arrow_batch_rows == 2**31 - 1
+    assert loaded.spark.arrow_output_batch_bytes == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "named"),
+    [
+        ("router.arrow_batch_rows=100", '"spark.sql.execution.arrow.maxRecordsPerBatch"'),
+        ("router.max_output_batch_bytes=100", '"spark.sql.execution.arrow.maxBytesPerOutputBatch"'),
+        ("spark.jars_provided=true", 'jars_dir = ""'),
+    ],
+)
+def test_a_setting_of_an_earlier_release_says_where_it_went(tmp_path: Path, flag: str, named: str) -> None:
+    key, value = flag.split("=")
+    section, name = key.split(".")
+    with pytest.raises(ConfigError, match=rf"setting {key} is gone: .*{re.escape(named)}"):
+        load_settings(env={}, overrides=parse_overrides([flag]))
+    with pytest.raises(ConfigError, match=rf"setting {key} from environment variable ROUTER__.* is gone"):
+        load_settings(env={f"ROUTER__{section.upper()}__{name.upper()}": value})
+    with pytest.raises(ConfigError, match=rf"setting {key} is gone"):
+        load_settings(write_conf(tmp_path, f"[{section}]\n{name} = {value}\n"), env={})
 
 
 def test_arrow_batches_must_fit_one_matcher_call() -> None:
-    """router.arrow_batch_rows > limits.max_batch_rows would load and then fail every full batch at run time."""
-    disagree = {"router": {"arrow_batch_rows": 20_000}, "limits": {"max_batch_rows": 10_000}}
-    with pytest.raises(ConfigError, match=r"router\.arrow_batch_rows=20000.*limits\.max_batch_rows=10000"):
+    """Spark's Arrow batch rows above limits.max_batch_rows would load and then fail every full batch at run time."""
+    disagree: dict[str, dict[str, object]] = {
+        "spark": {"conf": {ARROW_BATCH_ROWS: "20000"}},
+        "limits": {"max_batch_rows": 10_000},
+    }
+    with pytest.raises(ConfigError, match=r"maxRecordsPerBatch=20000.*limits\.max_batch_rows=10000"):
         load_settings(env={}, overrides=disagree)
-    with pytest.raises(ConfigError, match=r"router\.arrow_batch_rows.*limits\.max_batch_rows"):
+    with pytest.raises(ConfigError, match=r"maxRecordsPerBatch=10000.*limits\.max_batch_rows=9999"):
         Settings().replace(limits=Settings().limits.replace(max_batch_rows=9_999))
-    equal = {"router": {"arrow_batch_rows": 10_000}, "limits": {"max_batch_rows": 10_000}}
+    equal: dict[str, dict[str, object]] = {
+        "spark": {"conf": {ARROW_BATCH_ROWS: "10000"}},
+        "limits": {"max_batch_rows": 10_000},
+    }
     agree = load_settings(env={}, overrides=equal)
-    assert agree.router.arrow_batch_rows == agree.limits.max_batch_rows
+    assert agree.spark.arrow_batch_rows == agree.limits.max_batch_rows
+    unset = load_settings(env={}, overrides={"spark": {"conf": {}}})  # a [spark.conf] without it: Spark's key's default
+    assert unset.spark.arrow_batch_rows == 10_000 and unset.spark.arrow_output_batch_bytes == 64 * 2**20
 
 
 # -- every command line: a settings mistake is a clear error and exit status 2 ----------------------
@@ -397,11 +431,12 @@ CLI_COMMANDS = ["routing explain", "routing match", "refresh_subscriptions", "ro
 #: (settings flags, text the error must show)
 BAD_SETTINGS_FLAGS = [
     (["--set", "limits.max_batch_rows=1180591620717411303424"], "limits.max_batch_rows"),
-    (["--set", "router.arrow_batch_rows=2000000"], "limits.max_batch_rows"),
+    (["--set", "spark.conf.spark.sql.execution.arrow.maxRecordsPerBatch=2000000"], "limits.max_batch_rows"),
     (["--set", "kafak.sasl_password=hunter2"], "did you mean [kafka]"),
     (["--set", "kafka.start_timeout_s=0"], "kafka.start_timeout_s"),
     (["--set", "router.refresh_interval_s=inf"], "router.refresh_interval_s"),
-    (["--set", "router.arrow_batch_rows=١٢"], "router.arrow_batch_rows"),
+    (["--set", "router.max_offsets_per_trigger=١٢"], "router.max_offsets_per_trigger"),
+    (["--set", "spark.conf.spark.sql.execution.arrow.maxRecordsPerBatch=١٢"], "maxRecordsPerBatch must be an integer"),
     # Files that are no settings file: a directory, a binary file, an endless device. {tmp} is a fresh directory.
     (["--conf", "{tmp}"], "cannot be read: Is a directory"),
     (["--conf", "{tmp}/binary.toml"], "is not UTF-8 text"),
@@ -469,7 +504,7 @@ def test_an_unknown_section_in_the_environment_or_a_flag_is_refused_with_a_hint(
 @pytest.mark.parametrize("digits", ["١٢٣", "۱۲۳", "१२३", "１２３", "12３", "²", " 123", "123 ", "1__2", "_12", "0x1f"])
 def test_numbers_are_ascii_digits_only(digits: str) -> None:
     """Arabic-Indic (and every other non-ASCII) digits are not numbers in a setting, nor is stray text."""
-    for key in ("router.arrow_batch_rows", "kafka.start_timeout_s"):
+    for key in ("router.max_offsets_per_trigger", "kafka.start_timeout_s"):
         with pytest.raises(ConfigError, match=rf"{key} must be"):
             load_settings(env={}, overrides=parse_overrides([f"{key}={digits}"]))
         section, name = key.split(".")
@@ -479,10 +514,10 @@ def test_numbers_are_ascii_digits_only(digits: str) -> None:
 
 def test_ascii_numbers_still_parse() -> None:
     loaded = load_settings(
-        env={"ROUTER__ROUTER__ARROW_BATCH_ROWS": "1_2", "ROUTER__KAFKA__START_TIMEOUT_S": "2.5e1"},
+        env={"ROUTER__ROUTER__MAX_OFFSETS_PER_TRIGGER": "1_2", "ROUTER__KAFKA__START_TIMEOUT_S": "2.5e1"},
         overrides=parse_overrides(["router.refresh_interval_s=+.5"]),
     )
-    assert (loaded.router.arrow_batch_rows, loaded.kafka.start_timeout_s) == (12, 25.0)
+    assert (loaded.router.max_offsets_per_trigger, loaded.kafka.start_timeout_s) == (12, 25.0)
     assert loaded.router.refresh_interval_s == 0.5
 
 

@@ -10,7 +10,7 @@
 # Arguments after the script name go to the job, e.g. --available-now or --set router.topics=orders.
 # The master and jars given to spark-submit win over the settings file (routing.spark.spark_conf).
 # Arrow batch size is not set here: the router sets spark.sql.execution.arrow.maxRecordsPerBatch
-# from router.arrow_batch_rows.
+# from the settings file's [spark.conf] (it must not exceed limits.max_batch_rows).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DIST="${DIST:-$ROOT/dist}"

@@ -90,6 +90,7 @@ from routing.router.metrics import (
 from routing.router.snapshot_files import open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import OUTPUT_TABLES, PARTITION_COLUMN, output_paths, table_properties
+from routing.settings import ARROW_BATCH_ROWS
 from routing.spark import is_connect
 from routing.streaming import (
     AFTER_DELIVERIES,
@@ -468,7 +469,7 @@ class Router:
             lambda: broadcast.value,
             max_fanout=limits.max_fanout,
             max_batch_rows=limits.max_batch_rows,
-            max_output_bytes=self.settings.router.max_output_batch_bytes,
+            max_output_bytes=self.settings.spark.arrow_output_batch_bytes,
             table=self.settings.subscriptions.table_path,
             stats=self.udf_stats,
         )
@@ -584,7 +585,8 @@ class Router:
         router = self.settings.router
         self.lease = CheckpointLease.acquire(self.spark, router.checkpoint_path, job="router", name=router.app_id)
         try:
-            self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(router.arrow_batch_rows))
+            # Also on a session this router did not start (Spark Connect, a notebook's): one matcher call per batch.
+            self.spark.conf.set(ARROW_BATCH_ROWS, str(self.settings.spark.arrow_batch_rows))
             if self.connect:
                 self._first_batch = first_batch_of_run(self.spark, router.checkpoint_path)
                 return start_query(

@@ -397,7 +397,7 @@ def test_long_ids_on_every_message_cut_the_output_by_bytes_and_route_completely(
     # and every part must reach the table. The cut, not the total, is what keeps each part below Arrow's
     # 32-bit offsets, so a total past 2 GiB tests nothing more (settings refuse a cut past 2**31 - 1 bytes).
     list_bytes = len(keys) * len(subscribers) * (4 + local.limits.max_subscriber_bytes)
-    assert list_bytes > 4 * local.router.max_output_batch_bytes
+    assert list_bytes > 4 * local.spark.arrow_output_batch_bytes
     try:
         router.process_batch(batch_frame(spark, keys), 0)
     finally:

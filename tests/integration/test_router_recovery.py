@@ -19,6 +19,7 @@ the oracle's, each once.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -47,7 +48,7 @@ from router_support import (
 )
 
 from routing.router.pipeline import Router
-from routing.settings import REPO_ROOT
+from routing.settings import ARROW_BATCH_ROWS, REPO_ROOT
 from routing.streaming import AFTER_DELIVERIES, AFTER_LEDGER
 
 if TYPE_CHECKING:
@@ -193,7 +194,9 @@ def test_a_python_worker_killed_mid_task_is_retried_to_the_same_deliveries(
     spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path
 ) -> None:
     topic = topic_factory(partitions=2)
-    job = router_settings(settings, tmp_path, [topic], arrow_batch_rows=8)  # several Arrow batches a task
+    job = router_settings(settings, tmp_path, [topic])
+    # Several Arrow batches a task.
+    job = job.replace(spark=dataclasses.replace(job.spark, conf={**job.spark.conf, ARROW_BATCH_ROWS: "8"}))
     apply_subscriptions(spark, job, tmp_path / "v1.jsonl", SUBSCRIPTIONS)
     cycle: list[bytes | None] = [b"stock.nasdaq.msft", b"stock.nyse.ibm", b"forex.eur", b"bond.x", None]
     records = produce(job, topic, [(cycle[index % 5], f"v{index}".encode(), []) for index in range(120)])

@@ -77,14 +77,15 @@ def test_spark_conf_uses_only_local_jars(settings: Settings) -> None:
 
 
 def test_jars_provided_by_the_runtime_are_neither_checked_nor_added(settings: Settings, tmp_path: Path) -> None:
-    provided = load_settings(env={}, overrides={"spark": {"jars_dir": str(tmp_path / "absent"), "jars_provided": True}})
+    provided = load_settings(env={}, overrides={"spark": {"jars_dir": ""}})
     assert "spark.jars" not in spark_conf(provided)
     # Under spark-submit too: whatever --jars the submitter chose passes unchecked and unchanged.
     submitted = {"spark.master": "spark://127.0.0.1:7077", "spark.jars": "/opt/extra/udf-helpers.jar"}
     assert spark_conf(provided, submitted=submitted)["spark.jars"] == "/opt/extra/udf-helpers.jar"
-    # Without the switch, the same settings stop at the jar check.
+    # A directory named but absent stops at the jar check.
+    absent = load_settings(env={}, overrides={"spark": {"jars_dir": str(tmp_path / "absent")}})
     with pytest.raises(SparkJarsMissingError, match="run `make jars`"):
-        spark_conf(provided.replace(spark=dataclasses.replace(provided.spark, jars_provided=False)))
+        spark_conf(absent)
 
 
 def test_missing_spark_jars_say_run_make_jars(settings: Settings, tmp_path: Path) -> None:
@@ -413,7 +414,7 @@ def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
 
     "provided by the runtime" is a managed Spark's case: the runtime's own classpath holds Delta and the
     Kafka source (here ``spark.driver.extraClassPath``, as ``$SPARK_HOME/jars`` would), ``jars_dir``
-    does not exist, and ``spark.jars_provided = true`` makes the session check and add no jar.
+    is empty, and so the session checks and adds no jar.
     """
     topic = topic_factory(partitions=1)
     messages = [(f"forex.eur.{i}".encode(), bytes([i, 0, 255]) + "é".encode()) for i in range(12)]
@@ -436,8 +437,7 @@ def test_spark_reads_kafka_and_writes_delta_with_only_local_jars(
     if jars == "provided by the runtime":
         runtime_classpath = f"{settings.spark.jars_dir}/*"
         args["spark"] = {
-            "jars_dir": str(tmp_path / "no-jars-here"),
-            "jars_provided": True,
+            "jars_dir": "",
             "conf": {
                 "spark.driver.extraClassPath": runtime_classpath,
                 "spark.executor.extraClassPath": runtime_classpath,
