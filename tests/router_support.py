@@ -335,6 +335,24 @@ def run_available_now(spark: SparkSession, settings: Settings) -> Router:
     return router
 
 
+def run_until_batch_dies(spark: SparkSession, settings: Settings, match: str, **hooks: Any) -> None:
+    """An in-process available-now run of the router with ``hooks`` (``after_writes`` or ``crash_points`` raising
+    :class:`BatchDied` in one batch): its query must fail with an error matching ``match``; the router is closed."""
+    import pytest
+
+    from routing.router.pipeline import Router
+
+    crashing = Router(spark, with_router(settings, trigger="available_now"), **hooks)
+    query = crashing.start()
+    try:
+        with pytest.raises(Exception, match=match):
+            query.awaitTermination(int(WAIT_TIMEOUT_S))
+    finally:
+        if query.isActive:
+            query.stop()
+        crashing.close(progress_wait_s=0)
+
+
 def route_flags(settings: Settings) -> list[str]:
     """``--set``/``--topics`` flags reproducing ``settings`` for ``python -m jobs.route`` in another process."""
     return [*job_flags(settings), "--topics", ",".join(settings.router.topics)]

@@ -44,10 +44,9 @@ from router_support import (
     route_flags,
     router_settings,
     run_available_now,
-    with_router,
+    run_until_batch_dies,
 )
 
-from routing.router.pipeline import Router
 from routing.settings import ARROW_BATCH_ROWS, REPO_ROOT
 from routing.streaming import AFTER_DELIVERIES, AFTER_LEDGER
 
@@ -77,15 +76,7 @@ def test_replayed_batch_uses_its_recorded_version(
     cycle: list[bytes | None] = [b"stock.nasdaq.msft", b"stock.nyse.ibm", b"forex.eur", b"bond.x", None]
     records = produce(job, topic, [(cycle[index % 5], b"v", []) for index in range(60)])
 
-    crashing = Router(spark, with_router(job, trigger="available_now"), after_writes=fail_after_writes(1))
-    query = crashing.start()
-    try:
-        with pytest.raises(Exception, match="batch 1 dies after its writes"):
-            query.awaitTermination(int(WAIT_TIMEOUT_S))
-    finally:
-        if query.isActive:
-            query.stop()
-        crashing.close(progress_wait_s=0)
+    run_until_batch_dies(spark, job, "batch 1 dies after its writes", after_writes=fail_after_writes(1))
     # Batch 1 wrote its rows (and its ledger entry) before it died; its checkpoint commit never happened.
     assert_planned_not_committed(job.router.checkpoint_path, 1)
     assert ledger_versions(spark, job) == [(0, old_version), (1, old_version)]
@@ -141,15 +132,7 @@ def test_a_batch_that_dies_inside_its_writes_replays_to_exactly_the_oracles_rows
         if (batch_id, at) == (1, point):
             raise BatchDied(f"batch {batch_id} dies at {at}")
 
-    crashing = Router(spark, with_router(job, trigger="available_now"), crash_points=die)
-    query = crashing.start()
-    try:
-        with pytest.raises(Exception, match=f"batch 1 dies at {point}"):
-            query.awaitTermination(int(WAIT_TIMEOUT_S))
-    finally:
-        if query.isActive:
-            query.stop()
-        crashing.close(progress_wait_s=0)
+    run_until_batch_dies(spark, job, f"batch 1 dies at {point}", crash_points=die)
     assert_planned_not_committed(job.router.checkpoint_path, 1)
     written = {row["batch_id"] for row in read_routed(spark, job).deliveries}
     assert written == ({0} if point == AFTER_LEDGER else {0, 1})

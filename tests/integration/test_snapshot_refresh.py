@@ -201,14 +201,23 @@ def test_the_refresh_runs_its_spark_jobs_in_the_background_pool_and_batches_keep
     assert context.getLocalProperty("spark.scheduler.pool") is None
 
 
-def test_a_replayed_batch_gets_its_recorded_version_by_time_travel(
+def refreshed_past_a_version(
     spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
-) -> None:
+) -> tuple[int, int, SnapshotBroadcasts]:
+    """What a replay meets: the table at v1 (a.* s1, b s2), then at v2 (c.# s3 in, a.* s1 out), and snapshots
+    refreshed to v2; (v1, v2, the snapshots)."""
     v1 = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", [("a.*", "s1"), ("b", "s2")])
     v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", [("c.#", "s3")], [("a.*", "s1")])
     snapshots = make_snapshots()
     snapshots.maybe_refresh(force=True)
     assert snapshots.current_version == v2
+    return v1, v2, snapshots
+
+
+def test_a_replayed_batch_gets_its_recorded_version_by_time_travel(
+    spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
+) -> None:
+    v1, v2, snapshots = refreshed_past_a_version(spark, job, tmp_path, make_snapshots)
     replayed = snapshots.acquire(v1)
     assert replayed.version == v1
     assert_matches_table(spark, job, replayed)
@@ -229,11 +238,7 @@ def test_a_replayed_batch_whose_version_was_vacuumed_fails_loudly_and_routes_not
     """docs/operations.md: without a snapshot file, a vacuumed version cannot be rebuilt, so the batch fails."""
     from routing.router.snapshots import ReplayVersionGone
 
-    v1 = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", [("a.*", "s1"), ("b", "s2")])
-    v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", [("c.#", "s3")], [("a.*", "s1")])
-    snapshots = make_snapshots()
-    snapshots.maybe_refresh(force=True)
-    assert snapshots.current_version == v2
+    v1, v2, snapshots = refreshed_past_a_version(spark, job, tmp_path, make_snapshots)
     # Delta's own VACUUM, at once: retention 0 needs its check off, and its listing job would run 10,000 tasks.
     vacuum_conf = {
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
