@@ -322,6 +322,22 @@ def rss_and_files(pid: int, proc: Path = Path("/proc")) -> tuple[int, int]:
         return 0, 0
 
 
+#: What the soak's own process tree (the producer thread and the checker's JVM) counts as, for its CPU.
+HARNESS = "this harness (producer, checker)"
+BROKER = "broker"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
+    """User plus system CPU seconds ``pid`` has used; 0.0 if it is gone."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat(5)
+
+
 def tree_size(path: Path) -> tuple[int, int]:
     """(files, bytes) under ``path``; (0, 0) if it does not exist."""
     files = size = 0
@@ -392,6 +408,8 @@ class Sample:
     checked_messages: int
     #: Seconds since the router process was (re)started.
     router_uptime_s: float = math.inf
+    #: Cores each process kind (:data:`KINDS`, :data:`HARNESS`) used since the previous sample.
+    cores: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 # -- conservation -----------------------------------------------------------------------------------------------
@@ -575,6 +593,8 @@ class SoakRun:
         self.churn = Churn(self.settings, plan, random.Random(self.rng.getrandbits(64)), self.vocab)
         self.subscription_counts: dict[str, str] = {}
         self.router_started = 0.0
+        self._cpu_seen: dict[int, float] = {}
+        self._cpu_at = time.monotonic()
 
     def _settings(self, *, max_offsets: int) -> Settings:
         settings = router_settings(
@@ -676,6 +696,38 @@ class SoakRun:
         self.checked = high
         return checked
 
+    def cores_since_last(self, cpu: dict[int, tuple[str, float]]) -> dict[str, float]:
+        """Cores per kind since the previous call, from each live process's CPU seconds (``cpu``: pid -> (kind,
+        seconds)); a process that ended meanwhile loses its last interval, one per kill."""
+        now = time.monotonic()
+        elapsed = max(now - self._cpu_at, 1e-9)
+        used: dict[str, float] = {}
+        for pid, (kind, seconds) in cpu.items():
+            used[kind] = used.get(kind, 0.0) + (seconds - self._cpu_seen.get(pid, 0.0)) / elapsed
+        self._cpu_seen = {pid: seconds for pid, (_, seconds) in cpu.items()}
+        self._cpu_at = now
+        return {kind: round(value, 2) for kind, value in used.items()}
+
+    def cpu_now(self) -> dict[int, tuple[str, float]]:
+        """pid -> (kind, CPU seconds so far) of every process of the run: the jobs' trees, the broker, the rest."""
+        cpu: dict[int, tuple[str, float]] = {}
+        for job, default in ((self.router, None), (self.refresh, KINDS[3])):
+            for pid in process_tree(job.process.pid) if job.process is not None else []:
+                try:
+                    kind = default or process_kind((Path("/proc") / str(pid) / "cmdline").read_bytes())
+                except FileNotFoundError:
+                    continue
+                if kind is not None:
+                    cpu[pid] = (kind, cpu_seconds(pid))
+        for pid in process_tree(os.getpid()):
+            if pid not in cpu:  # the jobs are this process's children too
+                try:
+                    broker = b"kafka.Kafka" in (Path("/proc") / str(pid) / "cmdline").read_bytes()
+                except FileNotFoundError:
+                    continue
+                cpu[pid] = (BROKER if broker else HARNESS, cpu_seconds(pid))
+        return cpu
+
     def sample(self) -> Sample:
         rss = dict.fromkeys(KINDS, 0)
         files = 0
@@ -692,6 +744,7 @@ class SoakRun:
         refresh_process = self.refresh.process
         for pid in process_tree(refresh_process.pid) if refresh_process is not None else []:
             rss[KINDS[3]] += rss_and_files(pid)[0]
+        cores = self.cores_since_last(self.cpu_now())
         checkpoint = Path(self.settings.router.checkpoint_path)
         ledger_entries, ledger_bytes = tree_size(checkpoint / "router_ledger")
         _, checkpoint_bytes = tree_size(checkpoint)
@@ -715,11 +768,14 @@ class SoakRun:
             batches_ms=batch_durations_ms(self.new_batch_lines()),
             checked_messages=checked,
             router_uptime_s=time.monotonic() - self.router_started,
+            cores=cores,
         )
         self.say(
             f"  sample at {sample.at_s:6.0f} s: RSS "
             + ", ".join(f"{kind} {rss[kind] / 2**20:,.0f} MiB" for kind in KINDS)
             + f"; {files} open files; lag {lag:,}; {len(sample.batches_ms)} batches; {checked:,} messages checked"
+            + "; cores "
+            + ", ".join(f"{kind} {value:.2f}" for kind, value in sorted(cores.items()))
         )
         return sample
 
@@ -759,6 +815,7 @@ class SoakRun:
         self.churn.start()
         self.wait_until(lambda: self.router.count(BATCH_MARKER) >= 2, "the restarted router's first batches")
         self.new_batch_lines()  # its warm-up: not the steady phase's
+        self.cores_since_last(self.cpu_now())  # the steady phase's CPU counts from here
         self.record(
             f"router restarted with max_offsets_per_trigger {self.settings.router.max_offsets_per_trigger:,}; "
             "traffic and churn flowing"
@@ -958,6 +1015,13 @@ class SoakResult:
                     ],
                 ),
                 "",
+                "## Quarters",
+                "",
+                "Where the time and the cores went, quarter by quarter of the steady phase (cores: the mean of each "
+                "sample's CPU seconds per second, per process kind).",
+                "",
+                self.quarters_table(),
+                "",
                 "## Samples",
                 "",
                 f"![soak]({chart})",
@@ -970,6 +1034,32 @@ class SoakResult:
                 "",
             ]
         )
+
+    def quarters_table(self) -> str:
+        total = self.plan.minutes * 60
+        kinds = sorted({kind for s in self.samples for kind in s.cores})
+        rows = []
+        for quarter in range(4):
+            inside = [s for s in self.samples if quarter * total / 4 < s.at_s <= (quarter + 1) * total / 4]
+            batches = sorted(ms for s in inside for ms in s.batches_ms)
+            if not batches:
+                continue
+
+            def at(share: float, ordered: list[float] = batches) -> str:
+                return f"{ordered[min(len(ordered) - 1, int(share * len(ordered)))]:,.0f}"
+
+            mean_cores = [statistics.fmean(s.cores.get(kind, 0.0) for s in inside) for kind in kinds]
+            rows.append(
+                [
+                    str(quarter + 1),
+                    f"{len(batches):,}",
+                    f"{at(0.5)} / {at(0.9)} / {p99(batches) or 0:,.0f}",
+                    f"{statistics.fmean(s.lag for s in inside):,.0f}",
+                    *(f"{value:.2f}" for value in mean_cores),
+                ]
+            )
+        header = ["quarter", "batches", "batch ms p50 / p90 / p99", "mean lag (msgs)", *(f"{k} cores" for k in kinds)]
+        return markdown_table(header, rows)
 
     def plot(self, path: Path) -> None:
         plt = pyplot()
@@ -987,8 +1077,11 @@ class SoakResult:
         axes[0][1].legend(fontsize=7)
         axes[1][0].plot(minutes, [p99(s.batches_ms) or 0 for s in self.samples])
         axes[1][0].set_title("batch p99 per sample (ms)")
-        axes[1][1].plot(minutes, [s.lag for s in self.samples])
-        axes[1][1].set_title("router lag (messages)")
+        axes[1][1].plot(minutes, [s.lag / 1e5 for s in self.samples], label="router lag (100k messages)")
+        for kind in sorted({kind for s in self.samples for kind in s.cores}):
+            axes[1][1].plot(minutes, [s.cores.get(kind, 0.0) for s in self.samples], label=f"{kind} (cores)")
+        axes[1][1].set_title("lag, and cores per process kind")
+        axes[1][1].legend(fontsize=7)
         for axis in axes.flat:
             axis.set_xlabel("minutes of the steady phase")
         figure.tight_layout()

@@ -211,3 +211,33 @@ def test_a_conservation_problem_fails_the_run(soak: ModuleType) -> None:
 def test_a_shorter_run_compares_its_last_quarter_with_its_second(soak: ModuleType) -> None:
     assert soak.rss_windows(60) == ((900.0, 1800.0), (2700.0, 3601.0))
     assert soak.rss_windows(8) == ((120.0, 240.0), (360.0, 481.0))
+
+
+def test_cpu_seconds_of_a_process_grow_as_it_works(soak: ModuleType) -> None:
+    import os
+    import time
+
+    before = soak.cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    assert soak.cpu_seconds(os.getpid()) >= before + 0.2
+    assert soak.cpu_seconds(2**22 + 7) == 0.0  # gone: no error
+
+
+def test_the_quarters_table_shows_where_the_time_and_the_cores_went(soak: ModuleType) -> None:
+    samples = _samples(
+        soak,
+        60,
+        batches_ms=lambda m: [4000.0] * 10 if m <= 45 else [8000.0] * 5,
+        cores=lambda m: {"router driver (JVM)": 1.0, "refresh job": 0.25 if m <= 30 else 0.5},
+    )
+    result = soak.SoakResult(
+        soak.SoakPlan(seed=1), samples, [], [], [], 30_000.0, 15_000.0, 1, {}, ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+    )
+    rows = [line.split(" | ") for line in result.quarters_table().splitlines()[2:]]
+    assert [row[0].strip("| ") for row in rows] == ["1", "2", "3", "4"]
+    assert rows[0][1] == "150" and rows[3][1] == "75"  # minutes 1-15: 15 samples of 10 batches; 46-60: 15 of 5
+    assert rows[0][2] == "4,000 / 4,000 / 4,000" and rows[3][2] == "8,000 / 8,000 / 8,000"
+    assert (rows[1][4], rows[2][4]) == ("0.25", "0.50")  # the refresh job's cores (its column sorts first)
+    assert rows[0][5].strip("| ") == "1.00"

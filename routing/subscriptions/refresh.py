@@ -113,8 +113,8 @@ class RunSummary:
 
 
 def prepare_tables(spark: SparkSession, settings: Settings) -> int:
-    """Create the tables if absent; turn the change data feed on for a table created without it; apply the
-    ``[acl]`` rules to the subscriptions already held.
+    """Create the tables if absent; turn the change data feed and auto compaction on for a table created without
+    them; apply the ``[acl]`` rules to the subscriptions already held.
 
     The router reads only the changed rows from the feed; a table created before the feed existed
     gets it here (one metadata commit, once), and the router loads the versions before it whole.
@@ -126,6 +126,7 @@ def prepare_tables(spark: SparkSession, settings: Settings) -> int:
     from routing.subscriptions.table import (
         create_rejects_table_if_absent,
         create_table_if_absent,
+        enable_auto_compaction,
         enable_change_feed,
     )
 
@@ -135,6 +136,8 @@ def prepare_tables(spark: SparkSession, settings: Settings) -> int:
         create_table_if_absent(spark, subscriptions.table_path)
         if enable_change_feed(spark, subscriptions.table_path):
             LOG.info("enabled the change data feed on %s", subscriptions.table_path)
+        if enable_auto_compaction(spark, subscriptions.table_path):
+            LOG.info("enabled auto compaction on %s", subscriptions.table_path)
         create_rejects_table_if_absent(spark, subscriptions.rejects_path)
         return deactivate_forbidden(
             spark, table_path=subscriptions.table_path, rejects_path=subscriptions.rejects_path, acl=settings.acl.policy

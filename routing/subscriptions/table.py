@@ -201,14 +201,24 @@ def _struct(ddl: str) -> StructType:
 CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
 
 
+#: Table property that makes Delta compact small files after a commit that leaves enough of them
+#: (``spark.databricks.delta.autoCompact.minNumFiles``, 50). Each refresh batch's MERGE adds a file or two: under
+#: steady churn, hundreds in an hour, and every reader of the table (the router's change-feed reads and, at a
+#: restart, its full read) then paid for them (bench/results/soak.md). Compaction commits change no data, so the
+#: change feed holds nothing for them and a replay's time travel is unaffected.
+AUTO_COMPACT_PROPERTY = "delta.autoOptimize.autoCompact"
+
+
 def create_table_if_absent(spark: SparkSession, path: str) -> None:
-    """Create the (empty) subscription table at ``path``, change data feed on, unless a Delta table is there.
+    """Create the (empty) subscription table at ``path``, change data feed and auto compaction on, unless a Delta
+    table is there.
 
     A table created before the change feed existed keeps working: :func:`enable_change_feed` turns it
     on (the refresh job does, see ``jobs/refresh_subscriptions.py``), and until then readers of
     :func:`read_changes` fall back to reading the whole table.
     """
-    create_delta_table_if_absent(spark, path, TABLE_DDL, properties={CHANGE_FEED_PROPERTY: "true"})
+    properties = {CHANGE_FEED_PROPERTY: "true", AUTO_COMPACT_PROPERTY: "true"}
+    create_delta_table_if_absent(spark, path, TABLE_DDL, properties=properties)
 
 
 def change_feed_enabled(spark: SparkSession, path: str) -> bool:
@@ -224,6 +234,15 @@ def enable_change_feed(spark: SparkSession, path: str) -> bool:
     if change_feed_enabled(spark, path):
         return False
     spark.sql(f"ALTER TABLE {delta_tables.sql_identifier(path)} SET TBLPROPERTIES ({CHANGE_FEED_PROPERTY} = true)")
+    return True
+
+
+def enable_auto_compaction(spark: SparkSession, path: str) -> bool:
+    """Turn auto compaction on for a table created without it (and not set either way by its owner); True when
+    this committed a change."""
+    if delta_tables.table_property(spark, path, AUTO_COMPACT_PROPERTY) is not None:
+        return False
+    spark.sql(f"ALTER TABLE {delta_tables.sql_identifier(path)} SET TBLPROPERTIES ({AUTO_COMPACT_PROPERTY} = true)")
     return True
 
 

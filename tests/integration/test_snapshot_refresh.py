@@ -290,6 +290,39 @@ def test_a_table_without_the_change_feed_is_loaded_whole_until_the_refresh_job_e
     assert matcher_of(published).subscriptions() == {("a.#", "s1"), ("c.*", "s3"), ("d", "s4")}
 
 
+def test_a_churned_table_compacts_its_small_files_and_routes_the_same(
+    spark: SparkSession, job: Settings, tmp_path: Path, make_snapshots: Callable[[], SnapshotBroadcasts]
+) -> None:
+    """Each refresh batch's MERGE adds a file; past ``autoCompact.minNumFiles`` Delta compacts them (in the soak,
+    hundreds of files an hour slowed every reader). Compaction versions change no data: the change feed skips them."""
+    path = job.subscriptions.table_path
+    min_files = "spark.databricks.delta.autoCompact.minNumFiles"
+    earlier = spark.conf.get(min_files, None)
+    spark.conf.set(min_files, "4")  # Delta's 50 would take 50 refresh batches here
+    try:
+        first = apply_subscriptions(spark, job, tmp_path / "v0.jsonl", [("t0.#", "s0")])
+        snapshots = make_snapshots()
+        snapshots.maybe_refresh(force=True)
+        assert snapshots.current_version == first
+        for index in range(1, 9):
+            apply_subscriptions(spark, job, tmp_path / f"v{index}.jsonl", [(f"t{index}.#", f"s{index}")], [])
+    finally:
+        if earlier is None:
+            spark.conf.unset(min_files)
+        else:
+            spark.conf.set(min_files, earlier)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    assert "OPTIMIZE" in {row["operation"] for row in history}
+    files = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"]
+    assert files < 9, f"{files} files after 9 merges: nothing was compacted"
+    latest = latest_version(spark, path)
+    snapshots.request_refresh()
+    published = snapshots.wait_published(latest, WAIT_TIMEOUT_S)
+    entry = snapshots.history[-1]
+    assert (entry["mode"], entry["after_version"], entry["added"]) == ("changes", first, 8)
+    assert_matches_table(spark, job, published)
+
+
 def test_a_restart_publishes_its_first_snapshot_from_the_file_of_that_version(
     spark: SparkSession,
     job: Settings,
