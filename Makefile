@@ -181,10 +181,10 @@ docs-check: $(INSTALLED)
 
 # --durations: every run's log names the slowest tests (the suite must stay under 20 minutes).
 # Three pytest-xdist workers, each with its own broker and SparkSession (tests/conftest.py), taking whole
-# files (xdist's own order: most tests first). On 2 cores the suite is CPU-bound either way (idle 0-5%), but a
-# third worker shortens the end, where two left one worker running the last long file alone: 15:58 against
-# 18:47 for the whole `make test`, idle and warm, on 2026-12-02 (an earlier suite measured the opposite, 30.5
-# against 25.5 minutes). PYTEST_WORKERS=0 runs everything in this process.
+# files (xdist's own order: most tests first). On 2 cores the suite is CPU-bound (load average 4 to 8): a third
+# worker shortens the end, where two left one worker running the last long file alone, and a fourth only adds
+# contention (pytest 18:35 with three against 21:08 with four, one after the other on 2026-12-03).
+# PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 3
 # The checks before pytest run two at a time: cargo's last crate, mypy and the archive's JVM each leave a core idle
 # for much of their minute or two. --output-sync prints each one's output whole, when it ends.
