@@ -252,6 +252,18 @@ class Job:
         assert self.process is not None
         kill_group(self.process)
 
+    def kill_if_running(self) -> None:
+        if self.process is not None and self.exit_code() is None:
+            self.kill()
+
+    def terminate(self) -> int:
+        """SIGTERM to the job's driver only (a router then stops its query after the batch in flight); waits for
+        it to exit, retires it, and returns its exit status."""
+        assert self.process is not None
+        self.retired = True
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=WAIT_TIMEOUT_S)
+
     def exit_code(self) -> int | None:
         assert self.process is not None
         return self.process.poll()
@@ -659,8 +671,7 @@ class ChaosRun:
             self.problems.append(f"the run stopped: {error}")
         finally:
             for job in (self.router, self.refresh):
-                if job.process is not None and job.exit_code() is None:
-                    job.kill()
+                job.kill_if_running()
             with contextlib.suppress(ChaosFailure):
                 self.traffic.stop()
             self.stop_broker()
@@ -723,10 +734,7 @@ class ChaosRun:
 
     def stop_router(self) -> None:
         """SIGTERM to the router's driver (only: it stops the query after the batch in flight); it must exit 0."""
-        assert self.router.process is not None
-        self.router.retired = True
-        self.router.process.send_signal(signal.SIGTERM)
-        code = self.router.process.wait(timeout=WAIT_TIMEOUT_S)
+        code = self.router.terminate()
         self.record("router stopped", f"SIGTERM: exit {code}")
         if code != 0:
             self.problems.append(f"the router exited {code} on SIGTERM, not 0 ({self.router.last_error()})")

@@ -63,7 +63,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import statistics
 import sys
 import threading
@@ -823,10 +822,7 @@ class SoakRun:
 
     def stop_router(self) -> None:
         """SIGTERM to the router's driver; it must exit 0 (after the batch in flight)."""
-        self.router.retired = True
-        assert self.router.process is not None
-        self.router.process.send_signal(signal.SIGTERM)
-        code = self.router.process.wait(timeout=WAIT_TIMEOUT_S)
+        code = self.router.terminate()
         self.record(f"router stopped: SIGTERM, exit {code}")
         if code != 0:
             self.problems.append(f"the router exited {code} on SIGTERM, not 0")
@@ -915,8 +911,7 @@ class SoakRun:
             self.problems.append(f"the run stopped: {error}")
         finally:
             for job in (self.router, self.refresh):
-                if job.process is not None and job.exit_code() is None:
-                    job.kill()
+                job.kill_if_running()
             local_kafka.stop(self.settings)
             watchdog.close()
         return SoakResult(
