@@ -1,0 +1,132 @@
+"""CPU seconds by process kind while a command runs: where a run of the suite (or a demo) spends its cores.
+
+    python -m dev.cpu_profile OUT.json -- make test
+
+Every second it reads ``/proc/<pid>/stat`` of every process and adds each one's new CPU time to its kind
+(:func:`kind_of`: the tests' own Spark driver JVMs apart from the JVMs of the jobs a test starts, the brokers,
+the Spark Connect server, Python workers, pytest, cargo). A process that lives less than a second is missed,
+and one that exits loses its last second. It prints the totals, and writes them with a per-minute timeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+#: How a pytest-xdist worker is started (its whole command line after the interpreter).
+XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"
+
+
+def is_pytest(argv: list[str]) -> bool:
+    return argv[1:3] in (["-c", XDIST_WORKER], ["-m", "pytest"])
+
+
+def kind_of(argv: list[str], parent: list[str]) -> str:
+    """The kind of a process from its arguments and its parent's (both as ``/proc/<pid>/cmdline`` splits)."""
+    if not argv:
+        return "other"
+    program, line = Path(argv[0]).name, " ".join(argv)
+    if program == "java":
+        if "kafka.Kafka" in argv:
+            return "kafka broker"
+        if "org.apache.spark.sql.connect.service.SparkConnectServer" in argv:
+            return "Spark Connect server JVM"
+        if any(name in line for name in ("deploy.master.Master", "deploy.worker.Worker", "CoarseGrainedExecutor")):
+            return "standalone cluster JVM"
+        if "org.apache.spark.deploy.SparkSubmit" in argv:
+            return "tests' own driver JVMs" if is_pytest(parent) else "job driver JVMs"
+        return "other JVM"
+    if program.startswith("python"):
+        if "pyspark.daemon" in argv or "pyspark.worker" in argv or (parent and Path(parent[0]).name == "java"):
+            return "Spark Python workers"
+        if argv[1:3] == ["-c", XDIST_WORKER]:
+            return "pytest workers"
+        if argv[1:3] == ["-m", "pytest"]:
+            return "pytest"
+        if "ipykernel_launcher" in line:
+            return "notebook kernel"
+        return "other Python"
+    if program in ("cargo", "rustc", "clippy-driver", "cargo-clippy", "rustfmt", "cc", "ld") or "/target/" in argv[0]:
+        return "cargo and Rust tests"
+    return "other"
+
+
+def read_process(pid: int) -> tuple[int, list[str], float] | None:
+    """Parent pid, arguments and CPU seconds (user + system) of ``pid``; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    cpu = (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+    return int(fields[1]), [arg.decode(errors="replace") for arg in argv if arg], cpu
+
+
+def scan() -> dict[int, tuple[int, list[str], float]]:
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (process := read_process(int(name))) is not None:
+            found[int(name)] = process
+    return found
+
+
+def profile(command: list[str], interval_s: float = 1.0) -> dict[str, object]:
+    """Run ``command``; its exit status, wall time, CPU seconds per kind and per minute."""
+    seen = {pid: process[2] for pid, process in scan().items()}  # what ran before counts nothing
+    totals: dict[str, float] = {}
+    minute: dict[str, float] = {}
+    timeline: list[dict[str, float]] = []
+    started = time.monotonic()
+    child = subprocess.Popen(command)
+    while True:
+        done = child.poll() is not None
+        processes = scan()
+        for pid, (ppid, argv, cpu) in processes.items():
+            delta, seen[pid] = cpu - seen.get(pid, 0.0), cpu
+            if delta > 0 and pid != os.getpid():
+                kind = kind_of(argv, processes.get(ppid, (0, [], 0.0))[1])
+                totals[kind] = totals.get(kind, 0.0) + delta
+                minute[kind] = minute.get(kind, 0.0) + delta
+        if done or time.monotonic() - started >= 60 * (len(timeline) + 1):
+            timeline.append({"load_1min": round(os.getloadavg()[0], 1), **{k: round(v, 1) for k, v in minute.items()}})
+            minute = {}
+        if done:
+            break
+        time.sleep(interval_s)
+    ordered = dict(sorted(((kind, round(cpu, 1)) for kind, cpu in totals.items()), key=lambda item: -item[1]))
+    return {
+        "command": command,
+        "exit_status": child.returncode,
+        "wall_s": round(time.monotonic() - started, 1),
+        "cpu_s": ordered,
+        "per_minute": timeline,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dev.cpu_profile", description=__doc__.splitlines()[0])
+    parser.add_argument("output", type=Path, help="where the JSON goes")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command after --")
+    result = profile(command)
+    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    cpu_s, status = result["cpu_s"], result["exit_status"]
+    assert isinstance(cpu_s, dict) and isinstance(status, int)
+    for kind, cpu in cpu_s.items():
+        print(f"{cpu:>9,.1f} CPU s  {kind}")
+    print(f"{result['wall_s']:>9,.1f} s wall, exit {status}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
