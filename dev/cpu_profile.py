@@ -19,12 +19,16 @@ import time
 from pathlib import Path
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-#: How a pytest-xdist worker is started (its whole command line after the interpreter).
+#: How a pytest-xdist worker is started: ``python -u -c <this>`` (execnet's bootstrap).
 XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"
 
 
+def is_xdist_worker(argv: list[str]) -> bool:
+    return XDIST_WORKER in argv[1:4]
+
+
 def is_pytest(argv: list[str]) -> bool:
-    return argv[1:3] in (["-c", XDIST_WORKER], ["-m", "pytest"])
+    return is_xdist_worker(argv) or argv[1:3] == ["-m", "pytest"]
 
 
 def kind_of(argv: list[str], parent: list[str]) -> str:
@@ -45,7 +49,7 @@ def kind_of(argv: list[str], parent: list[str]) -> str:
     if program.startswith("python"):
         if "pyspark.daemon" in argv or "pyspark.worker" in argv or (parent and Path(parent[0]).name == "java"):
             return "Spark Python workers"
-        if argv[1:3] == ["-c", XDIST_WORKER]:
+        if is_xdist_worker(argv):
             return "pytest workers"
         if argv[1:3] == ["-m", "pytest"]:
             return "pytest"

@@ -12,7 +12,7 @@ from dev.cpu_profile import XDIST_WORKER, kind_of, main
 
 JAVA = "/usr/lib/jvm/java-17/bin/java"
 SUBMIT = [JAVA, "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "pyspark-shell"]
-WORKER = ["/repo/.venv/bin/python", "-c", XDIST_WORKER]
+WORKER = ["/repo/.venv/bin/python", "-u", "-c", XDIST_WORKER]  # as execnet starts it
 
 
 @pytest.mark.parametrize(
