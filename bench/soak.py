@@ -80,6 +80,7 @@ from harness import RunRecord, markdown_table, pyplot, write_report
 from router_support import WAIT_TIMEOUT_S, job_flags, produce, router_settings, subscription_event
 from workloads import realistic_hit, realistic_pattern, vocabulary
 
+from routing.processes import stat_fields
 from routing.settings import REPO_ROOT, Settings
 
 if TYPE_CHECKING:
@@ -333,7 +334,7 @@ def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
         stat = (proc / str(pid) / "stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
+    fields = stat_fields(stat)
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat(5)
 
 

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from routing.processes import stat_fields
+
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 #: How a pytest-xdist worker is started: ``python -u -c <this>`` (execnet's bootstrap).
 XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"
@@ -68,7 +70,7 @@ def read_process(pid: int) -> tuple[int, list[str], float] | None:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    fields = stat_fields(stat)  # field n of stat(5) at index n - 3: ppid 4, utime 14, stime 15
     cpu = (int(fields[11]) + int(fields[12])) / TICKS_PER_S
     return int(fields[1]), [arg.decode(errors="replace") for arg in argv if arg], cpu
 
