@@ -5,7 +5,9 @@
 Every second it reads ``/proc/<pid>/stat`` of every process and adds each one's new CPU time to its kind
 (:func:`kind_of`: the tests' own Spark driver JVMs apart from the JVMs of the jobs a test starts, the brokers,
 the Spark Connect server, Python workers, pytest, cargo). A process that lives less than a second is missed,
-and one that exits loses its last second. It prints the totals, and writes them with a per-minute timeline.
+and one that exits loses its last second. It prints the totals, and writes them with a per-minute timeline and,
+for the JVMs, CPU seconds by thread (:func:`thread_group`: the JIT compilers, the collector, Spark's task threads),
+which says whether a JVM's CPU is the work it was given or its own upkeep.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -63,6 +66,44 @@ def kind_of(argv: list[str], parent: list[str]) -> str:
     return "other"
 
 
+#: Digits and ``#`` that number threads of one pool (``GC Thread#1``, ``C2 CompilerThre``'s siblings).
+THREAD_NUMBER = re.compile(r"[#\-]?\d+$")
+
+
+def thread_group(name: str) -> str:
+    """The pool a JVM thread belongs to, from its name as ``/proc`` gives it (15 characters, numbered)."""
+    name = THREAD_NUMBER.sub("", name.strip()).strip(" -#")
+    if name.startswith(("C1 Compiler", "C2 Compiler")):
+        return name[:2] + " compiler"
+    if name.startswith(("GC Thread", "G1 ", "VM Thread", "VM Periodic")):
+        return "collector and VM" if not name.startswith("VM Periodic") else "VM periodic task"
+    if name.startswith("Executor task"):
+        return "Spark tasks"
+    return name or "unnamed"
+
+
+def read_threads(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of ``pid``'s threads by :func:`thread_group`; empty once it is gone."""
+    groups: dict[str, float] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return groups
+    for tid in tasks:
+        try:
+            fields = stat_fields(Path(f"/proc/{pid}/task/{tid}/stat").read_text())
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text()
+        except OSError:
+            continue
+        group = thread_group(name)
+        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+    return groups
+
+
+def is_java(argv: list[str]) -> bool:
+    return bool(argv) and Path(argv[0]).name == "java"
+
+
 def read_process(pid: int) -> tuple[int, list[str], float] | None:
     """Parent pid, arguments and CPU seconds (user + system) of ``pid``; None once it is gone."""
     try:
@@ -85,8 +126,12 @@ def scan() -> dict[int, tuple[int, list[str], float]]:
 
 def profile(command: list[str], interval_s: float = 1.0) -> dict[str, object]:
     """Run ``command``; its exit status, wall time, CPU seconds per kind and per minute."""
-    seen = {pid: process[2] for pid, process in scan().items()}  # what ran before counts nothing
+    before = scan()
+    seen = {pid: process[2] for pid, process in before.items()}  # what ran before counts nothing
+    seen_threads = {pid: read_threads(pid) for pid, process in before.items() if is_java(process[1])}
+    threads: dict[str, dict[str, float]] = {}
     totals: dict[str, float] = {}
+    started_by_kind: dict[str, set[int]] = {}  # pids seen using CPU: how many processes of each kind ran
     minute: dict[str, float] = {}
     timeline: list[dict[str, float]] = []
     started = time.monotonic()
@@ -99,7 +144,15 @@ def profile(command: list[str], interval_s: float = 1.0) -> dict[str, object]:
             if delta > 0 and pid != os.getpid():
                 kind = kind_of(argv, processes.get(ppid, (0, [], 0.0))[1])
                 totals[kind] = totals.get(kind, 0.0) + delta
+                started_by_kind.setdefault(kind, set()).add(pid)
                 minute[kind] = minute.get(kind, 0.0) + delta
+                if is_java(argv):
+                    by_group = threads.setdefault(kind, {})
+                    last = seen_threads.setdefault(pid, {})
+                    for group, group_cpu in read_threads(pid).items():
+                        # A thread that exits lowers its group's sum: count only growth.
+                        by_group[group] = by_group.get(group, 0.0) + max(0.0, group_cpu - last.get(group, 0.0))
+                        last[group] = group_cpu
         if done or time.monotonic() - started >= 60 * (len(timeline) + 1):
             timeline.append({"load_1min": round(os.getloadavg()[0], 1), **{k: round(v, 1) for k, v in minute.items()}})
             minute = {}
@@ -112,7 +165,14 @@ def profile(command: list[str], interval_s: float = 1.0) -> dict[str, object]:
         "exit_status": child.returncode,
         "wall_s": round(time.monotonic() - started, 1),
         "cpu_s": ordered,
+        "processes": {kind: len(started_by_kind[kind]) for kind in ordered},
         "per_minute": timeline,
+        "jvm_threads": {
+            kind: dict(
+                sorted(((group, round(cpu, 1)) for group, cpu in groups.items() if cpu >= 0.1), key=lambda i: -i[1])
+            )
+            for kind, groups in threads.items()
+        },
     }
 
 
@@ -128,8 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(json.dumps(result, indent=1) + "\n")
     cpu_s, status = result["cpu_s"], result["exit_status"]
     assert isinstance(cpu_s, dict) and isinstance(status, int)
+    processes = result["processes"]
+    assert isinstance(processes, dict)
     for kind, cpu in cpu_s.items():
-        print(f"{cpu:>9,.1f} CPU s  {kind}")
+        print(f"{cpu:>9,.1f} CPU s  {kind} ({processes[kind]} processes)")
+    threads = result["jvm_threads"]
+    assert isinstance(threads, dict)
+    for kind, groups in threads.items():
+        top = ", ".join(f"{group} {cpu:,.0f}" for group, cpu in list(groups.items())[:6])
+        print(f"  {kind} by thread: {top}")
     print(f"{result['wall_s']:>9,.1f} s wall, exit {status}")
     return status
 

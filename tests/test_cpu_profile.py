@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dev.cpu_profile import XDIST_WORKER, kind_of, main
+from dev.cpu_profile import XDIST_WORKER, kind_of, main, thread_group
 
 JAVA = "/usr/lib/jvm/java-17/bin/java"
 SUBMIT = [JAVA, "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "pyspark-shell"]
@@ -54,6 +54,7 @@ def test_a_busy_command_is_counted_and_its_exit_status_kept(tmp_path: Path) -> N
     result = json.loads(out.read_text())
     assert result["exit_status"] == 3
     assert result["cpu_s"]["other Python"] > 0.2
+    assert result["processes"]["other Python"] >= 1
     assert result["per_minute"], "the last, partial minute is kept"
 
 
@@ -62,3 +63,21 @@ def test_no_command_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixtu
         main([str(tmp_path / "profile.json")])
     assert exited.value.code == 2
     assert "give the command after --" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "group"),
+    [
+        ("C2 CompilerThre\n", "C2 compiler"),
+        ("C1 CompilerThre", "C1 compiler"),
+        ("GC Thread#3", "collector and VM"),
+        ("VM Thread", "collector and VM"),
+        ("VM Periodic Tas", "VM periodic task"),
+        ("Executor task l", "Spark tasks"),
+        ("dag-scheduler-e", "dag-scheduler-e"),
+        ("Thread-12", "Thread"),
+        ("", "unnamed"),
+    ],
+)
+def test_thread_groups(name: str, group: str) -> None:
+    assert thread_group(name) == group
