@@ -36,12 +36,21 @@ def is_pytest(argv: list[str]) -> bool:
     return is_xdist_worker(argv) or argv[1:3] == ["-m", "pytest"]
 
 
+def is_java(argv: list[str]) -> bool:
+    return bool(argv) and Path(argv[0]).name == "java"
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """User + system CPU seconds of a ``stat_fields`` split (field n of stat(5) at index n - 3: 14 and 15)."""
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
 def kind_of(argv: list[str], parent: list[str]) -> str:
     """The kind of a process from its arguments and its parent's (both as ``/proc/<pid>/cmdline`` splits)."""
     if not argv:
         return "other"
     program, line = Path(argv[0]).name, " ".join(argv)
-    if program == "java":
+    if is_java(argv):
         if "kafka.Kafka" in argv:
             return "kafka broker"
         if "org.apache.spark.sql.connect.service.SparkConnectServer" in argv:
@@ -75,8 +84,10 @@ def thread_group(name: str) -> str:
     name = THREAD_NUMBER.sub("", name.strip()).strip(" -#")
     if name.startswith(("C1 Compiler", "C2 Compiler")):
         return name[:2] + " compiler"
-    if name.startswith(("GC Thread", "G1 ", "VM Thread", "VM Periodic")):
-        return "collector and VM" if not name.startswith("VM Periodic") else "VM periodic task"
+    if name.startswith("VM Periodic"):
+        return "VM periodic task"
+    if name.startswith(("GC Thread", "G1 ", "VM Thread")):
+        return "collector and VM"
     if name.startswith("Executor task"):
         return "Spark tasks"
     return name or "unnamed"
@@ -96,12 +107,8 @@ def read_threads(pid: int) -> dict[str, float]:
         except OSError:
             continue
         group = thread_group(name)
-        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+        groups[group] = groups.get(group, 0.0) + cpu_seconds(fields)
     return groups
-
-
-def is_java(argv: list[str]) -> bool:
-    return bool(argv) and Path(argv[0]).name == "java"
 
 
 def read_process(pid: int) -> tuple[int, list[str], float] | None:
@@ -111,9 +118,8 @@ def read_process(pid: int) -> tuple[int, list[str], float] | None:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    fields = stat_fields(stat)  # field n of stat(5) at index n - 3: ppid 4, utime 14, stime 15
-    cpu = (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-    return int(fields[1]), [arg.decode(errors="replace") for arg in argv if arg], cpu
+    fields = stat_fields(stat)  # field n of stat(5) at index n - 3: ppid 4
+    return int(fields[1]), [arg.decode(errors="replace") for arg in argv if arg], cpu_seconds(fields)
 
 
 def scan() -> dict[int, tuple[int, list[str], float]]:
@@ -125,13 +131,14 @@ def scan() -> dict[int, tuple[int, list[str], float]]:
 
 
 def profile(command: list[str], interval_s: float = 1.0) -> dict[str, object]:
-    """Run ``command``; its exit status, wall time, CPU seconds per kind and per minute."""
+    """Run ``command``; its exit status, wall time, CPU seconds per kind and per minute, processes per kind, and the
+    JVMs' CPU seconds by thread pool."""
     before = scan()
     seen = {pid: process[2] for pid, process in before.items()}  # what ran before counts nothing
     seen_threads = {pid: read_threads(pid) for pid, process in before.items() if is_java(process[1])}
     threads: dict[str, dict[str, float]] = {}
     totals: dict[str, float] = {}
-    started_by_kind: dict[str, set[int]] = {}  # pids seen using CPU: how many processes of each kind ran
+    pids_by_kind: dict[str, set[int]] = {}  # pids seen using CPU: how many processes of each kind ran
     minute: dict[str, float] = {}
     timeline: list[dict[str, float]] = []
     started = time.monotonic()
@@ -144,7 +151,7 @@ def profile(command: list[str], interval_s: float = 1.0) -> dict[str, object]:
             if delta > 0 and pid != os.getpid():
                 kind = kind_of(argv, processes.get(ppid, (0, [], 0.0))[1])
                 totals[kind] = totals.get(kind, 0.0) + delta
-                started_by_kind.setdefault(kind, set()).add(pid)
+                pids_by_kind.setdefault(kind, set()).add(pid)
                 minute[kind] = minute.get(kind, 0.0) + delta
                 if is_java(argv):
                     by_group = threads.setdefault(kind, {})
@@ -165,7 +172,7 @@ def profile(command: list[str], interval_s: float = 1.0) -> dict[str, object]:
         "exit_status": child.returncode,
         "wall_s": round(time.monotonic() - started, 1),
         "cpu_s": ordered,
-        "processes": {kind: len(started_by_kind[kind]) for kind in ordered},
+        "processes": {kind: len(pids_by_kind[kind]) for kind in ordered},
         "per_minute": timeline,
         "jvm_threads": {
             kind: dict(
