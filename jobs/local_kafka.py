@@ -70,6 +70,9 @@ HOST = LOCAL_HOST
 #: The broker JVM's heap options unless ``$KAFKA_HEAP_OPTS`` (Kafka's own variable, as its start scripts read it)
 #: gives others.
 DEFAULT_HEAP_OPTS = "-Xmx512m -Xms64m"
+#: The broker JVM's collector and JIT options unless ``$KAFKA_JVM_PERFORMANCE_OPTS`` (Kafka's own variable, which
+#: replaces its scripts' G1 defaults the same way) gives others.
+DEFAULT_PERFORMANCE_OPTS = "-XX:+UseG1GC -XX:MaxGCPauseMillis=20"
 #: Partitions of an auto-created topic (``num.partitions`` in conf/kafka/server.properties).
 NUM_PARTITIONS = 2
 #: Seconds ``stop`` waits after SIGTERM before killing the broker's process group.
@@ -338,8 +341,7 @@ def log_tail(paths: BrokerPaths, lines: int = LOG_TAIL_LINES) -> str:
 def _jvm_options(paths: BrokerPaths, env: Mapping[str, str]) -> list[str]:
     return [
         *(env.get("KAFKA_HEAP_OPTS") or DEFAULT_HEAP_OPTS).split(),
-        "-XX:+UseG1GC",
-        "-XX:MaxGCPauseMillis=20",
+        *(env.get("KAFKA_JVM_PERFORMANCE_OPTS") or DEFAULT_PERFORMANCE_OPTS).split(),
         "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",

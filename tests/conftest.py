@@ -13,7 +13,8 @@ are marked ``integration`` by folder (:func:`pytest_collection_modifyitems`); ``
   (an outgoing connection cannot take them meanwhile), searched from a band of their own for each
   pytest-xdist worker (:func:`worker_port_start`).
 * ``kafka_broker`` reuses a broker answering at those ports or starts one, and stops it at the
-  end of the session only if it started it (a watchdog stops it even if the run is killed).
+  end of the session only if it started it (a watchdog stops it even if the run is killed). Every broker a test
+  starts compiles with C1 only (``$KAFKA_JVM_PERFORMANCE_OPTS``, unless set outside).
 * ``spark`` is the one local SparkSession (``routing.spark.get_spark``) for the whole session.
 * Every driver JVM the tests start runs with the development tooling's Spark properties (``dev.local_spark``:
   a properties file in ``$PYSPARK_SUBMIT_ARGS``, inherited by every job a test starts as a process of its own;
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dev import local_spark
+from jobs import local_kafka
 from jobs.cluster import ephemeral_port_range, free_port_candidates, free_ports
 from routing.settings import LOCAL_HOST, REPO_ROOT, Settings, load_settings
 
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
 ADMIN_TIMEOUT_S = 30.0
 # Before any test starts a JVM (the ``settings`` fixture then points it at the session's own file).
 local_spark.use(path=local_spark.VAR / "spark-conf" / "tests.conf", java_options=local_spark.JIT_QUICK)
+# The brokers the tests start carry a few thousand messages each: C1 is enough (C2 was 5 of a start's 12 CPU s).
+os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", f"{local_kafka.DEFAULT_PERFORMANCE_OPTS} -XX:TieredStopAtLevel=1")
 #: Ports between the starts of two pytest-xdist workers' searches for free ports.
 WORKER_PORT_BAND = 1000
 #: Every test under this folder is marked ``integration`` (real Kafka, Spark or Delta), so no file has to say so.
