@@ -34,7 +34,7 @@ help:
 	@echo "make fuzz   each cargo-fuzz target for FUZZ_MINUTES (default 10) minutes: bench/results/fuzz.md, corpus in native/fuzz/corpus/"
 	@echo "make loom   the CS-trie's loom models (~3 min on 2 cores, plus a first build of ~2 min)"
 	@echo "make clean  remove build products (keeps .venv/)"
-	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven, and build dev/'s local file system jar"
+	@echo "make jars   resolve the JVM jars (Delta, Kafka source, broker) into var/jars/ with Maven, build dev/'s local file system jar and the project's UDF jar"
 	@echo "make jvm-archive  dev/'s class-data archive that starts each local Spark JVM faster (~10 s per fresh job process; var/jvm/)"
 	@echo "make package  the wheel, the packed environment and the jars spark-submit ships, in dist/"
 	@echo "make kafka-start | kafka-status | kafka-stop   the local KRaft broker (data in var/kafka/)"
@@ -75,7 +75,28 @@ $(LOCAL_FS_JAR): $(LOCAL_FS_SOURCES) | $(INSTALLED)
 		$(LOCAL_FS_SOURCES)
 	jar --create --file $@.tmp -C build/localfs/classes . && mv $@.tmp $@
 
-jars: $(JARS_STAMP) $(LOCAL_FS_JAR)
+# The project's own jar (udfs/jvm/): the real-time lane's Java UDF and, inside it as a resource, the JNI library
+# of native/jvm, which the UDF unpacks and loads once per JVM. In var/jars/spark/ beside the resolved jars, so
+# every session's spark.jars and `make package`'s dist/jars/ carry it: spark-submit needs nothing else.
+# Rebuilt only when its sources change (its size and mtime key the class-data archive).
+JVM_UDF_JAR := $(JARS_DIR)/spark/spark-topic-router-udfs.jar
+JVM_UDF_SOURCES := $(wildcard udfs/jvm/sparktopicrouter/udfs/*.java)
+JVM_UDF_NATIVE := $(wildcard native/jvm/Cargo.toml native/jvm/src/*.rs native/core/Cargo.toml native/core/src/*.rs \
+	native/core/src/*/*.rs native/Cargo.lock)
+JVM_UDF_PLATFORM := $(shell uname -s | tr A-Z a-z)-$(shell uname -m)
+
+$(JVM_UDF_JAR): $(JVM_UDF_SOURCES) $(JVM_UDF_NATIVE) $(JARS_STAMP) | $(INSTALLED)
+	@command -v javac >/dev/null || { echo "error: javac not found; a JDK 17+ is required" >&2; exit 1; }
+	cd native && cargo build --release --quiet -p spark_topic_router_jvm
+	rm -rf build/jvm-udfs && mkdir -p build/jvm-udfs/classes/sparktopicrouter/udfs/native/$(JVM_UDF_PLATFORM)
+	javac --release 17 -Xlint:all,-path,-serial -Werror -d build/jvm-udfs/classes \
+		-cp "$$($(PY) -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')/*" \
+		$(JVM_UDF_SOURCES)
+	cp native/target/release/libspark_topic_router_jvm.so \
+		build/jvm-udfs/classes/sparktopicrouter/udfs/native/$(JVM_UDF_PLATFORM)/
+	jar --create --file $@.tmp -C build/jvm-udfs/classes . && mv $@.tmp $@
+
+jars: $(JARS_STAMP) $(LOCAL_FS_JAR) $(JVM_UDF_JAR)
 
 # Development tooling: the driver JVMs' class-data archive (dev/class_archive.py), which every Spark JVM the demo,
 # the tests and the benchmarks start maps (through $(LOCAL_SPARK), below) and starts faster. Written once per JDK,
@@ -88,7 +109,7 @@ jvm-archive: install
 # (PYSPARK_SUBMIT_ARGS). The tests write their own (tests/conftest.py).
 LOCAL_SPARK := PYSPARK_SUBMIT_ARGS="$$($(PY) -m dev.local_spark || echo pyspark-shell)"
 
-install: $(INSTALLED) $(JARS_STAMP) $(LOCAL_FS_JAR)
+install: $(INSTALLED) $(JARS_STAMP) $(LOCAL_FS_JAR) $(JVM_UDF_JAR)
 
 # What a cluster runs (see conf/spark-submit/): the wheel with the native extension, a venv-pack'ed
 # environment (cached under build/ by the wheel's content) and the Spark jars. Idempotent.

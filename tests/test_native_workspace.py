@@ -20,9 +20,13 @@ from pathlib import Path
 import pytest
 
 NATIVE = Path(__file__).resolve().parent.parent / "native"
-CRATE_ROOTS = [NATIVE / "core" / "src" / "lib.rs", NATIVE / "python" / "src" / "lib.rs"]
+CRATE_ROOTS = [NATIVE / name / "src" / "lib.rs" for name in ("core", "python", "jvm")]
 CORE = "spark_topic_router_core"
 BINDING = "spark_topic_router_python"
+JVM_BINDING = "spark_topic_router_jvm"
+#: The Java class whose native methods the JVM binding implements, and the export prefix JNI looks them up by.
+JAVA_MATCHER = NATIVE.parent / "udfs" / "jvm" / "sparktopicrouter" / "udfs" / "FrozenMatcher.java"
+JNI_PREFIX = "Java_sparktopicrouter_udfs_FrozenMatcher_"
 #: Packages that bring Python into a build: PyO3's crates and the pyarrow bridge.
 PYTHON_PACKAGES = {"pyo3", "pyo3-ffi", "pyo3-build-config", "pyo3-macros", "arrow-pyarrow", "numpy"}
 
@@ -222,6 +226,20 @@ def test_the_core_crate_has_no_python_in_its_dependency_tree() -> None:
     assert dependency_closure(lock, CORE) & PYTHON_PACKAGES == set()
     # The binding is where PyO3 is: the closure does find it when it is there.
     assert {"pyo3", "arrow-pyarrow", CORE} <= dependency_closure(lock, BINDING)
+    # The JVM binding reuses the core as it is, with neither Python nor a second matcher.
+    jvm = dependency_closure(lock, JVM_BINDING)
+    assert {"jni", CORE} <= jvm and jvm & PYTHON_PACKAGES == set()
+
+
+def test_every_java_native_has_its_jni_export_and_nothing_else_is_exported() -> None:
+    """A native method without an export fails only when first called (UnsatisfiedLinkError), an export without
+    a method is dead code: the two lists must be one."""
+    declared = set(re.findall(r"\bstatic native\s+[\w\[\]]+\s+(\w+)\s*\(", JAVA_MATCHER.read_text(encoding="utf-8")))
+    source = (NATIVE / "jvm" / "src" / "lib.rs").read_text(encoding="utf-8")
+    exported = set(re.findall(rf"\bextern \"system\" fn {JNI_PREFIX}(\w+)\s*<", source))
+    assert declared == exported != set()
+    assert source.count("#[unsafe(no_mangle)]") == len(exported)
+    assert "_" not in "".join(exported)  # JNI would look an underscore up as "_1"
 
 
 @pytest.mark.parametrize("root", CRATE_ROOTS, ids=lambda root: root.parent.parent.name)
