@@ -206,12 +206,15 @@ docs-check: $(INSTALLED)
 # worker shortens the end, where two left one worker running the last long file alone, and a fourth only adds
 # contention (pytest 18:35 with three against 21:08 with four, one after the other on 2026-12-03).
 # PYTEST_WORKERS=0 runs everything in this process.
+# --no-loadscope-reorder keeps tests/conftest.py's order (files with slow tests first): xdist's own re-queues files
+# by their number of tests, which left the single-test files (the chaos run, the cluster) for last, one worker
+# running them alone for the last two minutes (the profile of 2026-12-04: 60 CPU s a minute of 120).
 PYTEST_WORKERS ?= 3
 # The checks before pytest run two at a time: cargo's last crate, mypy and the archive's JVM each leave a core idle
 # for much of their minute or two. --output-sync prints each one's output whole, when it ends.
 test: install native
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint native-test fuzz-smoke jvm-archive docs-check
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=60
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=60
 
 test-fast: install native
 	$(PY) -m pytest -m "not slow and not integration"

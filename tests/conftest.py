@@ -96,10 +96,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     ``tests/integration/*`` is ``integration`` (``make test-fast`` skips it). The order (files that hold
     ``slow`` tests, then the other integration files, then the unit tests; within a file, kept) is the order
-    of a run in one process. ``make test``'s pytest-xdist (3.6+) re-queues ``--dist loadfile``'s files by
-    their number of tests (unless ``--no-loadscope-reorder`` is given), so there files start in xdist's
-    order. Turning that off with the multi-JVM files first made the suite slower, or exposed an order
-    dependency (a Connect session left in the worker changes what ``get_spark`` returns): xdist's order stays.
+    of a run in one process, and of ``make test``'s pytest-xdist workers (``--no-loadscope-reorder``: xdist's
+    own order, by number of tests, left the long single-test files to the end, run by one worker alone).
     """
     for item in items:
         if item.path.is_relative_to(INTEGRATION_DIR):
