@@ -46,6 +46,9 @@ from routing.settings import add_settings_arguments, parse_overrides, settings_f
 from routing.streaming import crash_after_writes_from_env, kafka_exit_status
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from routing.settings import Settings
     from udfs.route import RouterFactory
 
 LOG = logging.getLogger("jobs.route")
@@ -65,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="drain the messages already in Kafka, print a summary and exit (backfills; same as "
         "--set router.trigger=available_now)",
     )
+    parser.add_argument(
+        "--real-time",
+        action="store_true",
+        help="route Kafka to Kafka in Spark's Real-Time Mode, each message as it arrives (the real-time lane; same "
+        "as --set router.trigger=real_time; needs router.kafka_sink_topic and router.dead_letter_topic)",
+    )
     parser.add_argument("--topics", help="comma-separated topics to route (same as --set router.topics=...)")
     parser.add_argument("--json", action="store_true", help="print the final summary as one JSON line")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -77,8 +86,13 @@ def main(argv: Sequence[str] | None = None, *, make_route: RouterFactory | None 
     parser = build_parser()
     args = parser.parse_args(argv)
     console.configure(verbose=args.verbose, level=args.log_level)
+    if args.available_now and args.real_time:
+        print("route: --available-now and --real-time are two triggers: give one", file=sys.stderr)
+        return 2
     if args.available_now:
         args.settings_overrides.append("router.trigger=available_now")
+    if args.real_time:
+        args.settings_overrides.append("router.trigger=real_time")
     if args.topics:
         args.settings_overrides.append(f"router.topics={args.topics}")
     try:
@@ -96,10 +110,6 @@ def main(argv: Sequence[str] | None = None, *, make_route: RouterFactory | None 
     from routing.spark import get_spark
 
     spark = get_spark(settings, app_name=APP_NAME)
-    # Tests only: routing.streaming.CRASH_AFTER_WRITES_ENV kills the job between a batch's writes and its commit.
-    factory = {} if make_route is None else {"make_route": make_route}
-    crash = crash_after_writes_from_env()  # tests only: the points inside a batch too (after_ledger, ...)
-    router = Router(spark, settings, after_writes=crash, crash_points=crash, **factory)
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
@@ -108,6 +118,12 @@ def main(argv: Sequence[str] | None = None, *, make_route: RouterFactory | None 
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    if settings.router.trigger == "real_time":
+        return run_real_time(spark, settings, stop_requested, as_json=args.json)
+    # Tests only: routing.streaming.CRASH_AFTER_WRITES_ENV kills the job between a batch's writes and its commit.
+    factory = {} if make_route is None else {"make_route": make_route}
+    crash = crash_after_writes_from_env()  # tests only: the points inside a batch too (after_ledger, ...)
+    router = Router(spark, settings, after_writes=crash, crash_points=crash, **factory)
     try:
         query = router.start()
     except CheckpointBusy as error:
@@ -150,6 +166,39 @@ def main(argv: Sequence[str] | None = None, *, make_route: RouterFactory | None 
         return 1
     print(
         json.dumps(summary, sort_keys=True) if args.json else f"route: {json.dumps(summary, sort_keys=True)}",
+        flush=True,
+    )
+    return 0
+
+
+def run_real_time(spark: SparkSession, settings: Settings, stop_requested: threading.Event, *, as_json: bool) -> int:
+    """The real-time lane (:mod:`routing.realtime`) until a signal or a failure; its exit status."""
+    from routing.realtime import RealTimeRouter
+
+    router = RealTimeRouter(spark, settings)
+    try:
+        query = router.start()
+        LOG.info(
+            "routing %s -> Kafka %s in real time (checkpoint %s, every %s)",
+            settings.router.subscribe_pattern or ",".join(settings.router.topics),
+            settings.router.kafka_sink_topic,
+            settings.router.checkpoint_path,
+            settings.router.real_time_interval,
+        )
+        while query.isActive and not stop_requested.is_set():
+            query.awaitTermination(1)
+        exception = query.exception()
+        failure = None if exception is None else str(exception)
+    finally:
+        router.close()
+    summary = router.run_summary()
+    spark.stop()
+    if failure is not None:
+        LOG.error("the real-time query failed: %s", failure)
+        print(f"route: failed after {summary['intervals']} interval(s): {failure}", file=sys.stderr)
+        return 1
+    print(
+        json.dumps(summary, sort_keys=True) if as_json else f"route: {json.dumps(summary, sort_keys=True)}",
         flush=True,
     )
     return 0

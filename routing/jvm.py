@@ -22,6 +22,10 @@ Fast path (caller)               What it saves                               Fal
                                  early
 ===============================  ==========================================  ==========================================
 
+Besides those, :func:`register_route_key` registers the real-time lane's Java UDF (the project's own class, whose
+constructor takes the snapshot directory and limits: ``spark.udf.registerJavaFunction`` can only make a UDF with no
+arguments). It has no fallback: the real-time lane needs a classic session's JVM.
+
 The checks: :func:`spark_jvm` and :func:`delta_jvm` return None (and log once) when the running Spark or
 Delta is not one of :data:`TESTED_SPARK` / :data:`TESTED_DELTA`, and on Spark Connect (no JVM in the
 process). A call that a tested release lacks after all is told from a real failure by :func:`api_missing`.
@@ -339,3 +343,26 @@ def jvm_snapshot(spark: SparkSession, path: str) -> Any | None:
     Version -1: no table there. Raises what the JVM raises (callers fall back)."""
     delta = delta_jvm(spark)
     return None if delta is None else delta.snapshot(path)
+
+
+def register_route_key(
+    spark: SparkSession,
+    name: str,
+    directory: str,
+    table_id: str,
+    *,
+    refresh_ms: int,
+    first_wait_ms: int,
+    max_fanout: int,
+) -> None:
+    """Register ``sparktopicrouter.udfs.RouteKey`` (udfs/jvm) as ``name`` in ``spark``'s function registry."""
+    jvm: Any = spark._jvm
+    jvm.sparktopicrouter.udfs.RouteKey.register(
+        spark._jsparkSession,
+        name,
+        directory,
+        table_id,
+        refresh_ms,
+        first_wait_ms,
+        max_fanout,
+    )

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -55,8 +56,11 @@ PLAIN_PART = re.compile(r"[A-Za-z0-9-]+")
 HASH_CHARS = 20
 #: The shortest escaped part: one readable character, ``_``, the hash.
 MIN_PART_CHARS = 1 + 1 + HASH_CHARS
-#: The router's own headers, in the order they lead each record.
+#: The router's own headers, in the order they lead each delivery record.
 ROUTER_HEADERS = ("delivery_id", "snapshot_version")
+#: The real-time lane's headers of a dead-letter record (:mod:`routing.realtime`), and of an unrouted one.
+DEAD_LETTER_HEADERS = ("dead_letter_id", "reason", "rule", "snapshot_version")
+UNROUTED_HEADERS = ("unrouted_id", "snapshot_version")
 #: What a source header named like one of :data:`ROUTER_HEADERS` is renamed to: this prefix, then its key.
 RENAMED_PREFIX = "source."
 
@@ -118,16 +122,15 @@ def topic_column(template: str) -> Column:
     return F.concat(F.lit(before), part, F.lit(after))
 
 
-def headers_column() -> Column:
-    """The record's headers: :data:`ROUTER_HEADERS` from the delivery's columns, then the source's, those named
-    like the router's renamed (see the module docs)."""
+def headers_column(names: Sequence[str] = ROUTER_HEADERS) -> Column:
+    """The record's headers: the router's own ``names`` (:data:`ROUTER_HEADERS` for a delivery), each from the
+    column of that name, then the source's, those named like one of ``names`` renamed (see the module docs)."""
     from pyspark.sql import functions as F
 
     own = [
-        F.struct(F.lit(name).alias("key"), F.col(name).cast("string").cast("binary").alias("value"))
-        for name in ROUTER_HEADERS
+        F.struct(F.lit(name).alias("key"), F.col(name).cast("string").cast("binary").alias("value")) for name in names
     ]
-    reserved = F.array(*[F.lit(name) for name in ROUTER_HEADERS])
+    reserved = F.array(*[F.lit(name) for name in names])
 
     def renamed(header: Column) -> Column:
         key = header["key"]
@@ -142,7 +145,11 @@ def headers_column() -> Column:
 def forwarded_headers(
     headers: list[tuple[str, bytes]], delivery_id: str, snapshot_version: int
 ) -> list[tuple[str, bytes]]:
-    """:func:`headers_column` of one record, in Python: the oracle the tests hold the column to."""
-    own = [("delivery_id", delivery_id.encode()), ("snapshot_version", str(snapshot_version).encode())]
-    renamed = [(RENAMED_PREFIX + key if key.lower() in ROUTER_HEADERS else key, value) for key, value in headers]
-    return own + renamed
+    """:func:`headers_column` of one delivery record, in Python: the oracle the tests hold the column to."""
+    return own_then_source_headers({"delivery_id": delivery_id, "snapshot_version": str(snapshot_version)}, headers)
+
+
+def own_then_source_headers(own: dict[str, str], headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """:func:`headers_column` of ``own`` (name -> text, in order) and the source ``headers``, in Python."""
+    renamed = [(RENAMED_PREFIX + key if key.lower() in own else key, value) for key, value in headers]
+    return [(name, text.encode()) for name, text in own.items()] + renamed

@@ -53,7 +53,7 @@ from routing.config import (
     shown,
 )
 from routing.config import REPO_ROOT as REPO_ROOT  # computed in routing.config only; re-exported for the tools
-from routing.kafka_sink import check_topic_setting
+from routing.kafka_sink import SUBSCRIBER_PLACEHOLDER, check_topic_setting
 from routing.limits import Limits
 from routing.table_names import is_table_name
 from routing.validation import Policy, ValidationSettings, Validator
@@ -445,7 +445,7 @@ class SubscriptionSettings:
 
 
 KEY_SOURCES = frozenset({"key", "header", "json"})
-TRIGGERS = frozenset({"processing_time", "available_now"})
+TRIGGERS = frozenset({"processing_time", "available_now", "real_time"})
 SNAPSHOT_TRANSPORTS = frozenset({"file", "broadcast"})
 
 
@@ -486,11 +486,16 @@ class RouterSettings:
     max_offsets_per_trigger: int = 50_000
     """Upper bound on records per micro-batch, so every batch is bounded."""
     trigger: str = "processing_time"
-    """``processing_time`` (a stream: a batch every ``trigger_interval``) or ``available_now`` (drain what is
-    there, then stop: backfills and scheduled runs)."""
+    """``processing_time`` (a stream: a batch every ``trigger_interval``), ``available_now`` (drain what is
+    there, then stop: backfills and scheduled runs) or ``real_time`` (the real-time lane, Kafka to Kafka in
+    Spark's Real-Time Mode: ``routing.realtime``)."""
     trigger_interval: str = "5 seconds"
     """How often a processing-time trigger starts a batch (Spark's interval text): the floor of a message's
     latency when traffic is light, and the batch size's when it is heavy."""
+    real_time_interval: str = "1 minute"
+    """The real-time lane's checkpoint interval (Real-Time Mode's batch duration, Spark's interval text): how much
+    a restart routes again, and how often the streaming tasks pause at a batch boundary (each pause sets the
+    lane's tail latency)."""
     checkpoint_path: str = "var/checkpoints/route"
     """The router's checkpoint: Spark's offsets and commits, and the replay ledger beside them. Keep it as long as
     the router's output: a new one starts a new query, whose batches from 0 are written again."""
@@ -523,6 +528,11 @@ class RouterSettings:
     Delta: empty, none; a topic name; or a template with ``{subscriber}``, one topic per subscriber. No two
     subscribers share a topic: an id Kafka's names cannot hold as it is becomes a readable prefix and a hash
     (``routing.kafka_sink``)."""
+    dead_letter_topic: str = ""
+    """The real-time lane's topic of dead letters, each with its reason in a header (required by
+    ``trigger = real_time``; the micro-batch lane writes them to ``dead_letters_path``)."""
+    unrouted_topic: str = ""
+    """The real-time lane's topic of messages no subscription matched; empty: they are only counted."""
     metrics_path: str = ""
     """Delta table of one metrics row per batch (the BatchReport); empty = not written."""
     snapshot_files_path: str = ""
@@ -571,6 +581,18 @@ class RouterSettings:
         problem = check_topic_setting(self.kafka_sink_topic)
         if problem is not None:
             raise ConfigError(f"setting {section}.kafka_sink_topic {problem}, got {self.kafka_sink_topic!r}")
+        for name in ("dead_letter_topic", "unrouted_topic"):
+            value = getattr(self, name)
+            problem = check_topic_setting(value) or (
+                "must be one topic, not a template" if SUBSCRIBER_PLACEHOLDER in value else None
+            )
+            if problem is not None:
+                raise ConfigError(f"setting {section}.{name} {problem}, got {value!r}")
+        if self.trigger == "real_time" and not (self.kafka_sink_topic and self.dead_letter_topic):
+            raise ConfigError(
+                f"setting {section}.trigger = real_time writes to Kafka only: set {section}.kafka_sink_topic "
+                f"and {section}.dead_letter_topic"
+            )
         _resolve_paths(self)
 
 

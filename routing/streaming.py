@@ -94,24 +94,23 @@ def kafka_source(
     topics: Sequence[str] = (),
     pattern: str = "",
     starting_offsets: str,
-    max_offsets_per_trigger: int,
+    max_offsets_per_trigger: int | None,
     fail_on_data_loss: bool = True,
     include_headers: bool = False,
 ) -> DataFrame:
     """A streaming frame over ``topics`` (or the topic regex ``pattern``), with every job's bounds.
 
     ``starting_offsets`` applies only to a new checkpoint; ``max_offsets_per_trigger`` bounds each
-    micro-batch; ``fail_on_data_loss`` fails the query on offsets Kafka deleted before they were read.
+    micro-batch (None: no micro-batches to bound, Real-Time Mode's streaming tasks); ``fail_on_data_loss``
+    fails the query on offsets Kafka deleted before they were read.
     """
     if bool(topics) == bool(pattern):
         raise ValueError("kafka_source takes either topics or a pattern")
     reader = spark.readStream.format("kafka").options(**settings.spark_kafka_options())
     reader = reader.option("subscribePattern", pattern) if pattern else reader.option("subscribe", ",".join(topics))
-    reader = (
-        reader.option("startingOffsets", starting_offsets)
-        .option("maxOffsetsPerTrigger", max_offsets_per_trigger)
-        .option("failOnDataLoss", str(fail_on_data_loss).lower())
-    )
+    reader = reader.option("startingOffsets", starting_offsets).option("failOnDataLoss", str(fail_on_data_loss).lower())
+    if max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
     if include_headers:
         reader = reader.option("includeHeaders", "true")
     return reader.load()

@@ -25,6 +25,7 @@ import pytest
 from validity import VALIDITY
 
 from routing import _native, grammar
+from routing.jvm import register_route_key
 from routing.router.snapshot_files import SnapshotFiles, file_name
 
 if TYPE_CHECKING:
@@ -56,15 +57,14 @@ class Published:
         return matcher
 
     def register(self) -> None:
-        jvm: Any = self.spark._jvm
-        jvm.sparktopicrouter.udfs.RouteKey.register(
-            self.spark._jsparkSession,
+        register_route_key(
+            self.spark,
             self.name,
             self.files.directory,
             self.table_id,
-            REFRESH_MS,
-            FIRST_WAIT_MS,
-            self.max_fanout,
+            refresh_ms=REFRESH_MS,
+            first_wait_ms=FIRST_WAIT_MS,
+            max_fanout=self.max_fanout,
         )
 
     def route(self, keys: list[bytes | None]) -> list[Routed | None]:
