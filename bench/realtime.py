@@ -1,0 +1,711 @@
+"""What latency does a message see through the real-time lane, at fixed offered rates, beside a Real-Time Mode
+copy and the micro-batch router's Kafka sink, and up to what rate does each keep up?
+
+Run ``python bench/realtime.py`` (``--help`` for flags). Markdown goes to stdout and
+``bench/results/realtime.md``, the chart to ``bench/results/realtime.png``, progress lines to stderr. It
+follows ``benchmarking-message-queue-latency``, as ``bench/latency.py`` does: fixed rates in steps, response
+time rather than service time, HDR histograms out to the maximum.
+
+Load: open loop, no coordinated omission
+----------------------------------------
+``bench/latency.py``'s producer: a fresh process per step sends ``rate x --step-seconds`` messages on a fixed
+schedule, each stamped (header ``bench-schedule``) with its *intended* send time, never the moment it went
+out, and never waits for the system. Keys are ``jobs.produce``'s vocab distribution, payloads 64 bytes.
+
+Receive: a consumer of the output topic
+---------------------------------------
+A consumer process of its own (confluent-kafka, its own interpreter: neither the producer nor the Spark driver
+can stall it) reads the variant's output topic and records, per message, ``receive - intended`` in the
+step's HDR histogram (microseconds, 1 us .. 1 h). Every output record carries the source's headers, so the
+schedule stamp arrives with it. The routers' records are timed through the catch-all subscription
+``#`` of ``bench-realtime-all`` (one record per message, whatever else it matched); the copy's records are its
+messages.
+
+Variants (in one run)
+---------------------
+(r1) **real-time passthrough**: Kafka to Kafka in Real-Time Mode with no matching, the same source options and
+     sink: the lane's limit on this machine;
+(r2) **real-time router**: ``python -m jobs.route --real-time``'s :class:`routing.realtime.RealTimeRouter`, over
+     ``--subscriptions`` random patterns (``bench.stream.subscription_pairs``) and the catch-all;
+(r3) **micro-batch router with its Kafka sink**: :class:`routing.router.pipeline.Router` at a
+     ``--trigger-seconds`` processing-time trigger, deliveries to Delta and then Kafka.
+
+Each variant reads a topic of its own with one partition (Real-Time Mode runs one long-lived task per partition
+and needs a core for each: with two cores, one is left for the producer, the consumer and the driver), starts its
+query, sends a warm-up, then the rates in increasing order. Each step spans ``--step-seconds``; with the
+default ``--interval-seconds`` (Real-Time Mode's checkpoint interval) it crosses several batch boundaries,
+where Spark pauses the long-lived tasks: the latency a user gets, boundaries included.
+
+Figures
+-------
+Per variant, subscription count and rate: p50, p99, p99.9, max, and whether the variant **kept up**: the
+producer kept its schedule and every message was received, first to last over at most the step's length / 0.99
+plus ``--grace-seconds`` (falling behind: the receive rate more than 1% below the offered rate). The
+highest rate kept up is the variant's sustained rate. **Boundary pause**: per step of a real-time variant, the
+median over its batch boundaries of the worst latency of a message intended within
+``BOUNDARY_WINDOW_MS`` of a boundary (the query's progress timestamps), beside the step's p50.
+
+The numbers mean something only on an idle machine: the producer, the consumer, the broker and Spark share its
+cores; the load average is printed with the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import dataclasses
+import json
+import multiprocessing
+import random
+import shutil
+import statistics
+import sys
+import time
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):  # a script: `routing`, `jobs` importable (harness, latency, stream: this directory)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness import (
+    RESULTS_DIR,
+    RunRecord,
+    bench_kafka,
+    delete_earlier_topics,
+    markdown_table,
+    progress,
+    pyplot,
+    python_workers_run_this_checkout,
+    stop_broker_once_topics_gone,
+)
+from latency import SCHEDULE_HEADER, Step, run_producer
+from latency import Plan as ProducerPlan
+from stream import subscription_pairs, write_subscriptions
+
+from jobs.demo import create_topics, delete_topics
+from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from hdrh.histogram import HdrHistogram
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+WORK_DIR = REPO_ROOT / "var" / "bench" / "realtime"
+CATCH_ALL = ("#", "bench-realtime-all")
+WARMUP_STEP = 0
+PERCENTILES = (50.0, 99.0, 99.9)
+#: Latency histograms in microseconds: 1 us .. 1 hour, 3 significant digits.
+HISTOGRAM_MAX_US = 3_600_000_000
+#: A message intended this close to a batch boundary counts toward the boundary pause.
+BOUNDARY_WINDOW_MS = 500
+#: The share of a step's messages that must arrive within the grace for the variant to have kept up.
+KEPT_UP_SHARE = 0.99
+BENCH_KAFKA = bench_kafka("realtime-kafka", 19392)
+VARIANTS = {
+    "r1": "(r1) real-time passthrough",
+    "r2": "(r2) real-time router",
+    "r3": "(r3) micro-batch router, Kafka sink",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    rates: tuple[int, ...]
+    step_seconds: float
+    warmup_seconds: float
+    interval_seconds: float
+    trigger_seconds: float
+    grace_seconds: float
+    subscriptions: tuple[int, ...]
+    variants: tuple[str, ...]
+    seed: int
+    vocabulary: int
+    payload_bytes: int
+
+    def steps(self) -> list[tuple[int, int, float]]:
+        warmup = [(WARMUP_STEP, self.rates[0], self.warmup_seconds)] if self.warmup_seconds > 0 else []
+        return warmup + [(index, rate, self.step_seconds) for index, rate in enumerate(self.rates, start=1)]
+
+    def producer_plan(self) -> ProducerPlan:
+        """The fields ``bench/latency.py``'s producer reads (the rest are that benchmark's own)."""
+        return ProducerPlan(
+            rates=self.rates,
+            step_seconds=self.step_seconds,
+            warmup_seconds=self.warmup_seconds,
+            trigger_seconds=self.trigger_seconds,
+            drain_seconds=self.grace_seconds,
+            subscriptions=0,
+            max_offsets=1,
+            variants=(),
+            seed=self.seed,
+            vocabulary=self.vocabulary,
+            payload_bytes=self.payload_bytes,
+        )
+
+
+@dataclasses.dataclass
+class Received:
+    """What the consumer saw of one step."""
+
+    count: int = 0
+    #: Seconds from the step's first record received to its last.
+    receive_seconds: float = 0.0
+    histogram: HdrHistogram | None = None
+    #: Per 100 ms of intended time (epoch ms // 100): the worst latency (us) of a message intended then.
+    worst_by_tick: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def percentile(self, percentile: float) -> float | None:
+        if self.histogram is None or not self.count:
+            return None
+        return float(self.histogram.get_value_at_percentile(percentile)) / 1000
+
+    def max_ms(self) -> float | None:
+        return None if self.histogram is None or not self.count else float(self.histogram.get_max_value()) / 1000
+
+
+@dataclasses.dataclass
+class StepResult:
+    variant: str
+    subscriptions: int
+    step: Step
+    received: Received
+    boundaries_ms: list[int] = dataclasses.field(default_factory=list)
+
+    grace_seconds: float = 0.0
+
+    @property
+    def kept_up(self) -> bool:
+        """Every message received, at a rate within 1% of the offered one: its records arrived over at most the
+        step's length / 0.99, plus the grace (a micro-batch's last batch lands a trigger after its first)."""
+        sent = self.step.sent
+        window = self.step.seconds / KEPT_UP_SHARE + self.grace_seconds
+        return sent > 0 and self.received.count >= sent and self.received.receive_seconds <= window
+
+    def boundary_pause_ms(self) -> float | None:
+        """Median over the step's batch boundaries of the worst latency within the window around each."""
+        worst = self.received.worst_by_tick
+        pauses = []
+        for boundary in self.boundaries_ms:
+            ticks = range((boundary - BOUNDARY_WINDOW_MS) // 100, (boundary + BOUNDARY_WINDOW_MS) // 100 + 1)
+            seen = [worst[tick] for tick in ticks if tick in worst]
+            if seen:
+                pauses.append(max(seen) / 1000)
+        return statistics.median(pauses) if pauses else None
+
+
+# --- the consumer (its own process) ----------------------------------------------------------------------------
+
+
+def consume(settings: Settings, topic: str, timed_suffix: str | None, control: Connection) -> None:
+    """Read ``topic`` from its start; per step, the latency of each timed record (every record, or those whose
+    key ends with ``timed_suffix``). Answers ``"counts"`` with {step: count} and ``"stop"`` with the results."""
+    from confluent_kafka import Consumer
+    from hdrh.histogram import HdrHistogram
+
+    consumer = Consumer(
+        {
+            **settings.kafka_client_config(),
+            "group.id": f"bench-realtime-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    consumer.subscribe([topic])
+    histograms: dict[int, HdrHistogram] = {}
+    receive_us: dict[int, array[int]] = {}
+    worst: dict[int, dict[int, int]] = {}
+    suffix = None if timed_suffix is None else timed_suffix.encode()
+    while True:
+        if control.poll():
+            command = control.recv()
+            if command == "counts":
+                control.send({step: int(h.get_total_count()) for step, h in histograms.items()})
+                continue
+            break
+        # poll returns at the first record; consume(timeout=0) then takes what is already fetched. (A batch
+        # consume with a timeout waits it out whenever fewer records than asked for are there: latency.)
+        first = consumer.poll(0.05)
+        batch = [] if first is None else [first, *consumer.consume(10_000, timeout=0)]
+        now_us = time.time_ns() // 1000
+        for message in batch:
+            if message.error() is not None or (suffix is not None and not (message.key() or b"").endswith(suffix)):
+                continue
+            headers: Any = message.headers() or []  # confluent-kafka's stubs type it loosely
+            stamp = next((value for name, value in headers if name == SCHEDULE_HEADER), None)
+            if stamp is None:
+                continue
+            step_text, _, intended_text = bytes(stamp).decode().split(":")
+            step, intended = int(step_text), int(intended_text)
+            histogram = histograms.setdefault(step, HdrHistogram(1, HISTOGRAM_MAX_US, 3))
+            latency = max(1, now_us - intended)
+            histogram.record_value(min(latency, HISTOGRAM_MAX_US))
+            receive_us.setdefault(step, array("q")).append(now_us)
+            ticks = worst.setdefault(step, {})
+            tick = intended // 100_000
+            ticks[tick] = max(ticks.get(tick, 0), latency)
+    consumer.close()
+    results = {}
+    for step, histogram in histograms.items():
+        results[step] = {
+            "count": int(histogram.get_total_count()),
+            "receive_seconds": (max(receive_us[step]) - min(receive_us[step])) / 1e6,
+            "histogram": base64.b64encode(histogram.encode()).decode(),
+            "worst_by_tick": worst[step],
+        }
+    control.send(results)
+    control.close()
+
+
+class ConsumerProcess:
+    def __init__(self, settings: Settings, topic: str, timed_suffix: str | None) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.control, child = context.Pipe()
+        self.process = context.Process(target=consume, args=(settings, topic, timed_suffix, child), daemon=True)
+        self.process.start()
+
+    def counts(self) -> dict[int, int]:
+        self.control.send("counts")
+        return dict(self.control.recv())
+
+    def stop(self) -> dict[int, Received]:
+        from hdrh.histogram import HdrHistogram
+
+        self.control.send("stop")
+        if not self.control.poll(120):
+            raise RuntimeError("the consumer sent no results")
+        raw = self.control.recv()
+        self.process.join(30)
+        received = {}
+        for step, figures in raw.items():
+            histogram = HdrHistogram.decode(base64.b64decode(figures["histogram"]))
+            received[int(step)] = Received(
+                int(figures["count"]),
+                float(figures["receive_seconds"]),
+                histogram,
+                {int(k): int(v) for k, v in figures["worst_by_tick"].items()},
+            )
+        return received
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+
+
+# --- the variants ----------------------------------------------------------------------------------------------
+
+
+class BoundaryRecorder:
+    """The progress timestamps (batch starts) of every query, in epoch milliseconds."""
+
+    def __init__(self) -> None:
+        from pyspark.sql.streaming.listener import StreamingQueryListener
+
+        recorder = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                import datetime
+
+                stamp = datetime.datetime.fromisoformat(event.progress.timestamp.replace("Z", "+00:00"))
+                recorder.boundaries.append(round(stamp.timestamp() * 1000))
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        self.boundaries: list[int] = []
+        self.listener = Listener()
+
+
+def start_passthrough(spark: SparkSession, settings: Settings, out_topic: str, interval: str) -> StreamingQuery:
+    """(r1): the router's Kafka source, copied to ``out_topic`` as it is, in Real-Time Mode."""
+    from routing.streaming import kafka_source
+
+    router = settings.router
+    source = kafka_source(
+        spark,
+        settings,
+        topics=router.topics,
+        starting_offsets="earliest",
+        max_offsets_per_trigger=None,
+        include_headers=True,
+    )
+    query: StreamingQuery = (
+        source.selectExpr("key", "value", "headers")
+        .writeStream.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .option("topic", out_topic)
+        .option("checkpointLocation", router.checkpoint_path)
+        .outputMode("update")
+        .trigger(realTime=interval)  # type: ignore[call-overload]  # not in pyspark 4.2's overloads
+        .start()
+    )
+    return query
+
+
+def run_variant(
+    spark: SparkSession, settings: Settings, plan: Plan, variant: str, subscriptions: int, topics: dict[str, str]
+) -> list[StepResult]:
+    from routing.realtime import RealTimeRouter
+    from routing.router.pipeline import Router
+
+    out_topic = topics["out"]
+    timed = None if variant == "r1" else f"|{CATCH_ALL[1]}"
+    consumer = ConsumerProcess(settings, out_topic, timed)
+    recorder = BoundaryRecorder()
+    spark.streams.addListener(recorder.listener)
+    interval = f"{round(plan.interval_seconds * 1000)} milliseconds"
+    closer: Any = None
+    steps: list[tuple[Step, int]] = []
+    try:
+        if variant == "r1":
+            query = start_passthrough(spark, settings, out_topic, interval)
+        elif variant == "r2":
+            router = dataclasses.replace(settings.router, trigger="real_time", real_time_interval=interval)
+            closer = RealTimeRouter(spark, settings.replace(router=router))
+            query = closer.start()
+        else:
+            router = dataclasses.replace(
+                settings.router,
+                trigger="processing_time",
+                trigger_interval=f"{round(plan.trigger_seconds * 1000)} milliseconds",
+            )
+            closer = Router(spark, settings.replace(router=router))
+            query = closer.start()
+        for index, rate, seconds in plan.steps():
+            if steps and not _kept_up_so_far(consumer, steps[-1][0], plan):
+                progress(f"{VARIANTS[variant]} at {subscriptions:,}: rate {rate:,} not run: a lower rate fell behind")
+                break
+            step = Step(variant, index, rate, seconds)
+            label = "warm-up" if index == WARMUP_STEP else f"step {index}/{len(plan.rates)}"
+            progress(
+                f"{VARIANTS[variant]} at {subscriptions:,} subscriptions: {label}, {rate:,} msg/s for {seconds:g} s"
+            )
+            started_ms = time.time_ns() // 1_000_000
+            run_producer(settings, plan.producer_plan(), topics["in"], step)
+            steps.append((step, started_ms))
+            _wait_received(consumer, step, plan.grace_seconds + 2 * plan.interval_seconds + 10)
+    finally:
+        with contextlib.suppress(Exception):
+            query.stop()
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                closer.close()
+        time.sleep(1.0)
+        spark.streams.removeListener(recorder.listener)
+    received = consumer.stop()
+    results = []
+    for step, started_ms in steps:
+        ended_ms = started_ms + round(step.seconds * 1000)
+        boundaries = [at for at in recorder.boundaries if started_ms <= at <= ended_ms] if variant != "r3" else []
+        results.append(
+            StepResult(
+                variant, subscriptions, step, received.get(step.index, Received()), boundaries, plan.grace_seconds
+            )
+        )
+    return results
+
+
+def _wait_received(consumer: ConsumerProcess, step: Step, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while consumer.counts().get(step.index, 0) < step.sent and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _kept_up_so_far(consumer: ConsumerProcess, step: Step, plan: Plan) -> bool:
+    """Whether the last step's messages all arrived (the full verdict, lateness included, is made at the end)."""
+    return consumer.counts().get(step.index, 0) >= step.sent
+
+
+# --- the report ------------------------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def sustained(results: Sequence[StepResult], variant: str, subscriptions: int) -> int | None:
+    kept = [
+        r.step.rate
+        for r in results
+        if r.variant == variant and r.subscriptions == subscriptions and r.step.index != WARMUP_STEP and r.kept_up
+    ]
+    return max(kept, default=None)
+
+
+def report(plan: Plan, results: Sequence[StepResult], record: RunRecord) -> str:
+    rows = []
+    for r in results:
+        if r.step.index == WARMUP_STEP:
+            continue
+        rows.append(
+            [
+                VARIANTS[r.variant],
+                f"{r.subscriptions:,}",
+                f"{r.step.rate:,}",
+                f"{r.step.sent:,}",
+                f"{r.received.count:,}",
+                *(_ms(r.received.percentile(p)) for p in PERCENTILES),
+                _ms(r.received.max_ms()),
+                _ms(r.boundary_pause_ms()),
+                f"{r.step.lag_p99_ms:,.1f}",
+                "yes" if r.kept_up else "no",
+            ]
+        )
+    table = markdown_table(
+        [
+            "variant",
+            "subscriptions",
+            "rate (msg/s)",
+            "sent",
+            "received",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms",
+            "boundary pause ms",
+            "producer lag p99 ms",
+            "kept up",
+        ],
+        rows,
+    )
+    sustained_rows = [
+        [VARIANTS[v], "-" if v == "r1" else f"{n:,}", f"{sustained(results, v, 0 if v == 'r1' else n) or 0:,}"]
+        for n in plan.subscriptions
+        for v in plan.variants
+        if v != "r1" or n == plan.subscriptions[0]
+    ]
+    return "\n".join(
+        [
+            "# Real-time lane latency",
+            "",
+            record.line(),
+            "",
+            "Workload: an open-loop producer at fixed rates (intended send times, no coordinated omission), one "
+            "input partition per variant, 64-byte payloads, vocab keys; latency is the consumer's receive time "
+            "minus the intended send time (HDR histograms). "
+            f"Real-Time Mode checkpoint interval {plan.interval_seconds:g} s, micro-batch trigger "
+            f"{plan.trigger_seconds:g} s, steps of {plan.step_seconds:g} s after a {plan.warmup_seconds:g} s warm-up. "
+            "The producer, the consumer, the broker and Spark share the machine's two cores.",
+            "",
+            "## Latency by rate",
+            "",
+            table,
+            "",
+            "## Highest rate kept up",
+            "",
+            markdown_table(["variant", "subscriptions", "msg/s"], sustained_rows),
+            "",
+        ]
+    )
+
+
+def chart(plan: Plan, results: Sequence[StepResult], path: Path) -> None:
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for subscriptions in plan.subscriptions:
+        for variant in plan.variants:
+            points = [
+                (r.step.rate, r.received.percentile(99.0))
+                for r in results
+                if r.variant == variant and r.subscriptions == subscriptions and r.step.index != WARMUP_STEP
+            ]
+            points = [(rate, p99) for rate, p99 in points if p99 is not None]
+            if points:
+                axis.plot(*zip(*points, strict=True), marker="o", label=f"{VARIANTS[variant]}, {subscriptions:,}")
+    axis.set_xlabel("offered rate (msg/s)")
+    axis.set_ylabel("p99 latency (ms)")
+    axis.set_yscale("log")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+# --- the run ---------------------------------------------------------------------------------------------------
+
+
+def _positive_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return tuple(sorted(set(values)))
+
+
+def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="python bench/realtime.py",
+        description="Latency (intended send -> received from the output topic) of the real-time router, a "
+        "Real-Time Mode copy and the micro-batch router's Kafka sink at fixed offered rates; HDR histograms. "
+        "Tables on stdout and in bench/results/realtime.md, chart in bench/results/realtime.png.",
+    )
+    add_settings_arguments(parser)
+    parser.add_argument(
+        "--rates",
+        type=_positive_list,
+        default=(1_000, 2_000, 5_000, 10_000, 20_000),
+        help="offered rates in msg/s (default 1000,2000,5000,10000,20000)",
+    )
+    parser.add_argument("--step-seconds", type=float, default=60.0, help="length of each step (default 60)")
+    parser.add_argument("--warmup-seconds", type=float, default=60.0, help="warm-up at the lowest rate (default 60)")
+    parser.add_argument(
+        "--interval-seconds",
+        type=float,
+        default=20.0,
+        help="Real-Time Mode's checkpoint interval (default 20: three boundaries a step)",
+    )
+    parser.add_argument("--trigger-seconds", type=float, default=1.0, help="(r3)'s processing-time trigger (default 1)")
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=2.0,
+        help="seconds a step's records may take to arrive beyond the step's length / 0.99, first to last, and still "
+        "count as kept up (default 2: the micro-batch router's last batch lands a trigger or two after its first)",
+    )
+    parser.add_argument(
+        "--subscriptions",
+        type=_positive_list,
+        default=(10_000, 1_000_000),
+        help="subscription counts, each a run of every variant but r1 (default 10000,1000000)",
+    )
+    parser.add_argument("--variants", default="r1,r2,r3", help="of r1, r2, r3 (default all)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--vocabulary", type=int, default=300)
+    parser.add_argument("--payload-bytes", type=int, default=64)
+    parser.add_argument("--work-dir", type=Path, default=WORK_DIR)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--no-write", action="store_true", help="print the tables only")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    variants = tuple(dict.fromkeys(part.strip().lower() for part in args.variants.split(",") if part.strip()))
+    if not variants or set(variants) - set(VARIANTS):
+        parser.error("--variants takes r1, r2 and r3, comma-separated")
+    if min(args.step_seconds, args.interval_seconds, args.trigger_seconds, args.grace_seconds) <= 0:
+        parser.error("--step-seconds, --interval-seconds, --trigger-seconds and --grace-seconds must be positive")
+    plan = Plan(
+        rates=args.rates,
+        step_seconds=args.step_seconds,
+        warmup_seconds=max(0.0, args.warmup_seconds),
+        interval_seconds=args.interval_seconds,
+        trigger_seconds=args.trigger_seconds,
+        grace_seconds=args.grace_seconds,
+        subscriptions=args.subscriptions,
+        variants=variants,
+        seed=args.seed,
+        vocabulary=args.vocabulary,
+        payload_bytes=args.payload_bytes,
+    )
+    return plan, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    plan, args = parse_args(argv)
+    from jobs import local_kafka
+    from routing.spark import get_spark
+
+    record = RunRecord.start(__file__, argv)
+    overrides: dict[str, dict[str, object]] = {"kafka": dict(BENCH_KAFKA)}
+    for section, values in parse_overrides(args.settings_overrides).items():
+        overrides.setdefault(section, {}).update(values)
+    settings = load_settings(args.conf, overrides=overrides)
+    run_id = time.strftime("%Y%m%d%H%M%S")
+    work: Path = args.work_dir.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    python_workers_run_this_checkout()
+    broker = local_kafka.ensure_running(settings)
+    watchdog = local_kafka.stop_with_this_process(broker, settings) if broker.started else None
+    created: list[str] = []
+    results: list[StepResult] = []
+    spark: SparkSession | None = None
+    try:
+        delete_earlier_topics(settings, "bench.realtime.")
+        spark = get_spark(settings, app_name="bench-realtime")
+        runs = [("r1", 0)] if "r1" in plan.variants else []
+        runs += [(v, n) for n in plan.subscriptions for v in plan.variants if v != "r1"]
+        for variant, subscriptions in runs:
+            name = f"{variant}-{subscriptions}"
+            topics = {part: f"bench.realtime.{run_id}.{name}.{part}" for part in ("in", "out", "dead")}
+            create_topics(settings, [topics["in"]], partitions=1)
+            created += list(topics.values())
+            table = work / name / "subscriptions"
+            pairs = subscription_pairs(
+                random.Random(plan.seed * 1_000_003 + subscriptions), subscriptions, plan.vocabulary
+            )
+            write_subscriptions(spark, table, [*pairs, CATCH_ALL])
+            variant_conf = settings.replace(
+                subscriptions=dataclasses.replace(settings.subscriptions, table_path=str(table)),
+                router=dataclasses.replace(
+                    settings.router,
+                    topics=(topics["in"],),
+                    subscribe_pattern="",
+                    starting_offsets="earliest",
+                    app_id=f"bench-realtime-{name}",
+                    checkpoint_path=str(work / name / "checkpoint"),
+                    deliveries_path=str(work / name / "deliveries"),
+                    dead_letters_path=str(work / name / "dead_letters"),
+                    kafka_sink_topic=topics["out"],
+                    dead_letter_topic=topics["dead"],
+                    snapshot_files_path=str(work / name / "snapshots"),
+                ),
+            )
+            results += run_variant(spark, variant_conf, plan, variant, subscriptions, topics)
+    finally:
+        if spark is not None:
+            for query in spark.streams.active:
+                with contextlib.suppress(Exception):
+                    query.stop()
+        with contextlib.suppress(Exception):
+            delete_topics(settings, created)
+        if spark is not None:
+            spark.stop()
+        if broker.started:
+            stop_broker_once_topics_gone(settings, created)
+        if watchdog is not None:
+            watchdog.close()
+    text = report(plan, results, record)
+    print(text)
+    if not args.no_write:
+        args.results_dir.mkdir(parents=True, exist_ok=True)
+        (args.results_dir / "realtime.md").write_text(text, encoding="utf-8")
+        chart(plan, results, args.results_dir / "realtime.png")
+        progress(f"wrote {args.results_dir / 'realtime.md'} and realtime.png")
+    if args.json:
+        figures = [
+            {
+                "variant": r.variant,
+                "subscriptions": r.subscriptions,
+                "rate": r.step.rate,
+                "step": r.step.index,
+                "sent": r.step.sent,
+                "received": r.received.count,
+                "receive_seconds": r.received.receive_seconds,
+                **{f"p{p:g}_ms": r.received.percentile(p) for p in PERCENTILES},
+                "max_ms": r.received.max_ms(),
+                "boundary_pause_ms": r.boundary_pause_ms(),
+                "kept_up": r.kept_up,
+            }
+            for r in results
+        ]
+        args.json.write_text(json.dumps(figures, indent=1), encoding="utf-8")
+    return 0 if all(r.received.count >= r.step.sent for r in results if r.kept_up) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""``bench/realtime.py``'s verdicts on synthetic steps: when a step kept up, its boundary pause, its flags.
+The lane it measures runs end to end in ``tests/integration/test_realtime.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def realtime(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import realtime as module
+
+    return module
+
+
+def step_result(
+    realtime: ModuleType, *, sent: int, count: int, seconds: float, worst: dict[int, int] | None = None
+) -> Any:
+    from latency import Step
+
+    step = Step("r2", 1, 1_000, 10.0)  # a 10 s step
+    step.sent = sent
+    received = realtime.Received(count=count, receive_seconds=seconds, worst_by_tick=worst or {})
+    return realtime.StepResult("r2", 10_000, step, received, grace_seconds=2.0)
+
+
+@pytest.mark.parametrize(
+    ("sent", "count", "seconds", "kept_up"),
+    [
+        (1_000, 1_000, 10.0, True),
+        (1_000, 1_000, 12.1, True),  # 10 s / 0.99 + the 2 s grace
+        (1_000, 1_000, 12.2, False),  # received more slowly than 99% of the offered rate: fell behind
+        (1_000, 999, 10.0, False),  # a message never arrived
+        (0, 0, 0.0, False),  # nothing sent proves nothing
+    ],
+)
+def test_a_step_kept_up_when_its_messages_arrived_at_the_offered_rate(
+    realtime: ModuleType, sent: int, count: int, seconds: float, kept_up: bool
+) -> None:
+    assert step_result(realtime, sent=sent, count=count, seconds=seconds).kept_up is kept_up
+
+
+def test_the_boundary_pause_is_the_median_worst_latency_around_each_boundary(realtime: ModuleType) -> None:
+    # Ticks of 100 ms of intended time: 10 ms everywhere, 300 ms and 500 ms next to two boundaries, 2 s far away.
+    worst = {tick: 10_000 for tick in range(0, 600)}
+    worst.update({98: 300_000, 301: 500_000, 450: 2_000_000})
+    result = step_result(realtime, sent=1, count=1, seconds=0.0, worst=worst)
+    result.boundaries_ms = [10_000, 30_000, 50_000]
+    # Around 10 s: 300 ms; around 30 s: 500 ms; around 50 s: 10 ms. The 2 s spike at 45 s is no boundary's.
+    assert result.boundary_pause_ms() == 300.0
+    result.boundaries_ms = []
+    assert result.boundary_pause_ms() is None
+
+
+@pytest.mark.parametrize(
+    "argv", [["--variants", "r4"], ["--rates", "0"], ["--interval-seconds", "0"], ["--subscriptions", "x"]]
+)
+def test_bad_flags_are_refused(realtime: ModuleType, argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        realtime.parse_args(argv)
+    assert exited.value.code == 2
