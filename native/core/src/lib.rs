@@ -5,7 +5,8 @@
 //! loads from Arrow columns ([`bulk`]), the key grammar's checks ([`topic`])
 //! and the one error type ([`errors`]). The Python binding (`native/python`,
 //! the module `routing._native`) is a thin layer over this crate's public
-//! API; a JVM binding would be another.
+//! API, and the JVM binding (`native/jvm`, the real-time lane's JNI library) is
+//! another.
 //!
 //! # Modules, bottom up
 //!
