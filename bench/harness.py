@@ -466,3 +466,16 @@ def _thread_ticks(tasks: Path) -> dict[str, int]:
 def jvm_pid(spark: SparkSession) -> int:
     """The pid of the session's JVM (classic Spark; the driver and, in local mode, the executors)."""
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+
+
+def positive_int_list(text: str) -> tuple[int, ...]:
+    """An argparse ``type``: comma-separated positive integers, as a sorted tuple without repeats."""
+    import argparse
+
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return tuple(sorted(set(values)))

@@ -146,6 +146,7 @@ from harness import (
     bench_kafka,
     delete_earlier_topics,
     markdown_table,
+    positive_int_list,
     progress,
     pyplot,
     python_workers_run_this_checkout,
@@ -1259,16 +1260,6 @@ def as_json(plan: Plan, runs: Sequence[VariantRun]) -> dict[str, Any]:
 # --- main ----------------------------------------------------------------------------------------------------------
 
 
-def _positive_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive rates, got {text!r}")
-    return tuple(sorted(set(values)))
-
-
 def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog="python bench/latency.py",
@@ -1279,7 +1270,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     add_settings_arguments(parser)
     parser.add_argument(
         "--rates",
-        type=_positive_list,
+        type=positive_int_list,
         # Up to twice the passthrough's 20,000 msg/s, which the first grid (2,000-20,000) sustained at its top.
         default=(10_000, 15_000, 20_000, 30_000, 40_000),
         help="offered rates in msg/s, comma-separated, run in increasing order (default 10000,15000,20000,30000,40000)",

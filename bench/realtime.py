@@ -76,6 +76,7 @@ from harness import (
     bench_kafka,
     delete_earlier_topics,
     markdown_table,
+    positive_int_list,
     progress,
     pyplot,
     python_workers_run_this_checkout,
@@ -387,7 +388,7 @@ def run_variant(
             closer = Router(spark, settings.replace(router=router))
             query = closer.start()
         for index, rate, seconds in plan.steps():
-            if steps and not _kept_up_so_far(consumer, steps[-1][0], plan):
+            if steps and not _kept_up_so_far(consumer, steps[-1][0]):
                 progress(f"{VARIANTS[variant]} at {subscriptions:,}: rate {rate:,} not run: a lower rate fell behind")
                 break
             step = Step(variant, index, rate, seconds)
@@ -426,7 +427,7 @@ def _wait_received(consumer: ConsumerProcess, step: Step, timeout_s: float) -> N
         time.sleep(0.2)
 
 
-def _kept_up_so_far(consumer: ConsumerProcess, step: Step, plan: Plan) -> bool:
+def _kept_up_so_far(consumer: ConsumerProcess, step: Step) -> bool:
     """Whether the last step's messages all arrived (the full verdict, lateness included, is made at the end)."""
     return consumer.counts().get(step.index, 0) >= step.sent
 
@@ -540,16 +541,6 @@ def chart(plan: Plan, results: Sequence[StepResult], path: Path) -> None:
 # --- the run ---------------------------------------------------------------------------------------------------
 
 
-def _positive_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return tuple(sorted(set(values)))
-
-
 def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog="python bench/realtime.py",
@@ -560,7 +551,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     add_settings_arguments(parser)
     parser.add_argument(
         "--rates",
-        type=_positive_list,
+        type=positive_int_list,
         default=(1_000, 2_000, 5_000, 10_000, 20_000),
         help="offered rates in msg/s (default 1000,2000,5000,10000,20000)",
     )
@@ -582,7 +573,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     )
     parser.add_argument(
         "--subscriptions",
-        type=_positive_list,
+        type=positive_int_list,
         default=(10_000, 1_000_000),
         help="subscription counts, each a run of every variant but r1 (default 10000,1000000)",
     )
