@@ -56,6 +56,11 @@ PLAIN_PART = re.compile(r"[A-Za-z0-9-]+")
 HASH_CHARS = 20
 #: The shortest escaped part: one readable character, ``_``, the hash.
 MIN_PART_CHARS = 1 + 1 + HASH_CHARS
+#: The micro-batch sink's producer configs under ``kafka.spark_options`` (which win): a batch's write flushes
+#: when its task ends, so waiting for full 256 KiB batches costs no latency there and halves the per-record
+#: work of the producer and the broker (bench/stream.py's (e)). The real-time lane keeps the client's defaults
+#: (``linger.ms`` 0): a record goes out as it is routed.
+BATCH_SINK_PRODUCER = {"kafka.batch.size": "262144", "kafka.linger.ms": "20"}
 #: The router's own headers, in the order they lead each delivery record.
 ROUTER_HEADERS = ("delivery_id", "snapshot_version")
 #: The real-time lane's headers of a dead-letter record (:mod:`routing.realtime`), and of an unrouted one.

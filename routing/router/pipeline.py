@@ -291,6 +291,19 @@ class Router:
         self._crash_point(batch_id, AFTER_LEDGER)
         with timer("snapshot"):
             published = self.snapshots.acquire(version)
+        # With a Kafka sink, the deliveries the Delta write computes are kept for the sink, which would otherwise
+        # run the whole pass again (the Kafka read, the classification, the match): the profile of (e) in
+        # bench/stream.py. MEMORY_AND_DISK, so a batch bigger than the executors' memory spills.
+        persisted: list[DataFrame] = []
+
+        def kept(deliveries: DataFrame) -> DataFrame:
+            if not router.kafka_sink_topic:
+                return deliveries
+            from pyspark import StorageLevel
+
+            persisted.append(deliveries.persist(StorageLevel.MEMORY_AND_DISK))
+            return persisted[-1]
+
         try:
             plan = self.plan
             with timer("plan"):
@@ -307,7 +320,7 @@ class Router:
                 observation = None if self.udf_stats is not None else Observation(f"router_{txn_app_id}_{batch_id}")
                 with timer("plan"):
                     counted = judged if observation is None else judged.observe(observation, *plan.metrics)
-                    deliveries = plan.deliveries(counted, version, batch_id, routed_at)
+                    deliveries = kept(plan.deliveries(counted, version, batch_id, routed_at))
                 self._wait_for_warm(timer)
                 with timer("write_deliveries"):
                     self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=True)
@@ -328,7 +341,7 @@ class Router:
                     metrics = _as_counts(judged.agg(*plan.metrics).collect()[0].asDict())
                 if metrics["deliveries"]:
                     with timer("write_deliveries"):
-                        deliveries = plan.deliveries(judged, version, batch_id, routed_at)
+                        deliveries = kept(plan.deliveries(judged, version, batch_id, routed_at))
                         self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=False)
                 self._crash_point(batch_id, AFTER_DELIVERIES)
             udf = self.udf_figures().since(udf_before)  # the figures of the first pass over the input
@@ -361,10 +374,14 @@ class Router:
                     self._append(unrouted, router.unrouted_path, batch_id, written, first_attempt=not replayed)
             if router.kafka_sink_topic and metrics["deliveries"]:
                 with timer("kafka_sink"):
-                    self._publish_to_kafka(plan.deliveries(judged, version, batch_id, routed_at))
+                    self._publish_to_kafka(
+                        persisted[-1] if persisted else plan.deliveries(judged, version, batch_id, routed_at)
+                    )
             if self.after_writes is not None:
                 self.after_writes(batch_id)
         finally:
+            for frame in persisted:
+                frame.unpersist()
             self.snapshots.release(published)
         report = BatchReport(
             batch_id,
@@ -553,7 +570,7 @@ class Router:
                 kafka_sink.headers_column().alias("headers"),
             )
             .write.format("kafka")
-            .options(**self.settings.spark_kafka_options())
+            .options(**{**kafka_sink.BATCH_SINK_PRODUCER, **self.settings.spark_kafka_options()})
             .save()
         )
 
