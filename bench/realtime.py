@@ -32,9 +32,15 @@ Variants (in one run)
 
 Each variant reads a topic of its own with one partition (Real-Time Mode runs one long-lived task per partition
 and needs a core for each: with two cores, one is left for the producer, the consumer and the driver), starts its
-query, sends a warm-up, then the rates in increasing order. Each step spans ``--step-seconds``; with the
-default ``--interval-seconds`` (Real-Time Mode's checkpoint interval) it crosses several batch boundaries,
-where Spark pauses the long-lived tasks: the latency a user gets, boundaries included.
+query, sends a warm-up, then the rates in increasing order. ``--interval-seconds`` (Real-Time Mode's checkpoint
+interval) defaults to the one ``docs/realtime.md`` recommends, ``router.real_time_interval``'s default of one
+minute, and each step of ``--step-seconds`` crosses two or three batch boundaries, where Spark pauses the
+long-lived tasks: the latency a user gets, boundaries included.
+
+After its steps, each router gets a subscription change while 1,000 msg/s flow: ``#`` for
+``LATE_SUBSCRIBER`` through the refresh job's import (``jobs.refresh_subscriptions.import_files``). Its figures
+run from the Delta commit to the driver's publish, and on to the first delivery to that subscriber received from
+the output topic, with ``router.refresh_interval_s`` at ``--refresh-seconds``.
 
 Figures
 -------
@@ -43,7 +49,8 @@ producer kept its schedule and every message was received, first to last over at
 plus ``--grace-seconds`` (falling behind: the receive rate more than 1% below the offered rate). The
 highest rate kept up is the variant's sustained rate. **Boundary pause**: per step of a real-time variant, the
 median over its batch boundaries of the worst latency of a message intended within
-``BOUNDARY_WINDOW_MS`` of a boundary (the query's progress timestamps), beside the step's p50.
+``BOUNDARY_WINDOW_MS`` of a boundary (the query's progress timestamps), beside the step's p50. **At a batch
+boundary**: the driver's phases between two batches' tasks, from each progress's ``durationMs``.
 
 The numbers mean something only on an idle machine: the producer, the consumer, the broker and Spark share its
 cores; the load average is printed with the results.
@@ -109,6 +116,16 @@ BOUNDARY_WINDOW_MS = 500
 #: The share of a step's messages that must arrive within the grace for the variant to have kept up.
 KEPT_UP_SHARE = 0.99
 BENCH_KAFKA = bench_kafka("realtime-kafka", 19392)
+#: After its steps, each router's subscription table gains ``#`` for this subscriber while traffic flows.
+LATE_SUBSCRIBER = "bench-realtime-late"
+#: That traffic: CHANGE_RATE msg/s for CHANGE_SECONDS, the subscription committed CHANGE_AFTER_S in.
+CHANGE_RATE = 1_000
+CHANGE_SECONDS = 30.0
+CHANGE_AFTER_S = 3.0
+#: The change's producer step: an index no rate step uses.
+CHANGE_STEP = 1_000
+#: The progress's phases between two batches' tasks (the driver's), in the boundary table.
+BOUNDARY_PHASES = ("latestOffset", "queryPlanning", "walCommit", "commitOffsets")
 VARIANTS = {
     "r1": "(r1) real-time passthrough",
     "r2": "(r2) real-time router",
@@ -124,6 +141,7 @@ class Plan:
     interval_seconds: float
     trigger_seconds: float
     grace_seconds: float
+    refresh_seconds: float
     subscriptions: tuple[int, ...]
     variants: tuple[str, ...]
     seed: int
@@ -171,6 +189,36 @@ class Received:
         return None if self.histogram is None or not self.count else float(self.histogram.get_max_value()) / 1000
 
 
+@dataclasses.dataclass(frozen=True)
+class ChangeResult:
+    """A router's subscription change, from the table's commit to the first delivery it caused."""
+
+    variant: str
+    subscriptions: int
+    #: The Delta commit (its log file's modification time), epoch ms.
+    committed_ms: int
+    #: The driver published the version (its snapshot file written first), epoch ms; None if it never did.
+    published_ms: int | None
+    #: The consumer received the first record for :data:`LATE_SUBSCRIBER`, epoch ms; None if none came.
+    received_ms: int | None
+    #: The driver's work for the version (change feed read, apply, freeze, file), from its refresh history.
+    publish_work_s: float | None
+
+    def seconds(self, since: int | None, until: int | None) -> float | None:
+        return None if since is None or until is None else (until - since) / 1000
+
+
+@dataclasses.dataclass
+class RunExtras:
+    """What a variant's run records beside its steps: each batch's progress ``durationMs`` (the first batch,
+    the query's start-up, left out) and, for a router, its subscription change."""
+
+    variant: str
+    subscriptions: int
+    durations: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    change: ChangeResult | None = None
+
+
 @dataclasses.dataclass
 class StepResult:
     variant: str
@@ -206,7 +254,9 @@ class StepResult:
 
 def consume(settings: Settings, topic: str, timed_suffix: str | None, control: Connection) -> None:
     """Read ``topic`` from its start; per step, the latency of each timed record (every record, or those whose
-    key ends with ``timed_suffix``). Answers ``"counts"`` with {step: count} and ``"stop"`` with the results."""
+    key ends with ``timed_suffix``). Answers ``"counts"`` with {step: count}, ``"late"`` with the epoch
+    microseconds the first record for :data:`LATE_SUBSCRIBER` arrived (None before), and ``"stop"`` with the
+    results."""
     from confluent_kafka import Consumer
     from hdrh.histogram import HdrHistogram
 
@@ -225,11 +275,16 @@ def consume(settings: Settings, topic: str, timed_suffix: str | None, control: C
     receive_us: dict[int, array[int]] = {}
     worst: dict[int, dict[int, int]] = {}
     suffix = None if timed_suffix is None else timed_suffix.encode()
+    late_suffix = f"|{LATE_SUBSCRIBER}".encode()
+    late_us: int | None = None
     while True:
         if control.poll():
             command = control.recv()
             if command == "counts":
                 control.send({step: int(h.get_total_count()) for step, h in histograms.items()})
+                continue
+            if command == "late":
+                control.send(late_us)
                 continue
             break
         # poll returns at the first record; consume(timeout=0) then takes what is already fetched. (A batch
@@ -238,6 +293,8 @@ def consume(settings: Settings, topic: str, timed_suffix: str | None, control: C
         batch = [] if first is None else [first, *consumer.consume(10_000, timeout=0)]
         now_us = time.time_ns() // 1000
         for message in batch:
+            if late_us is None and message.error() is None and (message.key() or b"").endswith(late_suffix):
+                late_us = now_us
             if message.error() is not None or (suffix is not None and not (message.key() or b"").endswith(suffix)):
                 continue
             headers: Any = message.headers() or []  # confluent-kafka's stubs type it loosely
@@ -276,6 +333,11 @@ class ConsumerProcess:
     def counts(self) -> dict[int, int]:
         self.control.send("counts")
         return dict(self.control.recv())
+
+    def late_received_us(self) -> int | None:
+        self.control.send("late")
+        value = self.control.recv()
+        return None if value is None else int(value)
 
     def stop(self) -> dict[int, Received]:
         from hdrh.histogram import HdrHistogram
@@ -321,6 +383,7 @@ class BoundaryRecorder:
 
                 stamp = datetime.datetime.fromisoformat(event.progress.timestamp.replace("Z", "+00:00"))
                 recorder.boundaries.append(round(stamp.timestamp() * 1000))
+                recorder.durations.append(dict(event.progress.durationMs))
 
             def onQueryIdle(self, event: Any) -> None:
                 pass
@@ -329,6 +392,7 @@ class BoundaryRecorder:
                 pass
 
         self.boundaries: list[int] = []
+        self.durations: list[dict[str, int]] = []
         self.listener = Listener()
 
 
@@ -358,9 +422,52 @@ def start_passthrough(spark: SparkSession, settings: Settings, out_topic: str, i
     return query
 
 
+def measure_change(
+    spark: SparkSession, settings: Settings, plan: Plan, snapshots: Any, consumer: ConsumerProcess, topic: str
+) -> tuple[int, int | None, int | None, float | None]:
+    """Subscribe :data:`LATE_SUBSCRIBER` to ``#`` through the refresh job's import while traffic flows; the
+    commit, the publish and the first delivery's times (epoch ms) and the driver's publish work (s)."""
+    import threading
+
+    from jobs.refresh_subscriptions import import_files
+
+    step = Step("change", CHANGE_STEP, CHANGE_RATE, CHANGE_SECONDS)
+    producer = threading.Thread(target=run_producer, args=(settings, plan.producer_plan(), topic, step), daemon=True)
+    producer.start()
+    try:
+        time.sleep(CHANGE_AFTER_S)
+        events = Path(settings.router.checkpoint_path).parent / "late-subscriber.jsonl"
+        event = {"op": "subscribe", "subscriber": LATE_SUBSCRIBER, "pattern": "#", "ts": time.time_ns() // 1_000_000}
+        events.write_text(json.dumps(event) + "\n", encoding="utf-8")
+        summary = import_files(spark, settings, [str(events)])
+        if summary.rejected:
+            raise RuntimeError(f"the refresh job rejected the late subscription: {summary.rejected}")
+        version = summary.table_version
+        log_file = Path(settings.subscriptions.table_path) / "_delta_log" / f"{version:020d}.json"
+        committed_ms = log_file.stat().st_mtime_ns // 1_000_000
+        deadline = time.monotonic() + CHANGE_SECONDS
+        published_ms = None
+        while time.monotonic() < deadline:
+            if snapshots.current_version >= version:
+                published_ms = time.time_ns() // 1_000_000
+                break
+            time.sleep(0.005)
+        received_us = None
+        while received_us is None and time.monotonic() < deadline:
+            received_us = consumer.late_received_us()
+            time.sleep(0.01)
+        work = next((entry for entry in snapshots.history if entry.get("version") == version), None)
+        publish_work_s = (
+            None if work is None else float(work.get("seconds", 0.0)) + float(work.get("file_write_s", 0.0))
+        )
+        return committed_ms, published_ms, None if received_us is None else received_us // 1000, publish_work_s
+    finally:
+        producer.join(CHANGE_SECONDS + 60)
+
+
 def run_variant(
     spark: SparkSession, settings: Settings, plan: Plan, variant: str, subscriptions: int, topics: dict[str, str]
-) -> list[StepResult]:
+) -> tuple[list[StepResult], RunExtras]:
     from routing.realtime import RealTimeRouter
     from routing.router.pipeline import Router
 
@@ -372,6 +479,8 @@ def run_variant(
     interval = f"{round(plan.interval_seconds * 1000)} milliseconds"
     closer: Any = None
     steps: list[tuple[Step, int]] = []
+    extras = RunExtras(variant, subscriptions)
+    settings = settings.replace(router=dataclasses.replace(settings.router, refresh_interval_s=plan.refresh_seconds))
     try:
         if variant == "r1":
             query = start_passthrough(spark, settings, out_topic, interval)
@@ -400,6 +509,12 @@ def run_variant(
             run_producer(settings, plan.producer_plan(), topics["in"], step)
             steps.append((step, started_ms))
             _wait_received(consumer, step, plan.grace_seconds + 2 * plan.interval_seconds + 10)
+        if closer is not None:
+            progress(f"{VARIANTS[variant]} at {subscriptions:,} subscriptions: a subscription change under traffic")
+            committed, published, received_at, work = measure_change(
+                spark, settings, plan, closer.snapshots, consumer, topics["in"]
+            )
+            extras.change = ChangeResult(variant, subscriptions, committed, published, received_at, work)
     finally:
         with contextlib.suppress(Exception):
             query.stop()
@@ -408,6 +523,7 @@ def run_variant(
                 closer.close()
         time.sleep(1.0)
         spark.streams.removeListener(recorder.listener)
+    extras.durations = recorder.durations[1:]
     received = consumer.stop()
     results = []
     for step, started_ms in steps:
@@ -418,7 +534,7 @@ def run_variant(
                 variant, subscriptions, step, received.get(step.index, Received()), boundaries, plan.grace_seconds
             )
         )
-    return results
+    return results, extras
 
 
 def _wait_received(consumer: ConsumerProcess, step: Step, timeout_s: float) -> None:
@@ -448,7 +564,57 @@ def sustained(results: Sequence[StepResult], variant: str, subscriptions: int) -
     return max(kept, default=None)
 
 
-def report(plan: Plan, results: Sequence[StepResult], record: RunRecord) -> str:
+def _run_label(variant: str, subscriptions: int) -> str:
+    return VARIANTS[variant] if variant == "r1" else f"{VARIANTS[variant]}, {subscriptions:,}"
+
+
+def boundary_rows(results: Sequence[StepResult], extras: Sequence[RunExtras]) -> list[list[str]]:
+    """Per real-time run: the median over its batches of each driver phase between two batches' tasks, their
+    sum with the rest of the trigger outside ``addBatch``, and the median boundary pause of its steps."""
+    rows = []
+    for run in extras:
+        if run.variant == "r3" or not run.durations:
+            continue
+        phases = [statistics.median(d.get(name, 0) for d in run.durations) for name in BOUNDARY_PHASES]
+        outside = statistics.median(d.get("triggerExecution", 0) - d.get("addBatch", 0) for d in run.durations)
+        pauses = [
+            pause
+            for r in results
+            if r.variant == run.variant and r.subscriptions == run.subscriptions and r.step.index != WARMUP_STEP
+            for pause in [r.boundary_pause_ms()]
+            if pause is not None
+        ]
+        rows.append(
+            [
+                _run_label(run.variant, run.subscriptions),
+                f"{len(run.durations)}",
+                *(f"{value:,.0f}" for value in phases),
+                f"{outside:,.0f}",
+                _ms(statistics.median(pauses) if pauses else None),
+            ]
+        )
+    return rows
+
+
+def change_rows(extras: Sequence[RunExtras]) -> list[list[str]]:
+    rows = []
+    for run in extras:
+        change = run.change
+        if change is None:
+            continue
+        rows.append(
+            [
+                _run_label(run.variant, run.subscriptions),
+                _ms(change.seconds(change.committed_ms, change.published_ms)),
+                "-" if change.publish_work_s is None else f"{change.publish_work_s:,.2f}",
+                _ms(change.seconds(change.published_ms, change.received_ms)),
+                _ms(change.seconds(change.committed_ms, change.received_ms)),
+            ]
+        )
+    return rows
+
+
+def report(plan: Plan, results: Sequence[StepResult], extras: Sequence[RunExtras], record: RunRecord) -> str:
     rows = []
     for r in results:
         if r.step.index == WARMUP_STEP:
@@ -512,6 +678,45 @@ def report(plan: Plan, results: Sequence[StepResult], record: RunRecord) -> str:
             "",
             markdown_table(["variant", "subscriptions", "msg/s"], sustained_rows),
             "",
+            "## At a batch boundary",
+            "",
+            "The driver's phases between one batch's tasks and the next's (the query progress's `durationMs`, "
+            "median over the run's batches after the first, ms): while they run, no task reads. *Outside "
+            "addBatch* is `triggerExecution - addBatch`, every phase included. The boundary pause is the "
+            "median of the steps' (the latency table's column).",
+            "",
+            markdown_table(
+                [
+                    "variant",
+                    "batches",
+                    *(f"`{name}`" for name in BOUNDARY_PHASES),
+                    "outside addBatch",
+                    "boundary pause",
+                ],
+                boundary_rows(results, extras),
+            ),
+            "",
+            "## Subscription change to routable",
+            "",
+            f"After its steps, each router's table gains `#` for `{LATE_SUBSCRIBER}` through the refresh job's "
+            f"import, with {CHANGE_RATE:,} msg/s flowing; `router.refresh_interval_s` = {plan.refresh_seconds:g} "
+            "(the driver's check of the table and, in the real-time lane, each executor's check for a newer "
+            "snapshot file). *Publish* is the Delta commit (its log file's time) to the driver's publish of "
+            "the version (its snapshot file written first), *publish work* the driver's part of that (change "
+            "feed read, apply, freeze, file), *to routable* the publish to the first delivery to the new "
+            "subscriber received from the output topic (a message's own latency included). Seconds.",
+            "",
+            markdown_table(
+                [
+                    "variant",
+                    "commit to published",
+                    "publish work",
+                    "published to first delivery",
+                    "commit to first delivery",
+                ],
+                change_rows(extras),
+            ),
+            "",
         ]
     )
 
@@ -552,16 +757,28 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument(
         "--rates",
         type=positive_int_list,
-        default=(1_000, 2_000, 5_000, 10_000, 20_000),
-        help="offered rates in msg/s (default 1000,2000,5000,10000,20000)",
+        default=(2_000, 10_000, 20_000, 40_000),
+        help="offered rates in msg/s (default 2000,10000,20000,40000)",
     )
-    parser.add_argument("--step-seconds", type=float, default=60.0, help="length of each step (default 60)")
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=150.0,
+        help="length of each step (default 150: two or three boundaries at the default interval)",
+    )
     parser.add_argument("--warmup-seconds", type=float, default=60.0, help="warm-up at the lowest rate (default 60)")
     parser.add_argument(
         "--interval-seconds",
         type=float,
-        default=20.0,
-        help="Real-Time Mode's checkpoint interval (default 20: three boundaries a step)",
+        default=60.0,
+        help="Real-Time Mode's checkpoint interval (default 60: router.real_time_interval's default, the one "
+        "docs/realtime.md recommends)",
+    )
+    parser.add_argument(
+        "--refresh-seconds",
+        type=float,
+        default=1.0,
+        help="the routers' router.refresh_interval_s (default 1, as docs/realtime.md recommends for the lane)",
     )
     parser.add_argument("--trigger-seconds", type=float, default=1.0, help="(r3)'s processing-time trigger (default 1)")
     parser.add_argument(
@@ -589,8 +806,14 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     variants = tuple(dict.fromkeys(part.strip().lower() for part in args.variants.split(",") if part.strip()))
     if not variants or set(variants) - set(VARIANTS):
         parser.error("--variants takes r1, r2 and r3, comma-separated")
-    if min(args.step_seconds, args.interval_seconds, args.trigger_seconds, args.grace_seconds) <= 0:
-        parser.error("--step-seconds, --interval-seconds, --trigger-seconds and --grace-seconds must be positive")
+    if (
+        min(args.step_seconds, args.interval_seconds, args.trigger_seconds, args.grace_seconds, args.refresh_seconds)
+        <= 0
+    ):
+        parser.error(
+            "--step-seconds, --interval-seconds, --trigger-seconds, --grace-seconds and --refresh-seconds must be "
+            "positive"
+        )
     plan = Plan(
         rates=args.rates,
         step_seconds=args.step_seconds,
@@ -598,6 +821,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
         interval_seconds=args.interval_seconds,
         trigger_seconds=args.trigger_seconds,
         grace_seconds=args.grace_seconds,
+        refresh_seconds=args.refresh_seconds,
         subscriptions=args.subscriptions,
         variants=variants,
         seed=args.seed,
@@ -614,7 +838,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from routing.spark import get_spark
 
     record = RunRecord.start(__file__, argv)
-    overrides: dict[str, dict[str, object]] = {"kafka": dict(BENCH_KAFKA)}
+    # The ACL lets the late subscriber (and only it) subscribe through the import; the tables are written directly.
+    late_rule = {"subscribers": LATE_SUBSCRIBER, "patterns": ["#"]}
+    overrides: dict[str, dict[str, object]] = {"kafka": dict(BENCH_KAFKA), "acl": {"rules": [late_rule]}}
     for section, values in parse_overrides(args.settings_overrides).items():
         overrides.setdefault(section, {}).update(values)
     settings = load_settings(args.conf, overrides=overrides)
@@ -627,6 +853,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     watchdog = local_kafka.stop_with_this_process(broker, settings) if broker.started else None
     created: list[str] = []
     results: list[StepResult] = []
+    extras: list[RunExtras] = []
     spark: SparkSession | None = None
     try:
         delete_earlier_topics(settings, "bench.realtime.")
@@ -664,7 +891,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     snapshot_files_path=str(work / name / "snapshots"),
                 ),
             )
-            results += run_variant(spark, variant_conf, plan, variant, subscriptions, topics)
+            steps, run = run_variant(spark, variant_conf, plan, variant, subscriptions, topics)
+            results += steps
+            extras.append(run)
     finally:
         if spark is not None:
             for query in spark.streams.active:
@@ -678,7 +907,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stop_broker_once_topics_gone(settings, created)
         if watchdog is not None:
             watchdog.close()
-    text = report(plan, results, record)
+    text = report(plan, results, extras, record)
     print(text)
     if not args.no_write:
         args.results_dir.mkdir(parents=True, exist_ok=True)

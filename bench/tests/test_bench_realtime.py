@@ -60,9 +60,67 @@ def test_the_boundary_pause_is_the_median_worst_latency_around_each_boundary(rea
 
 
 @pytest.mark.parametrize(
-    "argv", [["--variants", "r4"], ["--rates", "0"], ["--interval-seconds", "0"], ["--subscriptions", "x"]]
+    "argv",
+    [
+        ["--variants", "r4"],
+        ["--rates", "0"],
+        ["--interval-seconds", "0"],
+        ["--refresh-seconds", "0"],
+        ["--subscriptions", "x"],
+    ],
 )
 def test_bad_flags_are_refused(realtime: ModuleType, argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         realtime.parse_args(argv)
     assert exited.value.code == 2
+
+
+def test_the_boundary_table_takes_medians_of_the_driver_phases(realtime: ModuleType) -> None:
+    batches = [
+        {
+            "latestOffset": 5,
+            "queryPlanning": 100,
+            "walCommit": 40,
+            "commitOffsets": 30,
+            "addBatch": 60_000,
+            "triggerExecution": 60_200,
+        },
+        {
+            "latestOffset": 7,
+            "queryPlanning": 90,
+            "walCommit": 50,
+            "commitOffsets": 40,
+            "addBatch": 60_000,
+            "triggerExecution": 60_180,
+        },
+        {
+            "latestOffset": 9,
+            "queryPlanning": 300,
+            "walCommit": 60,
+            "commitOffsets": 50,
+            "addBatch": 60_000,
+            "triggerExecution": 60_500,
+        },
+    ]
+    router = realtime.RunExtras("r2", 10_000, durations=batches)
+    micro_batch = realtime.RunExtras("r3", 10_000, durations=batches)  # no boundaries to report
+    result = step_result(realtime, sent=1, count=1, seconds=0.0, worst={100: 250_000})
+    result.boundaries_ms = [10_000]
+    rows = realtime.boundary_rows([result], [router, micro_batch])
+    assert rows == [["(r2) real-time router, 10,000", "3", "7", "100", "50", "40", "200", "250.0"]]
+
+
+def test_the_change_table_measures_from_the_commit(realtime: ModuleType) -> None:
+    came = realtime.ChangeResult(
+        "r2", 10_000, committed_ms=1_000, published_ms=2_500, received_ms=3_000, publish_work_s=0.25
+    )
+    never = realtime.ChangeResult(
+        "r3", 10_000, committed_ms=1_000, published_ms=None, received_ms=None, publish_work_s=None
+    )
+    rows = realtime.change_rows(
+        [realtime.RunExtras("r2", 10_000, change=came), realtime.RunExtras("r3", 10_000, change=never)]
+    )
+    assert rows == [
+        ["(r2) real-time router, 10,000", "1.5", "0.25", "0.5", "2.0"],
+        ["(r3) micro-batch router, Kafka sink, 10,000", "-", "-", "-", "-"],
+    ]
