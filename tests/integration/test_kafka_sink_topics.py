@@ -22,7 +22,14 @@ from router_support import (
     run_available_now,
 )
 
-from routing.kafka_sink import forwarded_headers, headers_column, topic_column, topic_for
+from routing.kafka_sink import (
+    DEAD_LETTER_HEADERS,
+    forwarded_headers,
+    headers_column,
+    own_then_source_headers,
+    topic_column,
+    topic_for,
+)
 from routing.router.tables import HEADERS_DDL
 from routing.settings import Settings
 
@@ -31,6 +38,7 @@ COLLIDING = ["acme_corp", "acme corp", "acme/corp", "acme\u00e9corp", "acme-corp
 
 
 def test_the_spark_columns_equal_the_python_functions(spark: Any) -> None:
+    from pyspark.sql import functions as F
     from test_kafka_sink import HOSTILE_IDS, random_ids
 
     ids = [subscriber for subscriber in dict.fromkeys(HOSTILE_IDS + random_ids(2_000)) if subscriber]
@@ -45,6 +53,10 @@ def test_the_spark_columns_equal_the_python_functions(spark: Any) -> None:
         [("delivery_id", b"forged")],
         [("DELIVERY_ID", b"f"), ("trace", b"t"), ("snapshot_version", b"9"), ("delivery_id", b"g")],
         [("source.delivery_id", b"s"), ("\u0130d", b"i")],
+        # The column's shortcut joins the keys with NULs: keys holding NULs, and a clash after many headers.
+        [("a\u0000delivery_id", b"n"), ("delivery_id\u0000", b"m"), ("\u0000", b"z")],
+        [(f"h{index}", b"v") for index in range(50)] + [("Snapshot_Version", b"late")],
+        [("Reason", b"r"), ("RULE", b"x"), ("dead_letter_id", b"d")],
     ]
     frame = spark.createDataFrame(
         [(f"t|0|{index}|s", index, headers) for index, headers in enumerate(cases)],
@@ -54,6 +66,24 @@ def test_the_spark_columns_equal_the_python_functions(spark: Any) -> None:
     for row, headers in zip(rows, cases, strict=True):
         got = [(header.key, bytes(header.value)) for header in row.out]
         assert got == forwarded_headers(headers or [], row.delivery_id, row.snapshot_version)
+    # A dead letter's own names are others: each clash renamed, whatever the letter case.
+    dead = frame.select(
+        F.col("delivery_id").alias("dead_letter_id"),
+        F.lit("key_words").alias("reason"),
+        F.lit("rule text").alias("rule"),
+        "snapshot_version",
+        "headers",
+    )
+    rows = dead.select(headers_column(DEAD_LETTER_HEADERS).alias("out"), "dead_letter_id", "snapshot_version").collect()
+    for row, headers in zip(rows, cases, strict=True):
+        got = [(header.key, bytes(header.value)) for header in row.out]
+        own = {
+            "dead_letter_id": row.dead_letter_id,
+            "reason": "key_words",
+            "rule": "rule text",
+            "snapshot_version": str(row.snapshot_version),
+        }
+        assert got == own_then_source_headers(own, headers or [])
 
 
 def consume_all(settings: Settings, topic: str, expected: int) -> list[Any]:
