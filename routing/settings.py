@@ -506,7 +506,8 @@ class RouterSettings:
     ``json:FIELD`` (the top-level FIELD of a JSON value), for producers that cannot set the key."""
     refresh_interval_s: float = 30.0
     """Seconds between checks of the subscription table for a new version: at most this long until a subscribe
-    the refresh job applied reaches the router."""
+    the refresh job applied reaches the router. The real-time lane also checks its snapshot files this often in
+    each executor: 1 is what its page recommends (docs/realtime.md)."""
     app_id: str = "spark-topic-router"
     """Stable identity of this router: joined with the query id (``app_id:query id``, kept in the checkpoint) it is the
     Delta ``txnAppId`` of every idempotent write (``routing.streaming.txn_app_id``)."""

@@ -2,9 +2,13 @@
 
 One router process routes a topic to a delivery topic and a dead-letter topic; a subscription applied while it
 runs reaches it without a restart; a SIGKILL of its whole process group and a restart on the same checkpoint
-lose nothing. The oracle is the regex matcher (:class:`routing.reference.ReferenceMatcher`) with the key rules
-of the Python validator (:func:`router_support.expected_outcome`): every delivery it expects arrives at least
-once, with the id ``topic|partition|offset|subscriber``, and no record arrives that it does not expect.
+lose nothing. Then the two lanes side by side (docs/realtime.md, "Beside the Delta lane"): while a real-time
+router runs, the micro-batch lane routes the same topic into Delta, with the same subscription table and
+snapshot files, and both give every message the same outputs under the same ids.
+
+The oracle is the regex matcher (:class:`routing.reference.ReferenceMatcher`) with the key rules of the Python
+validator (:func:`router_support.expected_outcome`): every delivery it expects arrives at least once, with the
+id ``topic|partition|offset|subscriber``, and no record arrives that it does not expect.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from router_support import (
     WAIT_TIMEOUT_S,
     Record,
     apply_subscriptions,
+    assert_ids_exact,
     expected_outcomes,
     kill_group,
     produce,
+    read_routed,
     router_settings,
+    run_available_now,
     start_router,
     with_router,
 )
@@ -186,3 +193,56 @@ def test_real_time_lane_routes_picks_up_a_subscribe_and_survives_a_sigkill(
 
 def _version(records: Received, key: tuple[str, str]) -> int:
     return int(records[key][0]["snapshot_version"])
+
+
+def test_both_lanes_side_by_side_route_the_same_input_to_the_same_ids(
+    spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path
+) -> None:
+    source = topic_factory(partitions=1)
+    suffix = uuid.uuid4().hex[:8]
+    # One subscription table and one snapshot directory; each lane its own checkpoint and app id.
+    shared = router_settings(
+        settings, tmp_path, [source], refresh_interval_s=1.0, snapshot_files_path=str(tmp_path / "snapshots")
+    )
+    fast = with_router(
+        shared,
+        trigger="real_time",
+        real_time_interval="5 seconds",
+        kafka_sink_topic=f"deliveries-{suffix}",
+        dead_letter_topic=f"dead-letters-{suffix}",
+        checkpoint_path=str(tmp_path / "real_time_checkpoint"),
+        app_id=f"real-time-{suffix}",
+    )
+    durable = with_router(shared, checkpoint_path=str(tmp_path / "micro_batch_checkpoint"), app_id=f"delta-{suffix}")
+    apply_subscriptions(spark, shared, tmp_path / "subscriptions.jsonl", FIRST)
+    outputs = Outputs(fast, [fast.router.kafka_sink_topic, fast.router.dead_letter_topic])
+    log_path = tmp_path / "router.log"
+    with log_path.open("ab") as log:
+        process = start_router(fast, log)
+    try:
+        records = produce(fast, source, messages("both", 24))
+        want = expected_records(records, fast, FIRST)
+        run_available_now(spark, durable)  # the Delta lane, in this process, while the real-time one runs
+        outputs.read_until(lambda got: want.keys() <= got.keys(), "the real-time lane's records")
+        outputs.poll(2.0)  # anything beyond them shows up too
+    finally:
+        kill_group(process)
+        outputs.close()
+
+    routed = read_routed(spark, durable)
+    assert_ids_exact(routed)
+    delivery_topic, dead_letter_topic = fast.router.kafka_sink_topic, fast.router.dead_letter_topic
+    expected_deliveries = {key for (topic, key), reason in want.items() if reason is None}
+    expected_dead = {key: reason for (topic, key), reason in want.items() if reason is not None}
+    assert expected_deliveries and expected_dead  # the oracle's expectation covers both kinds
+    kafka_deliveries = {key for topic, key in outputs.records if topic == delivery_topic}
+    assert kafka_deliveries == {row["delivery_id"] for row in routed.deliveries} == expected_deliveries
+    kafka_dead = {
+        key: seen[0]["reason"].decode() for (topic, key), seen in outputs.records.items() if topic == dead_letter_topic
+    }
+    assert kafka_dead == {row["dead_letter_id"]: row["reason"] for row in routed.dead_letters} == expected_dead
+    # One table version, so both lanes matched every message with it.
+    kafka_versions = {
+        int(seen[0]["snapshot_version"]) for (topic, _), seen in outputs.records.items() if topic == delivery_topic
+    }
+    assert kafka_versions == {row["snapshot_version"] for row in routed.deliveries}
