@@ -463,6 +463,17 @@ def _thread_ticks(tasks: Path) -> dict[str, int]:
     return ticks
 
 
+def jvm_gc_totals(spark: SparkSession) -> tuple[int, int]:
+    """Collections and milliseconds the session's JVM has spent in its garbage collectors so far (classic Spark;
+    in local mode, the driver's and the executors')."""
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()  # type: ignore[union-attr]
+    collections = milliseconds = 0
+    for bean in beans:
+        collections += max(0, int(bean.getCollectionCount()))
+        milliseconds += max(0, int(bean.getCollectionTime()))
+    return collections, milliseconds
+
+
 def jvm_pid(spark: SparkSession) -> int:
     """The pid of the session's JVM (classic Spark; the driver and, in local mode, the executors)."""
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]

@@ -23,6 +23,8 @@ messages.
 
 Variants (in one run)
 ---------------------
+(r0) **one broker hop** (only when asked for, ``--variants r0,...``): the consumer reads the producer's own topic,
+     no Spark: the clients and the broker alone, for *where the time goes*;
 (r1) **real-time passthrough**: Kafka to Kafka in Real-Time Mode with no matching, the same source options and
      sink: the lane's limit on this machine;
 (r2) **real-time router**: ``python -m jobs.route --real-time``'s :class:`routing.realtime.RealTimeRouter`, over
@@ -37,8 +39,9 @@ interval) defaults to the one ``docs/realtime.md`` recommends, ``router.real_tim
 minute, and each step of ``--step-seconds`` crosses two or three batch boundaries, where Spark pauses the
 long-lived tasks: the latency a user gets, boundaries included.
 
-After its steps, each router gets a subscription change while 1,000 msg/s flow: ``#`` for
-``LATE_SUBSCRIBER`` through the refresh job's import (``jobs.refresh_subscriptions.import_files``). Its figures
+After its warm-up, each router gets a subscription change while 1,000 msg/s flow: ``#`` for
+``LATE_SUBSCRIBER`` through the refresh job's import (``jobs.refresh_subscriptions.import_files``), unsubscribed
+again before the steps. Its figures
 run from the Delta commit to the driver's publish, and on to the first delivery to that subscriber received from
 the output topic, with ``router.refresh_interval_s`` at ``--refresh-seconds``.
 
@@ -50,7 +53,9 @@ plus ``--grace-seconds`` (falling behind: the receive rate more than 1% below th
 highest rate kept up is the variant's sustained rate. **Boundary pause**: per step of a real-time variant, the
 median over its batch boundaries of the worst latency of a message intended within
 ``BOUNDARY_WINDOW_MS`` of a boundary (the query's progress timestamps), beside the step's p50. **At a batch
-boundary**: the driver's phases between two batches' tasks, from each progress's ``durationMs``.
+boundary**: the driver's phases between two batches' tasks, from each progress's ``durationMs``. *Spark GC*: the
+collections of the Spark JVM (driver and executor, local mode) during the step and their total time, from its
+garbage-collector MXBeans. *Producer lag*: how late the producer sent against its schedule.
 
 The numbers mean something only on an idle machine: the producer, the consumer, the broker and Spark share its
 cores; the load average is printed with the results.
@@ -82,6 +87,7 @@ from harness import (
     RunRecord,
     bench_kafka,
     delete_earlier_topics,
+    jvm_gc_totals,
     markdown_table,
     positive_int_list,
     progress,
@@ -124,9 +130,12 @@ CHANGE_SECONDS = 30.0
 CHANGE_AFTER_S = 3.0
 #: The change's producer step: an index no rate step uses.
 CHANGE_STEP = 1_000
+#: The variants that run once, whatever ``--subscriptions`` says.
+WITHOUT_SUBSCRIPTIONS = ("r0", "r1")
 #: The progress's phases between two batches' tasks (the driver's), in the boundary table.
 BOUNDARY_PHASES = ("latestOffset", "queryPlanning", "walCommit", "commitOffsets")
 VARIANTS = {
+    "r0": "(r0) one broker hop, no Spark",
     "r1": "(r1) real-time passthrough",
     "r2": "(r2) real-time router",
     "r3": "(r3) micro-batch router, Kafka sink",
@@ -228,6 +237,8 @@ class StepResult:
     boundaries_ms: list[int] = dataclasses.field(default_factory=list)
 
     grace_seconds: float = 0.0
+    #: The Spark JVM's garbage collections and their milliseconds while the step's producer ran.
+    gc: tuple[int, int] = (0, 0)
 
     @property
     def kept_up(self) -> bool:
@@ -433,10 +444,10 @@ def measure_change(
 
     step = Step("change", CHANGE_STEP, CHANGE_RATE, CHANGE_SECONDS)
     producer = threading.Thread(target=run_producer, args=(settings, plan.producer_plan(), topic, step), daemon=True)
+    events = Path(settings.router.checkpoint_path).parent / "late-subscriber.jsonl"
     producer.start()
     try:
         time.sleep(CHANGE_AFTER_S)
-        events = Path(settings.router.checkpoint_path).parent / "late-subscriber.jsonl"
         event = {"op": "subscribe", "subscriber": LATE_SUBSCRIBER, "pattern": "#", "ts": time.time_ns() // 1_000_000}
         events.write_text(json.dumps(event) + "\n", encoding="utf-8")
         summary = import_files(spark, settings, [str(events)])
@@ -463,6 +474,10 @@ def measure_change(
         return committed_ms, published_ms, None if received_us is None else received_us // 1000, publish_work_s
     finally:
         producer.join(CHANGE_SECONDS + 60)
+        # Gone again before the steps, so they route the table they were given.
+        event = {"op": "unsubscribe", "subscriber": LATE_SUBSCRIBER, "pattern": "#", "ts": time.time_ns() // 1_000_000}
+        events.write_text(json.dumps(event) + "\n", encoding="utf-8")
+        import_files(spark, settings, [str(events)])
 
 
 def run_variant(
@@ -472,17 +487,20 @@ def run_variant(
     from routing.router.pipeline import Router
 
     out_topic = topics["out"]
-    timed = None if variant == "r1" else f"|{CATCH_ALL[1]}"
-    consumer = ConsumerProcess(settings, out_topic, timed)
+    timed = None if variant in WITHOUT_SUBSCRIPTIONS else f"|{CATCH_ALL[1]}"
+    consumer = ConsumerProcess(settings, topics["in"] if variant == "r0" else out_topic, timed)
     recorder = BoundaryRecorder()
     spark.streams.addListener(recorder.listener)
     interval = f"{round(plan.interval_seconds * 1000)} milliseconds"
     closer: Any = None
-    steps: list[tuple[Step, int]] = []
+    query: StreamingQuery | None = None
+    steps: list[tuple[Step, int, tuple[int, int]]] = []
     extras = RunExtras(variant, subscriptions)
     settings = settings.replace(router=dataclasses.replace(settings.router, refresh_interval_s=plan.refresh_seconds))
     try:
-        if variant == "r1":
+        if variant == "r0":
+            pass  # the consumer reads the producer's topic: the clients and the broker alone
+        elif variant == "r1":
             query = start_passthrough(spark, settings, out_topic, interval)
         elif variant == "r2":
             router = dataclasses.replace(settings.router, trigger="real_time", real_time_interval=interval)
@@ -506,18 +524,22 @@ def run_variant(
                 f"{VARIANTS[variant]} at {subscriptions:,} subscriptions: {label}, {rate:,} msg/s for {seconds:g} s"
             )
             started_ms = time.time_ns() // 1_000_000
+            gc_before = jvm_gc_totals(spark)
             run_producer(settings, plan.producer_plan(), topics["in"], step)
-            steps.append((step, started_ms))
+            gc_after = jvm_gc_totals(spark)
+            steps.append((step, started_ms, (gc_after[0] - gc_before[0], gc_after[1] - gc_before[1])))
             _wait_received(consumer, step, plan.grace_seconds + 2 * plan.interval_seconds + 10)
-        if closer is not None:
-            progress(f"{VARIANTS[variant]} at {subscriptions:,} subscriptions: a subscription change under traffic")
-            committed, published, received_at, work = measure_change(
-                spark, settings, plan, closer.snapshots, consumer, topics["in"]
-            )
-            extras.change = ChangeResult(variant, subscriptions, committed, published, received_at, work)
+            if closer is not None and extras.change is None:
+                # After the first step (the warm-up), when nothing is queued: a backlog would time the backlog.
+                progress(f"{VARIANTS[variant]} at {subscriptions:,} subscriptions: a subscription change under traffic")
+                committed, published, received_at, work = measure_change(
+                    spark, settings, plan, closer.snapshots, consumer, topics["in"]
+                )
+                extras.change = ChangeResult(variant, subscriptions, committed, published, received_at, work)
     finally:
-        with contextlib.suppress(Exception):
-            query.stop()
+        if query is not None:
+            with contextlib.suppress(Exception):
+                query.stop()
         if closer is not None:
             with contextlib.suppress(Exception):
                 closer.close()
@@ -526,12 +548,12 @@ def run_variant(
     extras.durations = recorder.durations[1:]
     received = consumer.stop()
     results = []
-    for step, started_ms in steps:
+    for step, started_ms, gc in steps:
         ended_ms = started_ms + round(step.seconds * 1000)
         boundaries = [at for at in recorder.boundaries if started_ms <= at <= ended_ms] if variant != "r3" else []
         results.append(
             StepResult(
-                variant, subscriptions, step, received.get(step.index, Received()), boundaries, plan.grace_seconds
+                variant, subscriptions, step, received.get(step.index, Received()), boundaries, plan.grace_seconds, gc
             )
         )
     return results, extras
@@ -565,7 +587,7 @@ def sustained(results: Sequence[StepResult], variant: str, subscriptions: int) -
 
 
 def _run_label(variant: str, subscriptions: int) -> str:
-    return VARIANTS[variant] if variant == "r1" else f"{VARIANTS[variant]}, {subscriptions:,}"
+    return VARIANTS[variant] if variant in WITHOUT_SUBSCRIPTIONS else f"{VARIANTS[variant]}, {subscriptions:,}"
 
 
 def boundary_rows(results: Sequence[StepResult], extras: Sequence[RunExtras]) -> list[list[str]]:
@@ -596,6 +618,32 @@ def boundary_rows(results: Sequence[StepResult], extras: Sequence[RunExtras]) ->
     return rows
 
 
+def where_rows(results: Sequence[StepResult]) -> list[list[str]]:
+    """Per rate and table size that (r0), (r1) and (r2) all ran: their p50s and what each layer adds."""
+    p50 = {
+        (r.variant, r.subscriptions, r.step.rate): r.received.percentile(50.0)
+        for r in results
+        if r.step.index != WARMUP_STEP
+    }
+    rows = []
+    for (variant, subscriptions, rate), routed in sorted(p50.items(), key=lambda item: (item[0][1], item[0][2])):
+        hop, copy = p50.get(("r0", 0, rate)), p50.get(("r1", 0, rate))
+        if variant != "r2" or hop is None or copy is None or routed is None:
+            continue
+        rows.append(
+            [
+                f"{subscriptions:,}",
+                f"{rate:,}",
+                _ms(hop),
+                _ms(copy),
+                _ms(routed),
+                _ms(copy - 2 * hop),
+                _ms(routed - copy),
+            ]
+        )
+    return rows
+
+
 def change_rows(extras: Sequence[RunExtras]) -> list[list[str]]:
     rows = []
     for run in extras:
@@ -615,6 +663,7 @@ def change_rows(extras: Sequence[RunExtras]) -> list[list[str]]:
 
 
 def report(plan: Plan, results: Sequence[StepResult], extras: Sequence[RunExtras], record: RunRecord) -> str:
+    where = where_rows(results)
     rows = []
     for r in results:
         if r.step.index == WARMUP_STEP:
@@ -630,6 +679,7 @@ def report(plan: Plan, results: Sequence[StepResult], extras: Sequence[RunExtras
                 _ms(r.received.max_ms()),
                 _ms(r.boundary_pause_ms()),
                 f"{r.step.lag_p99_ms:,.1f}",
+                f"{r.gc[1]:,} ({r.gc[0]:,})",
                 "yes" if r.kept_up else "no",
             ]
         )
@@ -646,15 +696,20 @@ def report(plan: Plan, results: Sequence[StepResult], extras: Sequence[RunExtras
             "max ms",
             "boundary pause ms",
             "producer lag p99 ms",
+            "Spark GC ms (collections)",
             "kept up",
         ],
         rows,
     )
     sustained_rows = [
-        [VARIANTS[v], "-" if v == "r1" else f"{n:,}", f"{sustained(results, v, 0 if v == 'r1' else n) or 0:,}"]
+        [
+            VARIANTS[v],
+            "-" if v in WITHOUT_SUBSCRIPTIONS else f"{n:,}",
+            f"{sustained(results, v, 0 if v in WITHOUT_SUBSCRIPTIONS else n) or 0:,}",
+        ]
         for n in plan.subscriptions
         for v in plan.variants
-        if v != "r1" or n == plan.subscriptions[0]
+        if v not in WITHOUT_SUBSCRIPTIONS or n == plan.subscriptions[0]
     ]
     return "\n".join(
         [
@@ -696,9 +751,36 @@ def report(plan: Plan, results: Sequence[StepResult], extras: Sequence[RunExtras
                 boundary_rows(results, extras),
             ),
             "",
+            *(
+                [
+                    "## Where the time goes",
+                    "",
+                    "Medians (ms) at each rate (r0), (r1) and (r2) ran. A message crosses the broker twice in (r1) "
+                    "and (r2) (into Spark, out of it) and once in (r0), so *Spark's Kafka source and sink* is "
+                    "(r1) - 2 x (r0): the source's poll, the sink's produce and the task between them. *Routing* is "
+                    "(r2) - (r1): the key rules, the native lookup through JNI, the fan-out limit, the explode and "
+                    "the records beyond the first (the deliveries besides the timed catch-all's).",
+                    "",
+                    markdown_table(
+                        [
+                            "subscriptions",
+                            "rate (msg/s)",
+                            "(r0) hop",
+                            "(r1) copy",
+                            "(r2) router",
+                            "Spark's Kafka source and sink",
+                            "routing",
+                        ],
+                        where,
+                    ),
+                    "",
+                ]
+                if where
+                else []
+            ),
             "## Subscription change to routable",
             "",
-            f"After its steps, each router's table gains `#` for `{LATE_SUBSCRIBER}` through the refresh job's "
+            f"After its warm-up, each router's table gains `#` for `{LATE_SUBSCRIBER}` through the refresh job's "
             f"import, with {CHANGE_RATE:,} msg/s flowing; `router.refresh_interval_s` = {plan.refresh_seconds:g} "
             "(the driver's check of the table and, in the real-time lane, each executor's check for a newer "
             "snapshot file). *Publish* is the Delta commit (its log file's time) to the driver's publish of "
@@ -792,9 +874,11 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
         "--subscriptions",
         type=positive_int_list,
         default=(10_000, 1_000_000),
-        help="subscription counts, each a run of every variant but r1 (default 10000,1000000)",
+        help="subscription counts, each a run of every variant but r0 and r1 (default 10000,1000000)",
     )
-    parser.add_argument("--variants", default="r1,r2,r3", help="of r1, r2, r3 (default all)")
+    parser.add_argument(
+        "--variants", default="r1,r2,r3", help="of r0, r1, r2, r3 (default r1,r2,r3; r0 for where the time goes)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--vocabulary", type=int, default=300)
     parser.add_argument("--payload-bytes", type=int, default=64)
@@ -805,7 +889,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     args = parser.parse_args(argv)
     variants = tuple(dict.fromkeys(part.strip().lower() for part in args.variants.split(",") if part.strip()))
     if not variants or set(variants) - set(VARIANTS):
-        parser.error("--variants takes r1, r2 and r3, comma-separated")
+        parser.error("--variants takes r0, r1, r2 and r3, comma-separated")
     if (
         min(args.step_seconds, args.interval_seconds, args.trigger_seconds, args.grace_seconds, args.refresh_seconds)
         <= 0
@@ -838,9 +922,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from routing.spark import get_spark
 
     record = RunRecord.start(__file__, argv)
-    # The ACL lets the late subscriber (and only it) subscribe through the import; the tables are written directly.
-    late_rule = {"subscribers": LATE_SUBSCRIBER, "patterns": ["#"]}
-    overrides: dict[str, dict[str, object]] = {"kafka": dict(BENCH_KAFKA), "acl": {"rules": [late_rule]}}
+    # No ACL rules and every subscriber allowed: the late subscriber's import must pass, and a rule for it alone
+    # would have the import's sweep deactivate every pair of the table (a run lost them all so).
+    overrides: dict[str, dict[str, object]] = {"kafka": dict(BENCH_KAFKA), "acl": {"default_allow": True}}
     for section, values in parse_overrides(args.settings_overrides).items():
         overrides.setdefault(section, {}).update(values)
     settings = load_settings(args.conf, overrides=overrides)
@@ -858,8 +942,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         delete_earlier_topics(settings, "bench.realtime.")
         spark = get_spark(settings, app_name="bench-realtime")
-        runs = [("r1", 0)] if "r1" in plan.variants else []
-        runs += [(v, n) for n in plan.subscriptions for v in plan.variants if v != "r1"]
+        runs = [(v, 0) for v in WITHOUT_SUBSCRIPTIONS if v in plan.variants]
+        runs += [(v, n) for n in plan.subscriptions for v in plan.variants if v not in WITHOUT_SUBSCRIPTIONS]
         for variant, subscriptions in runs:
             name = f"{variant}-{subscriptions}"
             topics = {part: f"bench.realtime.{run_id}.{name}.{part}" for part in ("in", "out", "dead")}
@@ -876,7 +960,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             write_subscriptions(spark, table, [*pairs, CATCH_ALL])
             variant_conf = settings.replace(
-                subscriptions=dataclasses.replace(settings.subscriptions, table_path=str(table)),
+                subscriptions=dataclasses.replace(
+                    settings.subscriptions,
+                    table_path=str(table),
+                    rejects_path=str(work / name / "subscription_rejects"),
+                    checkpoint_path=str(work / name / "refresh_checkpoint"),
+                ),
                 router=dataclasses.replace(
                     settings.router,
                     topics=(topics["in"],),

@@ -124,3 +124,22 @@ def test_the_change_table_measures_from_the_commit(realtime: ModuleType) -> None
         ["(r2) real-time router, 10,000", "1.5", "0.25", "0.5", "2.0"],
         ["(r3) micro-batch router, Kafka sink, 10,000", "-", "-", "-", "-"],
     ]
+
+
+def test_where_the_time_goes_subtracts_the_layers_at_each_rate(realtime: ModuleType) -> None:
+    from hdrh.histogram import HdrHistogram
+    from latency import Step
+
+    def result(variant: str, subscriptions: int, rate: int, latency_us: int) -> Any:
+        histogram = HdrHistogram(1, realtime.HISTOGRAM_MAX_US, 3)
+        histogram.record_value(latency_us)
+        step = Step(variant, 1, rate, 10.0)
+        return realtime.StepResult(variant, subscriptions, step, realtime.Received(count=1, histogram=histogram))
+
+    results = [
+        result("r0", 0, 10_000, 1_000),
+        result("r1", 0, 10_000, 4_000),
+        result("r2", 10_000, 10_000, 5_000),
+        result("r2", 10_000, 20_000, 6_000),  # no (r0) or (r1) at this rate: no row
+    ]
+    assert realtime.where_rows(results) == [["10,000", "10,000", "1.0", "4.0", "5.0", "2.0", "1.0"]]
