@@ -177,7 +177,11 @@ def run_real_time(spark: SparkSession, settings: Settings, stop_requested: threa
 
     router = RealTimeRouter(spark, settings)
     try:
-        query = router.start()
+        try:
+            query = router.start()
+        except CheckpointBusy as error:
+            print(f"route: {error}", file=sys.stderr)
+            return EXIT_CHECKPOINT_BUSY
         LOG.info(
             "routing %s -> Kafka %s in real time (checkpoint %s, every %s)",
             settings.router.subscribe_pattern or ",".join(settings.router.topics),
@@ -186,13 +190,23 @@ def run_real_time(spark: SparkSession, settings: Settings, stop_requested: threa
             settings.router.real_time_interval,
         )
         while query.isActive and not stop_requested.is_set():
+            if router.lease is not None and router.lease.lost:
+                break  # its tasks write without a per-batch check: stopped here, within a second
             query.awaitTermination(1)
+        lost = router.lease.lost if router.lease is not None else None
         exception = query.exception()
         failure = None if exception is None else str(exception)
     finally:
         router.close()
     summary = router.run_summary()
     spark.stop()
+    if lost is not None:
+        print(
+            f"route: lost the lease on checkpoint {settings.router.checkpoint_path} after {summary['intervals']} "
+            f"interval(s): {lost}; this router stopped",
+            file=sys.stderr,
+        )
+        return 1
     if failure is not None:
         LOG.error("the real-time query failed: %s", failure)
         print(f"route: failed after {summary['intervals']} interval(s): {failure}", file=sys.stderr)

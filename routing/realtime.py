@@ -52,6 +52,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from routing import delta_tables, kafka_sink
+from routing.checkpoints import CheckpointLease
 from routing.jvm import register_route_key
 from routing.router.classify import classify
 from routing.router.columns import CLASSIFIED_COLUMNS, SOURCE_COLUMNS, judged_columns, source_id
@@ -201,36 +202,50 @@ class RealTimeRouter:
         self.name = udf_name(router)
         self.query: StreamingQuery | None = None
         self.listener: ProgressListener | None = None
+        #: This router's hold on its checkpoint, from :meth:`start` to :meth:`close` (the micro-batch lane's lease).
+        self.lease: CheckpointLease | None = None
         self._lock = threading.Lock()
         #: The observed counters summed over every checkpoint interval of this run, and the intervals.
         self.totals: dict[str, int] = {}
         self.intervals = 0
 
     def start(self) -> StreamingQuery:
-        """Publish the first snapshot (its file), register the UDF and start the query."""
+        """Hold the checkpoint, publish the first snapshot (its file), register the UDF and start the query.
+
+        :class:`routing.checkpoints.CheckpointBusy` when a live router holds the checkpoint: nothing has started
+        then. Real-Time Mode's tasks write without a per-batch hook, so a router that loses its lease later is
+        stopped by its job's loop (``jobs/route.py``) within a second of the heartbeat noticing.
+        """
         router = self.settings.router
-        self.snapshots.maybe_refresh(force=True)
-        register_route_key(
-            self.spark,
-            self.name,
-            self.files.directory,
-            self.files.table_id,
-            refresh_ms=max(1, round(router.refresh_interval_s * 1000)),
-            first_wait_ms=FIRST_SNAPSHOT_WAIT_MS,
-            max_fanout=self.settings.validator().limits.max_fanout,
-        )
-        self.listener = ProgressListener(self.spark, self.log_progress)
-        self.spark.streams.addListener(self.listener)
-        records = records_stream(self.spark, self.settings, self.name)
-        self.query = (
-            records.writeStream.format("kafka")
-            .options(**self.settings.spark_kafka_options())
-            .option("checkpointLocation", router.checkpoint_path)
-            .outputMode("update")
-            .queryName(f"router-real-time:{router.app_id}")
-            .trigger(realTime=router.real_time_interval)  # type: ignore[call-overload]  # not in 4.2's overloads
-            .start()
-        )
+        self.lease = CheckpointLease.acquire(self.spark, router.checkpoint_path, job="router", name=router.app_id)
+        try:
+            self.snapshots.maybe_refresh(force=True)
+            register_route_key(
+                self.spark,
+                self.name,
+                self.files.directory,
+                self.files.table_id,
+                refresh_ms=max(1, round(router.refresh_interval_s * 1000)),
+                first_wait_ms=FIRST_SNAPSHOT_WAIT_MS,
+                max_fanout=self.settings.validator().limits.max_fanout,
+            )
+            self.listener = ProgressListener(self.spark, self.log_progress)
+            self.spark.streams.addListener(self.listener)
+            records = records_stream(self.spark, self.settings, self.name)
+            self.query = (
+                records.writeStream.format("kafka")
+                .options(**self.settings.spark_kafka_options())
+                .option("checkpointLocation", router.checkpoint_path)
+                .outputMode("update")
+                .queryName(f"router-real-time:{router.app_id}")
+                .trigger(realTime=router.real_time_interval)  # type: ignore[call-overload]  # not in 4.2's overloads
+                .start()
+            )
+        except BaseException:
+            self.lease.release()
+            self.lease = None
+            raise
+        self.lease.bind(str(self.query.id))
         log.info("snapshot version %s published for the real-time query", self.snapshots.current_version)
         return self.query
 
@@ -264,3 +279,6 @@ class RealTimeRouter:
         if self.listener is not None:
             self.spark.streams.removeListener(self.listener)
         self.snapshots.close()
+        if self.lease is not None:  # last: the query has stopped writing
+            self.lease.release()
+            self.lease = None

@@ -1,10 +1,11 @@
 """The real-time lane end to end: ``python -m jobs.route --real-time`` on the real broker, in Real-Time Mode.
 
-One router process routes a topic to a delivery topic and a dead-letter topic; a subscription applied while it
-runs reaches it without a restart; a SIGKILL of its whole process group and a restart on the same checkpoint
-lose nothing. Then the two lanes side by side (docs/realtime.md, "Beside the Delta lane"): while a real-time
-router runs, the micro-batch lane routes the same topic into Delta, with the same subscription table and
-snapshot files, and both give every message the same outputs under the same ids.
+One router process routes a topic to a delivery topic and a dead-letter topic; a second router on its checkpoint
+is refused by the lease; a subscription applied while it runs reaches it without a restart; a SIGKILL of its
+whole process group and a restart on the same checkpoint lose nothing. Then the two lanes side by side
+(docs/realtime.md, "Beside the Delta lane"): while a real-time router runs, the micro-batch lane routes the same
+topic into Delta, with the same subscription table and snapshot files, and both give every message the same
+outputs under the same ids.
 
 The oracle is the regex matcher (:class:`routing.reference.ReferenceMatcher`) with the key rules of the Python
 validator (:func:`router_support.expected_outcome`): every delivery it expects arrives at least once, with the
@@ -37,6 +38,7 @@ from router_support import (
 )
 
 from routing import grammar
+from routing.checkpoints import EXIT_CHECKPOINT_BUSY
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -141,6 +143,7 @@ def test_real_time_lane_routes_picks_up_a_subscribe_and_survives_a_sigkill(
         first = produce(job, source, messages("first", 24))
         want = expected_records(first, job, FIRST)
         outputs.read_until(lambda got: want.keys() <= got.keys(), "the first messages' records")
+        _assert_second_router_refused(job, tmp_path / "second-router.log")
 
         # A subscribe while it runs: probes until the new subscriber gets one, then messages it must get.
         apply_subscriptions(spark, job, tmp_path / "later.jsonl", LATER)
@@ -189,6 +192,21 @@ def test_real_time_lane_routes_picks_up_a_subscribe_and_survives_a_sigkill(
     first_versions = {_version(outputs.records, key) for key, reason in want.items() if reason is None}
     second_versions = {_version(outputs.records, key) for key, reason in want_second.items() if reason is None}
     assert len(first_versions) == 1 and min(second_versions) > max(first_versions)
+
+
+def _assert_second_router_refused(job: Settings, log_path: Path) -> None:
+    """A second real-time router on the running one's checkpoint exits at once with the lease's one line."""
+    with log_path.open("wb") as log:
+        second = start_router(job, log)
+        try:
+            second.wait(timeout=WAIT_TIMEOUT_S)
+        finally:
+            kill_group(second)
+    output = log_path.read_text(errors="replace")
+    assert second.returncode == EXIT_CHECKPOINT_BUSY, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("route: ")]
+    assert len(errors) == 1, output[-3000:]
+    assert f"checkpoint {job.router.checkpoint_path} is in use by router '{job.router.app_id}'" in errors[0]
 
 
 def _version(records: Received, key: tuple[str, str]) -> int:
