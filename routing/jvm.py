@@ -345,6 +345,11 @@ def jvm_snapshot(spark: SparkSession, path: str) -> Any | None:
     return None if delta is None else delta.snapshot(path)
 
 
+#: Milliseconds after its last lookup that an executor frees a table's snapshot (:func:`register_route_key`): long
+#: enough that a live query never reloads, short enough that an executor outliving its queries lets them go.
+SNAPSHOT_IDLE_MS = 10 * 60 * 1000
+
+
 def register_route_key(
     spark: SparkSession,
     name: str,
@@ -354,8 +359,13 @@ def register_route_key(
     refresh_ms: int,
     first_wait_ms: int,
     max_fanout: int,
+    idle_ms: int = SNAPSHOT_IDLE_MS,
 ) -> None:
-    """Register ``sparktopicrouter.udfs.RouteKey`` (udfs/jvm) as ``name`` in ``spark``'s function registry."""
+    """Register ``sparktopicrouter.udfs.RouteKey`` (udfs/jvm) as ``name`` in ``spark``'s function registry.
+
+    Each executor JVM checks ``directory`` for a newer snapshot every ``refresh_ms``, and frees the table's
+    matcher ``idle_ms`` after its last lookup (a stopped query's; a later lookup loads the newest file again).
+    """
     jvm: Any = spark._jvm
     jvm.sparktopicrouter.udfs.RouteKey.register(
         spark._jsparkSession,
@@ -363,6 +373,13 @@ def register_route_key(
         directory,
         table_id,
         refresh_ms,
+        idle_ms,
         first_wait_ms,
         max_fanout,
     )
+
+
+def loaded_snapshot_sources(spark: SparkSession) -> int:
+    """How many tables' snapshots the driver's JVM holds for the real-time UDF (in local mode, the executors')."""
+    jvm: Any = spark._jvm
+    return int(jvm.sparktopicrouter.udfs.RouteKey.loadedSnapshotSources())

@@ -9,7 +9,8 @@ session's own JVM, against the Python binding on the same snapshot bytes.
   match as they do in Python, a fan-out over the limit is dead-lettered whole with its count: no crash, no
   partial delivery.
 * **Snapshots.** A newer published version reaches a running JVM without a restart; a newer file that fails
-  verification (digest, claim, decoding) is refused and the current version kept.
+  verification (digest, claim, decoding) is refused and the current version kept; a table no lookup used for
+  its idle time is freed, and a later lookup loads the newest file.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 from validity import VALIDITY
 
 from routing import _native, grammar
-from routing.jvm import register_route_key
+from routing.jvm import SNAPSHOT_IDLE_MS, loaded_snapshot_sources, register_route_key
 from routing.router.snapshot_files import SnapshotFiles, file_name
 
 if TYPE_CHECKING:
@@ -44,8 +45,11 @@ Routed = tuple[list[str] | None, int | None, str | None, int]
 class Published:
     """One subscription table's snapshot files in a temporary directory, and the UDF that reads them."""
 
-    def __init__(self, spark: SparkSession, root: Path, *, max_fanout: int = MAX_FANOUT) -> None:
+    def __init__(
+        self, spark: SparkSession, root: Path, *, max_fanout: int = MAX_FANOUT, idle_ms: int = SNAPSHOT_IDLE_MS
+    ) -> None:
         self.spark = spark
+        self.idle_ms = idle_ms
         self.table_id = str(uuid.uuid4())
         self.files = SnapshotFiles(str(root), keep=10, table_id=self.table_id)
         self.name = f"route_{self.table_id.replace('-', '_')}"
@@ -65,6 +69,7 @@ class Published:
             refresh_ms=REFRESH_MS,
             first_wait_ms=FIRST_WAIT_MS,
             max_fanout=self.max_fanout,
+            idle_ms=self.idle_ms,
         )
 
     def route(self, keys: list[bytes | None]) -> list[Routed | None]:
@@ -196,6 +201,24 @@ def test_a_published_version_reaches_the_running_jvm_and_a_bad_one_is_refused(
     published.publish(6, [("probe", "sixth")])
     published.wait_for_version(6)
     assert published.route([b"probe"]) == [(["sixth"], 1, None, 6)]
+
+
+def test_an_idle_snapshot_is_freed_and_a_later_lookup_loads_the_newest(spark: SparkSession, tmp_path: Path) -> None:
+    held = loaded_snapshot_sources(spark)
+    published = Published(spark, tmp_path, idle_ms=REFRESH_MS * 3)
+    published.publish(1, [("probe", "first")])
+    published.register()
+    assert published.route([b"probe"]) == [(["first"], 1, None, 1)]
+    assert loaded_snapshot_sources(spark) == held + 1
+    deadline = time.monotonic() + SWAP_TIMEOUT_S
+    while loaded_snapshot_sources(spark) > held:
+        assert time.monotonic() < deadline, "the idle snapshot was never freed"
+        time.sleep(REFRESH_MS / 1000)
+
+    # Published while no source held the table: the next lookup loads it, not the freed version.
+    published.publish(2, [("probe", "second")])
+    assert published.route([b"probe", b"probe"]) == [(["second"], 1, None, 2)] * 2
+    assert loaded_snapshot_sources(spark) == held + 1
 
 
 def java_exception_class(call: Any, *args: Any) -> str:

@@ -46,26 +46,35 @@ public final class RouteKey implements UDF1<byte[], Row> {
     private final String directory;
     private final String tableId;
     private final long refreshMillis;
+    private final long idleMillis;
     private final long firstWaitMillis;
     private final int maxFanout;
     private transient SnapshotSource source;
 
-    public RouteKey(String directory, String tableId, long refreshMillis, long firstWaitMillis, int maxFanout) {
+    public RouteKey(String directory, String tableId, long refreshMillis, long idleMillis, long firstWaitMillis,
+            int maxFanout) {
         this.directory = Objects.requireNonNull(directory, "directory");
         this.tableId = Objects.requireNonNull(tableId, "tableId");
-        if (refreshMillis <= 0 || firstWaitMillis < 0 || maxFanout < 1) {
-            throw new IllegalArgumentException("refreshMillis must be > 0, firstWaitMillis >= 0 and maxFanout >= 1");
+        if (refreshMillis <= 0 || idleMillis < refreshMillis || firstWaitMillis < 0 || maxFanout < 1) {
+            throw new IllegalArgumentException("refreshMillis must be > 0, idleMillis >= refreshMillis, "
+                    + "firstWaitMillis >= 0 and maxFanout >= 1");
         }
         this.refreshMillis = refreshMillis;
+        this.idleMillis = idleMillis;
         this.firstWaitMillis = firstWaitMillis;
         this.maxFanout = maxFanout;
     }
 
     /** Register a {@code RouteKey} as {@code name} in {@code session}'s function registry. */
     public static void register(SparkSession session, String name, String directory, String tableId,
-            long refreshMillis, long firstWaitMillis, int maxFanout) {
-        session.udf().register(
-                name, new RouteKey(directory, tableId, refreshMillis, firstWaitMillis, maxFanout), RETURN_TYPE);
+            long refreshMillis, long idleMillis, long firstWaitMillis, int maxFanout) {
+        session.udf().register(name,
+                new RouteKey(directory, tableId, refreshMillis, idleMillis, firstWaitMillis, maxFanout), RETURN_TYPE);
+    }
+
+    /** How many tables' snapshots this JVM holds: each is evicted {@code idleMillis} after its last lookup. */
+    public static int loadedSnapshotSources() {
+        return SnapshotSource.loaded();
     }
 
     @Override
@@ -73,7 +82,10 @@ public final class RouteKey implements UDF1<byte[], Row> {
         if (key == null) {
             return null;
         }
-        SnapshotFiles.Loaded snapshot = source().acquire();
+        SnapshotFiles.Loaded snapshot;
+        while ((snapshot = source().acquire()) == null) {
+            source = null; // evicted while idle: load the newest file again
+        }
         try {
             FrozenMatcher matcher = snapshot.matcher();
             int[] ids = IDS.get();
@@ -102,7 +114,7 @@ public final class RouteKey implements UDF1<byte[], Row> {
     private SnapshotSource source() {
         SnapshotSource found = source;
         if (found == null) {
-            found = SnapshotSource.of(directory, tableId, refreshMillis, firstWaitMillis);
+            found = SnapshotSource.of(directory, tableId, refreshMillis, idleMillis, firstWaitMillis);
             source = found;
         }
         return found;

@@ -7,6 +7,7 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.spark.SparkConf;
@@ -24,6 +25,12 @@ import scala.Tuple2;
  * <p>A file that fails verification is logged once and skipped; the source keeps what it has. A source
  * that finds no usable file at all within {@code firstWaitMillis} fails the task with a one-line error,
  * and Spark retries it.
+ *
+ * <p>A source no lookup has used for {@code idleMillis} is evicted: its checks stop and its matcher is freed
+ * once the last lookup on it ends. An executor outlives the queries it runs (a notebook's, a restarted
+ * router's with a new table), and without this each would keep a matcher and a polling task forever. A
+ * lookup that meets an evicted source ({@link #acquire} returns null) asks {@link #of} again, which loads
+ * the newest file afresh.
  */
 final class SnapshotSource {
     private static final Logger LOG = LoggerFactory.getLogger(SnapshotSource.class);
@@ -36,14 +43,28 @@ final class SnapshotSource {
     });
     private static final long FIRST_POLL_MILLIS = 200;
 
+    private final String key;
     private final SnapshotFiles files;
+    private final long refreshMillis;
+    private final long idleMillis;
     /** The snapshot lookups use; replaced (never mutated) by the refresher thread only. */
     private volatile SnapshotFiles.Loaded current;
     /** Files refused once (by path): not read again. Refresher thread only, after construction. */
     private final Set<String> refused = new HashSet<>();
+    /** Set by lookups (written only when false: no write per row), cleared by each check. */
+    private volatile boolean used = true;
+    /** Consecutive checks that found {@code used} false. Refresher thread only. */
+    private long idleChecks;
+    /** Set once, before the matcher is retired: a lookup whose acquire then fails sees it and looks again. */
+    private volatile boolean evicted;
+    /** This source's scheduled check; set right after construction, cancelled on eviction. */
+    private volatile ScheduledFuture<?> checks;
 
-    private SnapshotSource(SnapshotFiles files, long firstWaitMillis) {
+    private SnapshotSource(String key, SnapshotFiles files, long refreshMillis, long idleMillis, long firstWaitMillis) {
+        this.key = key;
         this.files = files;
+        this.refreshMillis = refreshMillis;
+        this.idleMillis = idleMillis;
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(firstWaitMillis);
         while ((current = newer(-1)) == null) {
             if (System.nanoTime() > deadline) {
@@ -55,22 +76,41 @@ final class SnapshotSource {
         LOG.info("snapshot version {} of {} loaded", current.version(), files.describe());
     }
 
-    /** The source of {@code tableId}'s files in {@code directory}, made (and its first snapshot loaded) on first use. */
-    static SnapshotSource of(String directory, String tableId, long refreshMillis, long firstWaitMillis) {
+    /**
+     * The source of {@code tableId}'s files in {@code directory}, made (and its first snapshot loaded) on first
+     * use; {@code refreshMillis} and {@code idleMillis} are the first caller's.
+     */
+    static SnapshotSource of(
+            String directory, String tableId, long refreshMillis, long idleMillis, long firstWaitMillis) {
         return SOURCES.computeIfAbsent(directory + "\n" + tableId, key -> {
-            SnapshotSource source =
-                    new SnapshotSource(new SnapshotFiles(directory, tableId, hadoopConf()), firstWaitMillis);
-            REFRESHER.scheduleWithFixedDelay(source::refresh, refreshMillis, refreshMillis, TimeUnit.MILLISECONDS);
+            SnapshotSource source = new SnapshotSource(key, new SnapshotFiles(directory, tableId, hadoopConf()),
+                    refreshMillis, idleMillis, firstWaitMillis);
+            source.checks = REFRESHER.scheduleWithFixedDelay(
+                    source::check, refreshMillis, refreshMillis, TimeUnit.MILLISECONDS);
             return source;
         });
     }
 
-    /** The current snapshot with a use taken on its matcher: release it when the lookup is done. */
+    /** How many sources this JVM holds (tests: eviction). */
+    static int loaded() {
+        return SOURCES.size();
+    }
+
+    /**
+     * The current snapshot with a use taken on its matcher: release it when the lookup is done. Null once the
+     * source was evicted: ask {@link #of} again.
+     */
     SnapshotFiles.Loaded acquire() {
+        if (!used) {
+            used = true;
+        }
         while (true) {
             SnapshotFiles.Loaded snapshot = current;
             if (snapshot.matcher().acquire()) {
                 return snapshot;
+            }
+            if (evicted) {
+                return null;
             }
             // Retired and freed between the read and the acquire: `current` already holds its successor.
         }
@@ -78,6 +118,26 @@ final class SnapshotSource {
 
     long version() {
         return current.version();
+    }
+
+    /** The refresher's periodic task: evict the source if it sat idle for {@code idleMillis}, else refresh it. */
+    private void check() {
+        if (used) {
+            used = false;
+            idleChecks = 0;
+        } else if (++idleChecks * refreshMillis >= idleMillis) {
+            evict();
+            return;
+        }
+        refresh();
+    }
+
+    private void evict() {
+        evicted = true;
+        SOURCES.remove(key, this);
+        checks.cancel(false);
+        current.matcher().retire();
+        LOG.info("snapshot source {} evicted after {} ms unused", files.describe(), idleMillis);
     }
 
     private void refresh() {
