@@ -456,18 +456,18 @@ def measure_change(
         version = summary.table_version
         log_file = Path(settings.subscriptions.table_path) / "_delta_log" / f"{version:020d}.json"
         committed_ms = log_file.stat().st_mtime_ns // 1_000_000
+        # The publish and the first delivery may both come before the import returns (its sweep runs after
+        # the commit): their times are the ones recorded when they happened, never when this loop saw them.
         deadline = time.monotonic() + CHANGE_SECONDS
-        published_ms = None
-        while time.monotonic() < deadline:
-            if snapshots.current_version >= version:
-                published_ms = time.time_ns() // 1_000_000
-                break
+        work = None
+        while work is None and time.monotonic() < deadline:
+            work = next((entry for entry in list(snapshots.history) if entry.get("version", -1) >= version), None)
             time.sleep(0.005)
+        published_ms = None if work is None else work.get("published_at_ms")
         received_us = None
         while received_us is None and time.monotonic() < deadline:
             received_us = consumer.late_received_us()
             time.sleep(0.01)
-        work = next((entry for entry in snapshots.history if entry.get("version") == version), None)
         publish_work_s = (
             None if work is None else float(work.get("seconds", 0.0)) + float(work.get("file_write_s", 0.0))
         )

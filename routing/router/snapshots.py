@@ -381,6 +381,7 @@ class SnapshotBroadcasts:
                 apply_s=round(applied - started - entry.get("read_s", 0.0), 3),
                 freeze_s=round(frozen_at - applied, 3),
                 seconds=round(time.perf_counter() - started, 3),
+                published_at_ms=time.time_ns() // 1_000_000,  # wall clock: set beside a table commit's time
             )
             self.history.append(entry)
             self._cond.notify_all()
