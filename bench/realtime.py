@@ -433,6 +433,17 @@ def start_passthrough(spark: SparkSession, settings: Settings, out_topic: str, i
     return query
 
 
+def first_data_change(delta_log: Path, first: int, last: int) -> int:
+    """The first version in ``first..last`` whose commit adds or removes data (not a property, not a compaction)."""
+    for version in range(first, last + 1):
+        for line in (delta_log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
+            action = json.loads(line)
+            for kind in ("add", "remove"):
+                if action.get(kind, {}).get("dataChange"):
+                    return version
+    raise RuntimeError(f"no commit between table versions {first} and {last} changed data")
+
+
 def measure_change(
     spark: SparkSession, settings: Settings, plan: Plan, snapshots: Any, consumer: ConsumerProcess, topic: str
 ) -> tuple[int, int | None, int | None, float | None]:
@@ -450,12 +461,16 @@ def measure_change(
         time.sleep(CHANGE_AFTER_S)
         event = {"op": "subscribe", "subscriber": LATE_SUBSCRIBER, "pattern": "#", "ts": time.time_ns() // 1_000_000}
         events.write_text(json.dumps(event) + "\n", encoding="utf-8")
+        delta_log = Path(settings.subscriptions.table_path) / "_delta_log"
+        before = max(int(path.stem) for path in delta_log.glob("*.json"))
         summary = import_files(spark, settings, [str(events)])
         if summary.rejected:
             raise RuntimeError(f"the refresh job rejected the late subscription: {summary.rejected}")
-        version = summary.table_version
-        log_file = Path(settings.subscriptions.table_path) / "_delta_log" / f"{version:020d}.json"
-        committed_ms = log_file.stat().st_mtime_ns // 1_000_000
+        # The import may commit a table property before the subscription and compact after it (the summary's
+        # version), and the routers may publish and route the subscription's commit before that: the first
+        # commit of the import that changed data is the change.
+        version = first_data_change(delta_log, before + 1, summary.table_version)
+        committed_ms = (delta_log / f"{version:020d}.json").stat().st_mtime_ns // 1_000_000
         # The publish and the first delivery may both come before the import returns (its sweep runs after
         # the commit): their times are the ones recorded when they happened, never when this loop saw them.
         deadline = time.monotonic() + CHANGE_SECONDS
