@@ -53,17 +53,23 @@ class Group:
     total_frames: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
+#: Spark's task threads: renamed per task while running (``launch worker for task ...``) and when idle, and JFR
+#: keeps the name a thread had when first recorded, so either name is the one group.
+TASK_THREADS = "Executor task threads"
+
+
 def thread_group(name: str) -> str:
-    """A thread's name without its numbers and parenthesised details: ``Executor task launch worker for task 3.0
-    in stage 7.0 (TID 21)`` and its siblings are one group."""
+    """A thread's name without its numbers and parenthesised details (``C2 CompilerThread0`` and its siblings are
+    one group); every Spark task thread is :data:`TASK_THREADS`."""
+    if name.startswith("Executor task "):
+        return TASK_THREADS
     name = re.sub(r"\s*[(\[].*[)\]]$", "", name)
-    name = re.sub(r"\d+(\.\d+)*", "#", name)
-    return re.sub(r"\s+for task # in stage #$", "", name).strip() or "?"
+    return re.sub(r"\d+", "#", name).strip() or "?"
 
 
 def frame_name(frame: dict[str, Any]) -> str:
     method = frame.get("method") or {}
-    owner = (method.get("type") or {}).get("name", "?")
+    owner = str((method.get("type") or {}).get("name", "?")).replace("/", ".")  # JFR writes internal names
     return f"{owner}.{method.get('name', '?')}"
 
 

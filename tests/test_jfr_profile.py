@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dev.jfr_profile import events_of, main, report, summarize, thread_group
+from dev.jfr_profile import TASK_THREADS, events_of, main, report, summarize, thread_group
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -22,7 +22,13 @@ def sample(thread: str, *frames: str) -> dict[str, Any]:
             "sampledThread": {"javaName": thread, "osName": thread},
             "stackTrace": {
                 "frames": [
-                    {"method": {"type": {"name": frame.rsplit(".", 1)[0]}, "name": frame.rsplit(".", 1)[1]}}
+                    # JFR writes a class's internal name: a/Leaf
+                    {
+                        "method": {
+                            "type": {"name": frame.rsplit(".", 1)[0].replace(".", "/")},
+                            "name": frame.rsplit(".", 1)[1],
+                        }
+                    }
                     for frame in frames
                 ]
             },
@@ -33,8 +39,8 @@ def sample(thread: str, *frames: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("name", "group"),
     [
-        ("Executor task launch worker for task 3.0 in stage 7.0 (TID 21)", "Executor task launch worker"),
-        ("Executor task launch worker for task 0.0 in stage 12.0 (TID 4)", "Executor task launch worker"),
+        ("Executor task launch worker for task 3.0 in stage 7.0 (TID 21)", TASK_THREADS),
+        ("Executor task idle worker 12", TASK_THREADS),  # the name JFR keeps: the thread's when first seen
         ("C2 CompilerThread0", "C# CompilerThread#"),
         ("stream execution thread for router [id = 1f0c, runId = 9a2e]", "stream execution thread for router"),
         ("", "?"),
@@ -57,14 +63,14 @@ def test_self_and_total_count_each_sample_once_per_frame() -> None:
         }
     }
     groups = summarize(events_of(recording))
-    worker = groups["Executor task launch worker"]
+    worker = groups[TASK_THREADS]
     assert worker.samples == 2
     assert worker.self_frames == {"a.Leaf.run": 1, "a.Other.run": 1}
     assert worker.total_frames == {"a.Leaf.run": 1, "a.Other.run": 1, "a.Mid.call": 2, "a.Root.main": 2}
     assert groups["main"].samples == 1
-    assert summarize(events_of(recording), keep_idle=True)["Executor task launch worker"].samples == 3
+    assert summarize(events_of(recording), keep_idle=True)[TASK_THREADS].samples == 3
     text = report(groups, top=5, groups_shown=1)
-    assert "3 samples" in text and "== Executor task launch worker: 2 samples, 66.7% of all" in text
+    assert "3 samples" in text and f"== {TASK_THREADS}: 2 samples, 66.7% of all" in text
     assert "100.0%  a.Mid.call" in text and "== main" not in text
 
 
@@ -87,7 +93,7 @@ def test_a_recording_of_the_session_jvm_shows_its_task_threads(
         stop.set()
         worker.join(timeout=120)
     out = capsys.readouterr().out
-    assert "== Executor task launch worker" in out, out
+    assert f"== {TASK_THREADS}" in out, out
     assert main(["--read", str(tmp_path / "x.jfr"), "--groups", "1"]) == 0  # the kept file reads again
     assert capsys.readouterr().out.count("== ") == 1
 
