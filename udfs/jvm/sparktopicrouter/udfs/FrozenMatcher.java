@@ -26,19 +26,21 @@ public final class FrozenMatcher {
 
     private final long handle;
     private final AtomicLong uses = new AtomicLong(1);
-    /** Every subscriber id, by the ids {@link #lookup} returns: built once per matcher, shared by every row. */
+    /** Every subscriber id's UTF-8 text, back to back: id {@code i} is {@code [ends[i - 1], ends[i])}. */
+    private final byte[] text;
+    private final int[] ends;
+    /**
+     * Each id's {@code String}, made at its first lookup: a table's idle tenants never match, and a million
+     * Strings made per snapshot cost the JVM ~100 MB of heap to mark and a pause at every swap. Invariant:
+     * a slot is null or the String of {@code text}'s range for that id.
+     */
     private final String[] subscribers;
 
     private FrozenMatcher(long handle) {
         this.handle = handle;
-        byte[] text = subscriberText(handle);
-        int[] ends = subscriberEnds(handle);
+        text = subscriberText(handle);
+        ends = subscriberEnds(handle);
         subscribers = new String[ends.length];
-        int start = 0;
-        for (int id = 0; id < ends.length; id++) {
-            subscribers[id] = new String(text, start, ends[id] - start, StandardCharsets.UTF_8);
-            start = ends[id];
-        }
     }
 
     /** Decode {@code bytes[offset, offset + length)}, validating everything; a {@link FrozenFormatException} if not intact. */
@@ -88,7 +90,15 @@ public final class FrozenMatcher {
 
     /** The text of subscriber id {@code id}. */
     public String subscriber(int id) {
-        return subscribers[id];
+        String found = subscribers[id];
+        if (found == null) {
+            int start = id == 0 ? 0 : ends[id - 1];
+            found = new String(text, start, ends[id] - start, StandardCharsets.UTF_8);
+            // A race here is benign: threads that both miss store equal Strings, and a String is immutable and
+            // published whole through its final fields, so a reader sees null or a complete one (JLS 17.5).
+            subscribers[id] = found;
+        }
+        return found;
     }
 
     public int subscriberCount() {
