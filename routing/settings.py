@@ -338,6 +338,8 @@ DEFAULT_SPARK_CONF: Mapping[str, str] = {
     ARROW_BATCH_ROWS: "10000",
     # A UDF output batch of subscriber lists: many rows per round trip, far below Arrow's 2 GiB.
     ARROW_OUTPUT_BATCH_BYTES: str(64 * 1024 * 1024),
+    # The Kafka sink's cached batch lives for one batch: compressing it only costs the sink's CPU.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 
 
