@@ -454,13 +454,16 @@ def measure_change(
 
     from jobs.refresh_subscriptions import import_files
 
-    # Traffic flows until the first delivery is seen or the wait ends, however long the import takes: with a
+    # Traffic flows until the first delivery is seen or the wait ends, however long the import takes: with one
     # fixed-length step a slow import (a contended machine, a large table) published after the traffic stopped.
+    # Each further step is a new producer process, whose start-up is a gap in the traffic: steps as long as the
+    # wait keep a gap out of the usual case.
     done = threading.Event()
 
     def traffic() -> None:
         while not done.is_set():
-            run_producer(settings, plan.producer_plan(), topic, Step("change", CHANGE_STEP, CHANGE_RATE, 5.0))
+            step = Step("change", CHANGE_STEP, CHANGE_RATE, CHANGE_SECONDS)
+            run_producer(settings, plan.producer_plan(), topic, step)
 
     producer = threading.Thread(target=traffic, daemon=True)
     events = Path(settings.router.checkpoint_path).parent / "late-subscriber.jsonl"
@@ -497,7 +500,7 @@ def measure_change(
         return committed_ms, published_ms, None if received_us is None else received_us // 1000, publish_work_s
     finally:
         done.set()
-        producer.join(60)
+        producer.join(CHANGE_SECONDS + 60)
         # Gone again before the steps, so they route the table they were given.
         event = {"op": "unsubscribe", "subscriber": LATE_SUBSCRIBER, "pattern": "#", "ts": time.time_ns() // 1_000_000}
         events.write_text(json.dumps(event) + "\n", encoding="utf-8")
