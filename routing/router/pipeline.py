@@ -22,7 +22,8 @@ One micro-batch, in ``foreachBatch`` on the driver (:meth:`Router.process_batch`
    their classification reasons. Only a batch that has dead letters (or
    unmatched messages, when they are written) reads its input a second time
    to write them; a batch whose only dead letters were judged in the JVM
-   writes them without the UDF. Deliveries optionally go to Kafka too.
+   writes them without the UDF. Deliveries optionally go to Kafka too, published from the same cached
+   rows beside the Delta write (:meth:`Router._publish_beside`).
 5. **Measure**: the counts, per-stage timers (:class:`routing.router.metrics.StageTimer`) and the
    query's progress make one JSON line per batch (``StreamingQueryListener``).
 
@@ -65,6 +66,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any, cast
 
 from routing import delta_tables, kafka_sink
@@ -206,6 +208,14 @@ class Router:
         #: start (:func:`warm_in_background`). None on Spark Connect, which has no JVM to warm
         #: through; see :class:`routing.appends.AppendStateWarmer`.
         self.warmer = None if self.connect else AppendStateWarmer(spark)
+        #: The Kafka sink's publish of a batch's deliveries runs here, beside that batch's Delta write
+        #: (:meth:`_publish_beside`); one long-lived thread, as for the warmer. None without a Kafka sink, and on
+        #: Spark Connect, whose Observation counts only the write that computes the cached deliveries.
+        self.publisher: Any = None
+        if router.kafka_sink_topic and not self.connect:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-sink")
         #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task; Spark Connect has no
         #: accumulators, so there the metrics' ``match_ms`` and ``distinct_keys_per_arrow_batch_sum`` stay 0.
         self.udf_stats = None if self.connect else spark.sparkContext.accumulator(UdfStats(), UdfStatsParam())
@@ -248,6 +258,8 @@ class Router:
             self.listener = None
         if self.warmer is not None:
             self.warmer.close()
+        if self.publisher is not None:
+            self.publisher.shutdown(wait=True)
         self.snapshots.close()
         if self.lease is not None:
             self.lease.release()
@@ -293,15 +305,20 @@ class Router:
             published = self.snapshots.acquire(version)
         # With a Kafka sink, the deliveries the Delta write computes are kept for the sink, which would otherwise
         # run the whole pass again (the Kafka read, the classification, the match): the profile of (e) in
-        # bench/stream.py. MEMORY_AND_DISK, so a batch bigger than the executors' memory spills.
+        # bench/stream.py. MEMORY_AND_DISK_DESER: a batch bigger than the executors' memory spills, and the rest stays
+        # as built (PySpark's MEMORY_AND_DISK is serialized: that was 10 % of (e)'s task time, for a cache read
+        # once, one batch later).
         persisted: list[DataFrame] = []
+        # The Kafka sink's publish in flight beside the deliveries write, and whether it has completed.
+        publishing: Future[None] | None = None
+        published_to_kafka = False
 
         def kept(deliveries: DataFrame) -> DataFrame:
             if not router.kafka_sink_topic:
                 return deliveries
             from pyspark import StorageLevel
 
-            persisted.append(deliveries.persist(StorageLevel.MEMORY_AND_DISK))
+            persisted.append(deliveries.persist(StorageLevel.MEMORY_AND_DISK_DESER))
             return persisted[-1]
 
         try:
@@ -322,8 +339,17 @@ class Router:
                     counted = judged if observation is None else judged.observe(observation, *plan.metrics)
                     deliveries = kept(plan.deliveries(counted, version, batch_id, routed_at))
                 self._wait_for_warm(timer)
+                if observation is None and self.publisher is not None:
+                    publishing = self._publish_beside(deliveries)
                 with timer("write_deliveries"):
                     self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=True)
+                if publishing is not None:
+                    # Before the counters are read: a partition the publish computed counts in its task's
+                    # accumulator update, which has reached the driver once that job is done.
+                    with timer("kafka_sink"):
+                        publishing.result()
+                        publishing = None
+                        published_to_kafka = True
                 self._crash_point(batch_id, AFTER_DELIVERIES)
                 with timer("observe"):
                     if observation is None:
@@ -372,7 +398,7 @@ class Router:
                 with timer("write_unmatched"):
                     unrouted = unrouted_frame(judged, version, batch_id, routed_at)
                     self._append(unrouted, router.unrouted_path, batch_id, written, first_attempt=not replayed)
-            if router.kafka_sink_topic and metrics["deliveries"]:
+            if router.kafka_sink_topic and metrics["deliveries"] and not published_to_kafka:
                 with timer("kafka_sink"):
                     self._publish_to_kafka(
                         persisted[-1] if persisted else plan.deliveries(judged, version, batch_id, routed_at)
@@ -380,6 +406,10 @@ class Router:
             if self.after_writes is not None:
                 self.after_writes(batch_id)
         finally:
+            if publishing is not None:
+                # The deliveries write failed: the publish reads the cached frame until it ends (its outcome
+                # is moot: the batch fails and Spark re-executes it, publishing again with the same ids).
+                wait([publishing])
             for frame in persisted:
                 frame.unpersist()
             self.snapshots.release(published)
@@ -556,6 +586,25 @@ class Router:
             partition_by=(),
             merge_schema=True,
         )
+
+    def _publish_beside(self, deliveries: DataFrame) -> Future[None]:
+        """:meth:`_publish_to_kafka` of the cached ``deliveries`` on the publisher's thread, started before their
+        Delta write so that the two overlap: the publish's tasks queue behind the write's (FIFO, one job's
+        tasks before the next's) and run while the driver commits to Delta. Spark computes each cached
+        partition once, for whichever task asks first, so the input is still read and matched once.
+
+        The publish carries the caller's local properties (the query's job group, so stopping the query
+        cancels it too), as :class:`pyspark.InheritableThread` does. Delivery stays at least once, with the
+        ids Delta has: a batch whose Delta write fails after the publish is re-executed and published again.
+        """
+        context = self.spark.sparkContext._jsc.sc()
+        properties = context.getLocalProperties().clone()
+
+        def publish() -> None:
+            context.setLocalProperties(properties)
+            self._publish_to_kafka(deliveries)
+
+        return cast("Future[None]", self.publisher.submit(publish))
 
     def _publish_to_kafka(self, deliveries: DataFrame) -> None:
         """Deliveries to Kafka, keyed by the delivery id, the router's headers first (:mod:`routing.kafka_sink`:
