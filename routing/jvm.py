@@ -11,6 +11,8 @@ Fast path (caller)               What it saves                               Fal
 (``router.columns.Projection``)  column list is built once
 :meth:`SparkJvm.batch_constants` ~75 round trips a batch: PySpark's          PySpark's ``functions``
 (``router.columns.BatchPlan``)   call-origin bookkeeping per function
+:meth:`SparkJvm.carry_local_`    a new Python thread, and so a new JVM       the publish runs without the query's job
+``properties`` (the Kafka sink)  connection, per batch's Kafka publish       group (the batch still waits for it)
 :meth:`SparkJvm.progress_`       ~0.1 s of CPU a batch: PySpark converts     PySpark's own listener bridge
 ``listener`` (router.listener)  each progress event field by field
 :class:`HadoopFiles`             (no public API: Spark's                     pyarrow's filesystems
@@ -42,7 +44,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -142,6 +144,19 @@ class SparkJvm:
             array = self._array(self._to_seq(self._array_list([literal])))
             constants.append(self._element_at(array, jindex).alias(name))
         return constants
+
+    def carry_local_properties(self) -> Callable[[], None]:
+        """The calling thread's local properties (the query's job group among them), cloned now; calling the
+        result on another thread gives it those properties, as :class:`pyspark.InheritableThread` does for a
+        thread of its own (this serves a long-lived pool thread, which PySpark's pinned-thread mode makes
+        cheaper than a new thread, and so a new JVM connection, per use)."""
+        context = self._jspark.sparkContext()
+        properties = context.getLocalProperties().clone()
+
+        def apply() -> None:
+            context.setLocalProperties(properties)
+
+        return apply
 
     def progress_listener(self, callback: Any) -> Any:
         """The JVM's listener wrapper around a py4j ``PythonStreamingQueryListener`` callback (what PySpark's

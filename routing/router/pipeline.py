@@ -73,6 +73,7 @@ from routing import delta_tables, kafka_sink
 from routing.appends import AppendStateWarmer, append_once
 from routing.checkpoints import CheckpointLease, first_batch_of_run
 from routing.errors import DEAD_LETTER_REASONS
+from routing.jvm import spark_jvm
 from routing.router.columns import SOURCE_COLUMNS, BatchPlan, dead_letters_frame, judged_in_jvm, unrouted_frame
 from routing.router.connect import RUN_TOTALS, ConnectBatches, _report_of, batch_records
 from routing.router.ledger import Ledger, ledger_directory, prune_through
@@ -597,11 +598,12 @@ class Router:
         cancels it too), as :class:`pyspark.InheritableThread` does. Delivery stays at least once, with the
         ids Delta has: a batch whose Delta write fails after the publish is re-executed and published again.
         """
-        context = self.spark.sparkContext._jsc.sc()
-        properties = context.getLocalProperties().clone()
+        internals = spark_jvm(self.spark)
+        carried = None if internals is None else internals.carry_local_properties()
 
         def publish() -> None:
-            context.setLocalProperties(properties)
+            if carried is not None:
+                carried()
             self._publish_to_kafka(deliveries)
 
         return cast("Future[None]", self.publisher.submit(publish))
