@@ -820,6 +820,12 @@ def _ms(value_us: float) -> str:
     return f"{value_us / 1000:,.0f}" if value_us >= 10_000 else f"{value_us / 1000:,.1f}"
 
 
+def verdict(target: str, size: int, ratio: float, minimum: float) -> str:
+    """One line of the Targets list: ``target`` at ``size`` subscriptions, met or missed, and by how much."""
+    outcome = "met" if ratio >= minimum else "MISSED"
+    return f"{target} at {size:,} subscriptions: {outcome} ({ratio:,.3f}x, {ratio / minimum:.3f} of the target)"
+
+
 def ratio_lines(results: Results, plan: Plan) -> tuple[list[list[str]], list[str]]:
     rows: list[list[str]] = []
     verdicts: list[str] = []
@@ -838,10 +844,7 @@ def ratio_lines(results: Results, plan: Plan) -> tuple[list[list[str]], list[str
             row.append(f"{ratio:,.2f}x")
             if baseline in minimums:
                 minimum = minimums[baseline]
-                verdicts.append(
-                    f"(b) >= {minimum:g} x {baseline.split()[0]} at {size:,} subscriptions: "
-                    f"{'met' if ratio >= minimum else 'MISSED'} ({ratio:,.3f}x, {ratio / minimum:.3f} of the target)"
-                )
+                verdicts.append(verdict(f"(b) >= {minimum:g} x {baseline.split()[0]}", size, ratio, minimum))
         rows.append(row)
     sink_sizes, sink_minimum = KAFKA_SINK_TARGET
     for size in sink_sizes:
@@ -849,10 +852,7 @@ def ratio_lines(results: Results, plan: Plan) -> tuple[list[list[str]], list[str
         if sink is None or native is None or not native.msg_per_s:
             continue
         ratio = sink.msg_per_s / native.msg_per_s
-        verdicts.append(
-            f"(e) >= {sink_minimum:g} x (b) at {size:,} subscriptions: "
-            f"{'met' if ratio >= sink_minimum else 'MISSED'} ({ratio:,.3f}x, {ratio / sink_minimum:.3f} of the target)"
-        )
+        verdicts.append(verdict(f"(e) >= {sink_minimum:g} x (b)", size, ratio, sink_minimum))
     for size in sorted(set(TARGETS) - set(plan.sizes)):
         verdicts.append(f"targets at {size:,} subscriptions: not measured by this run")
     if plan.messages < MIN_MESSAGES or plan.messages < MIN_BATCHES * plan.max_offsets_per_trigger:

@@ -66,7 +66,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, cast
 
 from routing import delta_tables, kafka_sink
@@ -212,11 +212,11 @@ class Router:
         #: The Kafka sink's publish of a batch's deliveries runs here, beside that batch's Delta write
         #: (:meth:`_publish_beside`); one long-lived thread, as for the warmer. None without a Kafka sink, and on
         #: Spark Connect, whose Observation counts only the write that computes the cached deliveries.
-        self.publisher: Any = None
-        if router.kafka_sink_topic and not self.connect:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self.publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-sink")
+        self.publisher = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-sink")
+            if router.kafka_sink_topic and not self.connect
+            else None
+        )
         #: The UDF's own figures (``udfs.route.UdfStats``), summed by Spark over every task; Spark Connect has no
         #: accumulators, so there the metrics' ``match_ms`` and ``distinct_keys_per_arrow_batch_sum`` stay 0.
         self.udf_stats = None if self.connect else spark.sparkContext.accumulator(UdfStats(), UdfStatsParam())
@@ -308,11 +308,10 @@ class Router:
         # run the whole pass again (the Kafka read, the classification, the match): the profile of (e) in
         # bench/stream.py. MEMORY_AND_DISK_DESER: a batch bigger than the executors' memory spills, and the rest stays
         # as built (PySpark's MEMORY_AND_DISK is serialized: that was 10 % of (e)'s task time, for a cache read
-        # once, one batch later).
+        # once, within the batch).
         persisted: list[DataFrame] = []
-        # The Kafka sink's publish in flight beside the deliveries write, and whether it has completed.
+        # The Kafka sink's publish beside the deliveries write, once started.
         publishing: Future[None] | None = None
-        published_to_kafka = False
 
         def kept(deliveries: DataFrame) -> DataFrame:
             if not router.kafka_sink_topic:
@@ -341,7 +340,7 @@ class Router:
                     deliveries = kept(plan.deliveries(counted, version, batch_id, routed_at))
                 self._wait_for_warm(timer)
                 if observation is None and self.publisher is not None:
-                    publishing = self._publish_beside(deliveries)
+                    publishing = self._publish_beside(self.publisher, deliveries)
                 with timer("write_deliveries"):
                     self._append(deliveries, router.deliveries_path, batch_id, written, first_attempt=True)
                 if publishing is not None:
@@ -349,8 +348,6 @@ class Router:
                     # accumulator update, which has reached the driver once that job is done.
                     with timer("kafka_sink"):
                         publishing.result()
-                        publishing = None
-                        published_to_kafka = True
                 self._crash_point(batch_id, AFTER_DELIVERIES)
                 with timer("observe"):
                     if observation is None:
@@ -399,7 +396,7 @@ class Router:
                 with timer("write_unmatched"):
                     unrouted = unrouted_frame(judged, version, batch_id, routed_at)
                     self._append(unrouted, router.unrouted_path, batch_id, written, first_attempt=not replayed)
-            if router.kafka_sink_topic and metrics["deliveries"] and not published_to_kafka:
+            if router.kafka_sink_topic and metrics["deliveries"] and publishing is None:
                 with timer("kafka_sink"):
                     self._publish_to_kafka(
                         persisted[-1] if persisted else plan.deliveries(judged, version, batch_id, routed_at)
@@ -408,8 +405,8 @@ class Router:
                 self.after_writes(batch_id)
         finally:
             if publishing is not None:
-                # The deliveries write failed: the publish reads the cached frame until it ends (its outcome
-                # is moot: the batch fails and Spark re-executes it, publishing again with the same ids).
+                # Done unless the deliveries write failed: then the publish reads the cached frame until it ends
+                # (its outcome is moot: the batch fails and Spark re-executes it, publishing again, same ids).
                 wait([publishing])
             for frame in persisted:
                 frame.unpersist()
@@ -588,8 +585,8 @@ class Router:
             merge_schema=True,
         )
 
-    def _publish_beside(self, deliveries: DataFrame) -> Future[None]:
-        """:meth:`_publish_to_kafka` of the cached ``deliveries`` on the publisher's thread, started before their
+    def _publish_beside(self, publisher: ThreadPoolExecutor, deliveries: DataFrame) -> Future[None]:
+        """:meth:`_publish_to_kafka` of the cached ``deliveries`` on the ``publisher``'s thread, started before their
         Delta write so that the two overlap: the publish's tasks queue behind the write's (FIFO, one job's
         tasks before the next's) and run while the driver commits to Delta. Spark computes each cached
         partition once, for whichever task asks first, so the input is still read and matched once.
@@ -606,7 +603,7 @@ class Router:
                 carried()
             self._publish_to_kafka(deliveries)
 
-        return cast("Future[None]", self.publisher.submit(publish))
+        return publisher.submit(publish)
 
     def _publish_to_kafka(self, deliveries: DataFrame) -> None:
         """Deliveries to Kafka, keyed by the delivery id, the router's headers first (:mod:`routing.kafka_sink`:
