@@ -291,7 +291,6 @@ def read_changes(spark: SparkSession, path: str, after_version: int, version: in
     created before the feed was enabled, or whose log was cleaned up).
     """
     from pyspark.errors import AnalysisException
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if not after_version < version:
@@ -302,14 +301,9 @@ def read_changes(spark: SparkSession, path: str, after_version: int, version: in
             path,
             {"readChangeFeed": "true", "startingVersion": after_version + 1, "endingVersion": version},
         )
-        images = feed.where(F.col("_change_type") != "update_preimage")
-        # Last change per row: the newest commit; within a commit (an overwrite) an insert beats a delete.
-        deleted = F.col("_change_type") == "delete"
-        last_first = Window.partitionBy(*KEY).orderBy(F.col("_commit_version").desc(), deleted.asc())
-        return (
-            images.withColumn("_rank", F.row_number().over(last_first))
-            .where("_rank = 1")
-            .select("pattern", "subscriber_id", (F.col("active") & ~deleted).alias("active"))
+        images = (
+            feed.where(F.col("_change_type") != "update_preimage")
+            .select(*KEY, "active", (F.col("_change_type") == "delete").alias("deleted"), "_commit_version")
             .toArrow()
         )
     except AnalysisException as error:
@@ -317,6 +311,33 @@ def read_changes(spark: SparkSession, path: str, after_version: int, version: in
         if condition == _MISSING_CHANGE_DATA or condition.startswith("DELTA_"):
             raise ChangesUnavailable(f"versions {after_version + 1}..{version}: {condition}") from error
         raise
+    return last_changes(images)
+
+
+def last_changes(images: pa.Table) -> pa.Table:
+    """Each row's last change of a change feed's post-images (``KEY``, ``active``, ``deleted``,
+    ``_commit_version``): the newest commit, and within a commit (an overwrite) an insert over a delete.
+
+    On the driver, in Arrow: the feed of a refresh is the changed rows only, and a window over them in Spark
+    cost a shuffle stage, most of a refresh's read.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ordered = images.sort_by(
+        [(KEY[0], "ascending"), (KEY[1], "ascending"), ("_commit_version", "descending"), ("deleted", "ascending")]
+    )
+    count = ordered.num_rows
+    if count == 0:
+        first = pa.array([], pa.bool_())
+    else:
+        # A row starts its key's group when its key differs from the row before it.
+        columns = [ordered[name].combine_chunks() for name in KEY]
+        differs = [pc.not_equal(column.slice(1), column.slice(0, count - 1)) for column in columns]
+        first = pa.concat_arrays([pa.array([True]), pc.or_(*differs)])
+    last = ordered.filter(first)
+    active = pc.and_(last["active"], pc.invert(last["deleted"]))
+    return pa.table({"pattern": last["pattern"], "subscriber_id": last["subscriber_id"], "active": active})
 
 
 @dataclasses.dataclass(frozen=True)
