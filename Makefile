@@ -162,7 +162,7 @@ FUZZ_RUNS ?= 2000
 FUZZ_SECONDS ?= 10
 fuzz-smoke:
 	@if cargo +nightly fuzz --version >/dev/null 2>&1; then \
-		cd native && for target in from_bytes batch_keys lookups; do \
+		cd native && for target in from_bytes batch_keys lookups deltas; do \
 			corpus=$$(mktemp -d); \
 			seeds=$$(for dir in fuzz/corpus/$$target fuzz/seeds/$$target; do test -d $$dir && echo $$dir; done); \
 			leaks=$$(test $$target = lookups && echo -detect_leaks=0); \

@@ -477,6 +477,7 @@ class RouterSettings:
     }
     INT_RANGES: ClassVar[Mapping[str, tuple[int, int, str]]] = {
         "retain_batches": (0, MAX_INT_SETTING, " 0 (keep everything) or a number of batches"),
+        "snapshot_deltas_from_pairs": (0, MAX_INT_SETTING, " 0 (always) or a number of pairs"),
     }
 
     topics: tuple[str, ...] = ("messages",)
@@ -550,6 +551,15 @@ class RouterSettings:
     measured faster than a broadcast, ``bench/results/snapshot_transport.md``, and the only way on Spark Connect) or
     ``broadcast`` (classic sessions; for executors that cannot open the snapshot directory with pyarrow; the files
     are still kept for restarts where the driver can write them)."""
+    snapshot_deltas_from_pairs: int = 100_000
+    """With the ``file`` transport, a table of at least this many pairs publishes each new version as a delta over
+    its last whole snapshot (a base), which costs what changed instead of the whole table, on the driver and on
+    every worker (``routing.router.snapshots``); a smaller one publishes whole snapshots, which freeze in
+    milliseconds. 0: deltas at every size."""
+    snapshot_merge_pairs: int = 100_000
+    """Pairs changed since the base after which a new base is frozen, on a background thread, while deltas keep
+    being published: larger deltas cost every publish and lookup a little more, merges cost a whole freeze and
+    every worker's load of the new base."""
 
     @property
     def key_kind(self) -> str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pickle
 import random
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +29,7 @@ from routing.matchers import (
     Snapshot,
     TrieMatcher,
 )
-from routing.matchers.native import FORMAT_VERSION, FrozenFormatError
+from routing.matchers.native import FORMAT_VERSION, BulkRowError, DeltaBuilder, FrozenFormatError, LayeredMatcher
 from routing.reference import ReferenceMatcher
 
 CLASSIC = (NaiveMatcher, InvertedBitmapMatcher, OptimizedInvertedBitmapMatcher, TrieMatcher)
@@ -322,3 +324,84 @@ def test_huge_keys_and_deep_patterns_are_answered() -> None:
         assert frozen.lookup(key) == want
     native.unsubscribe(deep, "deep")
     assert native.freeze().lookup(deep) == {"w"}
+
+
+# --- mapped files, bases and deltas --------------------------------------------------------------------------------
+
+
+def test_a_mapped_file_matches_like_its_bytes_and_refuses_damage(tmp_path: Path) -> None:
+    pairs = [(f"t{i}.orders.#", f"s{i % 7}") for i in range(200)] + [("*.x", "star"), ("#", "all")]
+    frozen = FrozenMatcher(pairs)
+    path = tmp_path / "matcher.bin"
+    path.write_bytes(b"\0" * 16 + frozen.to_bytes())
+    mapped = FrozenMatcher.open(path, 16)
+    assert mapped.is_mapped and not frozen.is_mapped
+    assert mapped.to_bytes() == frozen.to_bytes()
+    oracle = ReferenceMatcher(pairs)
+    for key in ("t7.orders.new", "t7.x", "t300.orders", "", "a.b.c"):
+        assert mapped.lookup(key) == oracle.lookup(key)
+    with pytest.raises(ValueError, match="non-negative"):
+        FrozenMatcher.open(path, -8)
+    with pytest.raises(OSError, match="not a multiple of 8"):
+        FrozenMatcher.open(path, 4)
+    with pytest.raises(OSError):
+        FrozenMatcher.open(tmp_path / "absent.bin")
+    damaged = bytearray(path.read_bytes())
+    damaged[200] ^= 1
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(FrozenFormatError, match="checksum"):
+        FrozenMatcher.open(path, 16)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    base=st.lists(st.tuples(patterns, subscribers), max_size=20),
+    versions=st.lists(st.lists(st.tuples(st.tuples(patterns, subscribers), st.booleans()), max_size=8), max_size=4),
+    rebase_at=st.integers(min_value=0, max_value=4),
+)
+def test_a_delta_over_its_base_matches_the_whole_table_at_every_version(
+    base: list[tuple[str, str]], versions: list[list[tuple[tuple[str, str], bool]]], rebase_at: int
+) -> None:
+    """The driver's use: record each version's final states, freeze a delta, layer it over the base; once, move onto
+    a new base frozen from the model. Oracle: a set model of the pairs and the regex matcher."""
+    model = set(base)
+    builder = DeltaBuilder(FrozenMatcher(model))
+    probe = {"", "a", "a.b", "é.#b"} | {pattern for pattern, _ in base}
+    for version, changes in enumerate(versions, start=1):
+        final = dict(changes)  # a change feed holds each changed pair once, in its final state
+        for active in (False, True):
+            rows = [pair for pair, state in final.items() if state is active]
+            patterns_column = pa.array([pattern for pattern, _ in rows], pa.string())
+            subscribers_column = pa.array([subscriber for _, subscriber in rows], pa.string())
+            assert builder.record(patterns_column, subscribers_column, active=active, version=version) == len(rows)
+            (model.update if active else model.difference_update)(rows)
+        probe |= {pattern for pattern, _ in final}
+        if version == rebase_at:
+            builder.rebase(FrozenMatcher(model), through=version)
+            assert len(builder) == 0
+        delta = FrozenMatcher.from_bytes(builder.freeze().to_bytes())
+        layered = LayeredMatcher(builder.base, delta)
+        assert layered.subscriptions() == frozenset(model)
+        assert len(layered) == len(model)
+        oracle = ReferenceMatcher(sorted(model))
+        for key in probe:
+            assert layered.lookup(key) == oracle.lookup(key), (version, key)
+        batch = layered.match_batch(pa.array(sorted(probe), pa.string())).to_pylist()
+        assert [set(row) for row in batch] == [oracle.lookup(key) for key in sorted(probe)]
+
+
+def test_a_delta_is_refused_over_another_base_or_as_a_base() -> None:
+    one, other = FrozenMatcher([("a", "s")]), FrozenMatcher([("b", "s")])
+    builder = DeltaBuilder(one)
+    builder.record(pa.array(["a"]), pa.array(["s"]), active=False, version=1)
+    delta = builder.freeze()
+    assert LayeredMatcher(one, delta).lookup("a") == frozenset()
+    with pytest.raises(FrozenFormatError, match="another base"):
+        LayeredMatcher(other, delta)
+    with pytest.raises(FrozenFormatError, match="itself a delta"):
+        LayeredMatcher(delta, delta)
+    with pytest.raises(FrozenFormatError):
+        DeltaBuilder(delta)
+    with pytest.raises(BulkRowError):
+        builder.record(pa.array(["a"]), pa.array([""]), active=True, version=2)
+    assert len(builder) == 1, "a refused batch records nothing"

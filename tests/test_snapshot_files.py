@@ -13,13 +13,16 @@ import hashlib
 import logging
 import os
 import pickle
+import re
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from routing.config import ConfigError
 from routing.matchers import FrozenMatcher
+from routing.matchers.native import DeltaBuilder
 from routing.router.snapshot_files import (
     DEFAULT_DIRECTORY,
     STALE_TEMP_S,
@@ -142,8 +145,9 @@ def test_tables_sharing_a_directory_never_read_or_prune_each_others_files(
 
 
 def claimed(claim: bytes, data: bytes) -> bytes:
-    """A file whose claim is ``claim`` as it is."""
-    return b"STRSNAP1" + len(claim).to_bytes(2, "little") + claim + data
+    """A file whose claim is ``claim`` as it is (padded so that the matcher starts at a multiple of 8)."""
+    head = b"STRSNAP2" + len(claim).to_bytes(2, "little") + claim
+    return head + bytes(-len(head) % 8) + data
 
 
 def test_unsealing_refuses_every_malformed_or_mismatched_file() -> None:
@@ -151,11 +155,14 @@ def test_unsealing_refuses_every_malformed_or_mismatched_file() -> None:
     sealed = seal(TABLE, 9, data)
     assert claimed(b'{"table_id": "%s", "version": 9}' % TABLE.encode(), data) == sealed
     assert unseal(sealed, TABLE, 9) == data
+    head = len(sealed) - len(data)
+    assert head % 8 == 0 and sealed[head - 1] == 0, "the matcher starts at a multiple of 8, after zero padding"
     cases = [
         b"",
         b"STRSNAP",
         data,  # a bare matcher, as files were before the seal
-        b"STRSNAP2" + sealed[8:],
+        b"STRSNAP1" + sealed[8:],  # the seal of earlier builds (format 1 matchers)
+        sealed[: -len(data) - 1] + b"\x01" + data,  # a non-zero byte of the padding after the claim
         sealed[:8] + b"\xff\xff" + sealed[10:],  # a claim longer than allowed
         sealed[:8] + b"\x10\x00" + b"{",  # past the end
         sealed[:8] + b"\x02\x00" + b"[]" + data,
@@ -170,7 +177,6 @@ def test_unsealing_refuses_every_malformed_or_mismatched_file() -> None:
         with pytest.raises(SnapshotFileRefused):
             unseal(case, TABLE, 9)
     # Every single-byte change of the seal's head is refused or yields exactly the matcher bytes (never a crash).
-    head = len(sealed) - len(data)
     for position in range(head):
         for flip in (1, 0x80):
             changed = bytearray(sealed)
@@ -266,3 +272,46 @@ def test_a_snapshot_file_reference_reads_the_bytes_only_if_they_match_their_name
     (own / name).write_bytes(sealed)
     with pytest.raises(SnapshotFileMissing, match=f"not table {OTHER!r} version 7"):
         _ = SnapshotFileRef(str(own), name, OTHER, 7).value
+
+
+def test_a_delta_file_names_its_base_and_a_worker_layers_it_over_the_base_it_keeps(tmp_path: Path) -> None:
+    from routing.router import snapshot_files
+
+    files, own = open_files(tmp_path, 1)
+    base = FrozenMatcher([("a.*", "s1"), ("#", "s2")])
+    base_name = files.write(1, base.to_bytes())
+    assert base_name is not None
+    builder = DeltaBuilder(base)
+    builder.record(pa.array(["#"]), pa.array(["s2"]), active=False, version=2)
+    builder.record(pa.array(["b"]), pa.array(["s3"]), active=True, version=2)
+    delta = builder.freeze().to_bytes()
+    delta_name = files.write(2, delta, base=base_name)
+    assert delta_name is not None and re.fullmatch(r"2-from-1-[0-9a-f]{64}\.delta", delta_name)
+    # keep=1 keeps version 2, and the base its delta needs.
+    assert names(own) == sorted([base_name, delta_name])
+    stored = files.read_snapshot(2)
+    assert stored is not None and (stored.data, stored.name, stored.base) == (delta, delta_name, base_name)
+    assert files.read(2) is None, "a delta is no whole snapshot"
+    assert files.read_snapshot(2, deltas=False) is None
+
+    reference = pickle.loads(pickle.dumps(files.ref(2, delta_name, base_name)))
+    snapshot_files._WORKER_BASES.clear()
+    matcher = reference.open_matcher()
+    assert (matcher.lookup("a.x"), matcher.lookup("b"), matcher.lookup("c")) == ({"s1"}, {"s3"}, frozenset())
+    assert len(matcher) == 2
+    assert list(snapshot_files._WORKER_BASES) == [f"{files.directory}/{base_name}"]
+    reference.open_matcher()
+    assert len(snapshot_files._WORKER_BASES) == 1, "the base is mapped once per worker"
+    with pytest.raises(SnapshotFileMissing, match="is a delta"):
+        _ = reference.value
+    # The base a reference names must be the delta's own, and must exist.
+    with pytest.raises(SnapshotFileMissing):
+        files.ref(2, delta_name, f"1-{'0' * 64}.frozen").open_matcher()
+    sealed = (own / delta_name).read_bytes()
+    with pytest.raises(SnapshotFileRefused, match="not a base"):
+        unseal(sealed, TABLE, 2)
+    with pytest.raises(SnapshotFileRefused, match="a delta over"):
+        unseal(seal(TABLE, 2, delta), TABLE, 2, base=base_name)
+    # A delta whose base is gone is not offered to a restart.
+    (own / base_name).unlink()
+    assert files.read_snapshot(2) is None

@@ -33,12 +33,14 @@ go into the next batch, so no fan-out within the limits can overflow Arrow's
 max_fanout x (4 + max_subscriber_bytes)`` bytes (2.6 MB at the defaults) and
 goes out alone if it is over the limit on its own.
 
-Each Python worker keeps the one deserialized matcher of the snapshot it last
-used (:class:`MatcherCache`), named by (subscription table, version), and swaps
-it when that changes, so a long-lived worker pays ``from_bytes`` once per
-version. The table is part of the name because version numbers alone collide:
-two routers (or tests) in one Spark application with different tables both
-have a version 1, and the reused worker must not route one with the other's.
+Each Python worker keeps the one matcher of the snapshot it last used
+(:class:`MatcherCache`), named by (subscription table, version), and swaps it
+when that changes, so a long-lived worker loads each version once: a snapshot
+file is mapped in place and validated (the machine's workers share its pages),
+broadcast bytes are validated into the worker's memory. The table is part of
+the name because version numbers alone collide: two routers (or tests) in one
+Spark application with different tables both have a version 1, and the reused
+worker must not route one with the other's.
 """
 
 from __future__ import annotations
@@ -142,6 +144,9 @@ def message_counts(part: pa.StructArray, max_fanout: int) -> tuple[int, int, int
 
 #: A UDF body: key batches in, :data:`ROUTE_TYPE` arrays out (what :func:`make_router` returns).
 RouteBody = Callable[[Iterator[pa.Array]], Iterator[pa.Array]]
+#: Where a worker gets a snapshot's matcher: its bytes (a broadcast's value, decoded into the worker's
+#: memory), or the matcher itself (a snapshot file mapped in place and shared by the machine's workers).
+MatcherSource = Callable[[], "bytes | _native.FrozenMatcher | _native.LayeredMatcher"]
 #: What :class:`routing.router.pipeline.Router` calls for each batch's UDF body, with :func:`make_router`'s
 #: arguments. The router takes one as a parameter, so a benchmark can match with something else
 #: (``bench/stream.py``'s Python trie) through the same classification, fan-out, ledger and writes.
@@ -190,13 +195,18 @@ class MatcherCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshot: tuple[str, int] | None = None
-        self._matcher: _native.FrozenMatcher | None = None
+        self._matcher: _native.FrozenMatcher | _native.LayeredMatcher | None = None
         self.loads = 0
 
-    def get(self, version: int, load_bytes: Callable[[], bytes], *, table: str = "") -> _native.FrozenMatcher:
+    def get(
+        self, version: int, load: MatcherSource, *, table: str = ""
+    ) -> _native.FrozenMatcher | _native.LayeredMatcher:
         with self._lock:
             if self._snapshot != (table, version) or self._matcher is None:
-                self._matcher = _native.FrozenMatcher.from_bytes(bytes(load_bytes()))
+                loaded = load()
+                if isinstance(loaded, (bytes, bytearray, memoryview)):
+                    loaded = _native.FrozenMatcher.from_bytes(bytes(loaded))
+                self._matcher = loaded
                 self._snapshot = (table, version)
                 self.loads += 1
             return self._matcher
@@ -240,7 +250,7 @@ def route_keys(
 
 def make_router(
     version: int,
-    load_bytes: Callable[[], bytes],
+    load: MatcherSource,
     *,
     max_fanout: int,
     max_batch_rows: int,
@@ -250,14 +260,14 @@ def make_router(
 ) -> RouteBody:
     """The scalar Arrow iterator UDF body for one snapshot version of the subscription table ``table``.
 
-    ``load_bytes`` returns the serialized matcher (normally ``lambda: broadcast.value``);
+    ``load`` returns the matcher or its bytes (a snapshot file's ``open_matcher``, or ``lambda: broadcast.value``);
     it is called at most once per worker per (table, version).
     """
 
     def route(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
         return route_batches(
             version,
-            load_bytes,
+            load,
             batches,
             max_fanout=max_fanout,
             max_batch_rows=max_batch_rows,
@@ -271,7 +281,7 @@ def make_router(
 
 def route_batches(
     version: int,
-    load_bytes: Callable[[], bytes],
+    load: MatcherSource,
     batches: Iterator[pa.Array],
     *,
     max_fanout: int,
@@ -286,7 +296,7 @@ def route_batches(
     the worker's own, never a pickled copy.
     """
     freeze_worker_heap()
-    matcher = WORKER_CACHE.get(version, load_bytes, table=table)
+    matcher = WORKER_CACHE.get(version, load, table=table)
     for keys in batches:
         yield from route_keys(
             matcher,

@@ -36,6 +36,7 @@ snapshot may see any prefix of the rows; once the call returns, all are in.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeAlias
 
@@ -58,9 +59,11 @@ __all__ = [
     "BatchLimitError",
     "BulkRowError",
     "CSTrieMatcher",
+    "DeltaBuilder",
     "FrozenFormatError",
     "FrozenHeader",
     "FrozenMatcher",
+    "LayeredMatcher",
     "Snapshot",
 ]
 
@@ -70,6 +73,8 @@ NATIVE_WRAPPERS: dict[str, str] = {
     "CsTrie": "CSTrieMatcher",
     "Snapshot": "Snapshot",
     "FrozenMatcher": "FrozenMatcher",
+    "LayeredMatcher": "LayeredMatcher",
+    "DeltaBuilder": "DeltaBuilder",
     "FrozenFormatError": "FrozenFormatError",
     "BatchLimitError": "BatchLimitError",
     "BulkRowError": "BulkRowError",
@@ -273,17 +278,33 @@ class FrozenMatcher:
         """Decode :meth:`to_bytes` output; anything else raises :class:`FrozenFormatError`."""
         return cls._wrap(_native.FrozenMatcher.from_bytes(_frozen_bytes(data)))
 
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], offset: int = 0) -> FrozenMatcher:
+        """Validate the matcher stored in the file at ``path`` from byte ``offset`` (a multiple of 8) on, and
+        read it in place from a read-only shared mapping: every process that opens one file shares its pages,
+        and loading costs one validation pass, not a copy or a rebuild. Releases the GIL. Bytes that are not an
+        intact matcher raise :class:`FrozenFormatError`; a file that cannot be opened or mapped, ``OSError``."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be a non-negative int, not {offset!r}")
+        return cls._wrap(_native.FrozenMatcher.open(os.fspath(path), offset))
+
     @staticmethod
     def header(data: bytes | bytearray | memoryview) -> FrozenHeader:
         """The counts the header of :meth:`to_bytes` output declares, in O(1): the magic, the format version,
-        the reserved field and the section lengths are checked, the checksum and the sections are not (bytes
-        that pass may still fail :meth:`from_bytes`). For bytes already proven by a stronger digest, such as
-        a snapshot file's SHA-256; anything else raises :class:`FrozenFormatError`."""
+        the reserved fields and that the counts lay out exactly the bytes' length are checked, the checksum and
+        the sections are not (bytes that pass may still fail :meth:`from_bytes`). For bytes already proven by a
+        stronger digest, such as a snapshot file's SHA-256; anything else raises :class:`FrozenFormatError`."""
         return FrozenHeader(*_native.FrozenMatcher.header(_frozen_bytes(data)))
 
     def to_bytes(self) -> bytes:
-        """The versioned, checksummed binary form (deterministic for equal contents)."""
+        """The versioned, checksummed binary form (deterministic for equal contents): a copy of the matcher's
+        memory, which is in that form already."""
         return self._frozen.to_bytes()
+
+    @property
+    def is_mapped(self) -> bool:
+        """Whether the matcher is read from a mapped file (:meth:`open`) rather than its own heap copy."""
+        return self._frozen.is_mapped
 
     def lookup(self, key: str) -> frozenset[str]:
         try:
@@ -344,3 +365,94 @@ class FrozenMatcher:
 
     def __repr__(self) -> str:
         return f"FrozenMatcher(len={len(self)}, subscribers={self.subscriber_count}, patterns={self.pattern_count})"
+
+
+class LayeredMatcher:
+    """A base matcher and a delta of the changes since it, matched as one (``native/core/src/layered.rs``).
+
+    ``LayeredMatcher(base, delta)`` refuses (:class:`FrozenFormatError`) a delta built for another base. Its
+    lookups are the base's minus the pairs the delta hides, plus the delta's own, by subscriber text.
+    """
+
+    __slots__ = ("_layered",)
+
+    def __init__(self, base: FrozenMatcher, delta: FrozenMatcher) -> None:
+        self._layered = _native.LayeredMatcher.of(base._frozen, delta._frozen)
+
+    @property
+    def base(self) -> FrozenMatcher:
+        return FrozenMatcher._wrap(self._layered.base)
+
+    @property
+    def delta(self) -> FrozenMatcher:
+        return FrozenMatcher._wrap(self._layered.delta)
+
+    def lookup(self, key: str) -> frozenset[str]:
+        try:
+            return self._layered.lookup(key)
+        except (TypeError, UnicodeEncodeError) as error:
+            _key_error(key, error)
+
+    def match_batch(self, keys: pa.Array, max_rows: int | None = None) -> pa.ListArray:
+        """As :meth:`FrozenMatcher.match_batch`."""
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+            raise ValueError(f"max_rows must be a non-negative int or None, not {max_rows!r}")
+        return self._layered.match_batch(keys, max_rows)
+
+    def subscriptions(self) -> frozenset[tuple[str, str]]:
+        return frozenset(self._layered.subscriptions())
+
+    def __len__(self) -> int:
+        return len(self._layered)
+
+    def __repr__(self) -> str:
+        return f"LayeredMatcher(len={len(self)}, delta={len(self._layered.delta)} pairs)"
+
+
+class DeltaBuilder:
+    """The subscription changes since a base matcher, kept as a delta (``native/core/src/layered.rs``).
+
+    :meth:`record` the changed rows of each table version (their final states), :meth:`freeze` a delta for
+    :class:`LayeredMatcher`, and :meth:`rebase` onto a newer base: changes up to the version it was frozen at
+    are dropped, the later ones kept. No Python per row; the GIL is released.
+    """
+
+    __slots__ = ("_builder",)
+
+    def __init__(self, base: FrozenMatcher) -> None:
+        self._builder = _native.DeltaBuilder.over(base._frozen)
+
+    @property
+    def base(self) -> FrozenMatcher:
+        return FrozenMatcher._wrap(self._builder.base)
+
+    def record(
+        self,
+        patterns: StringColumn,
+        subscribers: StringColumn,
+        *,
+        active: bool,
+        version: int,
+        limits: Limits | None = None,
+    ) -> int:
+        """Record the rows as subscribed (``active``) or not as of table ``version``; returns the rows recorded.
+
+        Every row is validated first (any bad row raises :class:`BulkRowError` and nothing is recorded).
+        """
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be a non-negative int, not {version!r}")
+        return self._builder.record(_column(patterns), _column(subscribers), bool(active), version, _row_limits(limits))
+
+    def rebase(self, base: FrozenMatcher, *, through: int) -> None:
+        """Move onto ``base``, a base frozen at table version ``through``."""
+        self._builder.rebase(base._frozen, through)
+
+    def freeze(self) -> FrozenMatcher:
+        """The delta of the changes so far: O(changed pairs)."""
+        return FrozenMatcher._wrap(self._builder.freeze())
+
+    def __len__(self) -> int:
+        return len(self._builder)
+
+    def __repr__(self) -> str:
+        return f"DeltaBuilder(changed_pairs={len(self)}, base={len(self._builder.base)} pairs)"

@@ -90,7 +90,7 @@ from routing.router.metrics import (
     metrics_log,
     udf_counts,
 )
-from routing.router.snapshot_files import open_snapshot_files
+from routing.router.snapshot_files import SnapshotFileRef, open_snapshot_files
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.router.tables import OUTPUT_TABLES, PARTITION_COLUMN, output_paths, table_properties
 from routing.settings import ARROW_BATCH_ROWS
@@ -196,6 +196,9 @@ class Router:
             ),
             transport=router.snapshot_transport,
             thread_nice=REFRESH_THREAD_NICE,
+            deltas=True,
+            deltas_from_pairs=router.snapshot_deltas_from_pairs,
+            merge_pairs=router.snapshot_merge_pairs,
         )
         #: The last ``router.retain_batches`` batches' reports, by batch id (all of them when it is 0).
         self.reports: dict[int, BatchReport] = {}
@@ -509,9 +512,11 @@ class Router:
 
         limits = self.validator.limits
         broadcast = published.broadcast
+        # A snapshot file is mapped by each worker (shared through the page cache); a broadcast is bytes.
+        load = broadcast.open_matcher if isinstance(broadcast, SnapshotFileRef) else (lambda: broadcast.value)
         route = self.make_route(
             published.version,
-            lambda: broadcast.value,
+            load,
             max_fanout=limits.max_fanout,
             max_batch_rows=limits.max_batch_rows,
             max_output_bytes=self.settings.spark.arrow_output_batch_bytes,

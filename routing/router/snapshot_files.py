@@ -1,47 +1,58 @@
-"""Frozen snapshots kept as files beside the subscription table, so a restart need not rebuild them.
+"""Frozen snapshots kept as files beside the subscription table: how snapshots reach the workers, and why a
+restart need not rebuild them.
 
-A router's first batch has nothing to route with until the first snapshot is published, and building
-one from the table takes seconds at a million subscriptions (read every active row, bulk-load the
-trie, freeze, serialize). Every snapshot the driver publishes is therefore also written here, and a
-router that starts (or restarts, or replays a batch) on a version that has a file loads it instead:
-one read, the digest and ``FrozenMatcher.header`` (the driver only ships the bytes; each Python worker
-decodes them with the validating ``FrozenMatcher.from_bytes``).
+Every snapshot the driver publishes is written here first. A Python worker maps the file of the version a
+batch routes with (``FrozenMatcher.open``): the format is the matcher's memory, so loading costs one
+validation pass, and every worker of a machine reads the same page-cache pages. A router that starts (or
+restarts, or replays a batch) on a version that has a file publishes that file instead of rebuilding it.
+
+**Bases and deltas.** A file is either a *base*, a whole snapshot, or a *delta*: the pairs added since a
+base and the base's pairs removed since (``native/core/src/layered.rs``), which a worker matches together
+with its base. The driver publishes deltas while a table is large (``router.snapshot_deltas_from_pairs``)
+and freezes a new base in the background once enough pairs changed (``router.snapshot_merge_pairs``), so a
+change of ten thousand rows costs what ten thousand rows cost, on the driver and on every worker: a worker
+that holds the base maps only the new delta.
 
 Layout, one directory per subscription table (its Delta table id) under ``router.snapshot_files_path``
 (empty: ``_snapshots`` inside the subscription table, which Delta ignores like every ``_``-prefixed
 directory, VACUUM included), so tables that share the setting never list, read or prune each other's::
 
-    <table id>/<version>-<sha256 of the file, 64 hex>.frozen   one sealed snapshot (below)
-    <table id>/.<final name>.<random>.tmp                      a write in progress (renamed into place)
+    <table id>/<version>-<sha256 of the file, 64 hex>.frozen                  a base (below)
+    <table id>/<version>-from-<base version>-<sha256, 64 hex>.delta           a delta over that base
+    <table id>/.<final name>.<random>.tmp                                     a write in progress (renamed)
 
 A file is the frozen matcher sealed with what it claims to be (:func:`seal`; decoding trusts nothing)::
 
     offset  bytes  field
-    0       8      magic b"STRSNAP1"
+    0       8      magic b"STRSNAP2"
     8       2      n, the claim's length (u16, little-endian), at most MAX_CLAIM_BYTES
-    10      n      the claim: UTF-8 JSON {"table_id": <Delta table id>, "version": <table version>}
-    10 + n  rest   the serialized FrozenMatcher (``to_bytes``)
+    10      n      the claim: UTF-8 JSON {"table_id": <Delta table id>, "version": <table version>}, and for a
+                   delta also "base": <its base's file name>
+    10 + n  p      zeros, so that the matcher starts at a multiple of 8 (p < 8)
+    h       rest   the FrozenMatcher (``to_bytes``), h = 10 + n + p: it is read in place where it lies
 
-* **Content-addressed, bound to its table and version, trusting nothing.** A file is used only if its
-  bytes hash to the digest in its name, its claim names the table and the version it was asked for
-  (:func:`unseal`), and its matcher's header is of a format this build reads; the workers' decode then
-  validates the layout itself. A torn, truncated, renamed (another version's bytes under this version's
-  name), swapped (another table's file) or tampered file is refused with a log line naming what it holds,
-  the next candidate is tried, and with none left the router builds from the table as if there were no
-  file. Only bytes re-sealed with a recomputed digest reach the workers, whose decode rejects anything
-  malformed (an error, never a crash). Whoever may write here may write the table too: the files add no
+* **Content-addressed, bound to its table and version, trusting nothing.** The driver uses a file only if
+  its bytes hash to the digest in its name, its claim names the table, the version (and a delta's base) it
+  was asked for (:func:`unseal`), and its matcher's header is of a format this build reads. A worker maps a
+  local file (:meth:`SnapshotFileRef.open_matcher`) after checking its claim, and the native validation then
+  checks the matcher's CRC-32 and layout, and that a delta was built for the base it is matched with:
+  reading the whole file once more for its SHA-256 would double the cost of loading a large base, and the
+  claim already refuses a renamed or swapped file. A file on another filesystem is read whole, so its
+  digest is checked there too. A torn, truncated, renamed, swapped or tampered file is refused with a line
+  naming what it holds, never half-used. Whoever may write here may write the table too: the files add no
   new trust.
-* **Same version, same routing.** A file holds exactly the active pairs of its table version (bad
-  rows skipped as every build skips them), so routing a version from its file or from a fresh build
-  gives the same deliveries; two routers writing one version at once both write valid files.
-* **Retention.** After a write, only the newest ``keep`` versions stay; stale temporary files older
-  than :data:`STALE_TEMP_S` go too. A router reading a file another one just pruned falls back to a
-  build.
-* **Filesystems.** Through ``pyarrow.fs``: local paths, ``file:``, ``s3://`` / ``s3a://``,
-  ``gs://``, ``hdfs://`` and ``abfs[s]://`` (what pyarrow was built with). A 20 MB snapshot reads in
-  milliseconds there, where Hadoop's FileSystem through the JVM gateway took a second. A scheme
-  pyarrow cannot open disables the files with one warning (:class:`SnapshotFilesUnavailable`).
-* **Never fatal.** Every failure to read, write or prune is logged; routing never depends on a file.
+* **Same version, same routing.** A file holds exactly the active pairs of its table version (a delta with
+  its base; bad rows skipped as every build skips them), so routing a version from its file or from a fresh
+  build gives the same deliveries; two routers writing one version at once both write valid files.
+* **Retention.** After a write, only the files of the newest ``keep`` versions stay, with the bases their
+  deltas need, and those of the versions batches still use; stale temporary files older than
+  :data:`STALE_TEMP_S` go too. A router reading a file another one just pruned falls back to a build.
+* **Filesystems.** Through ``pyarrow.fs``: local paths, ``file:``, ``s3://`` / ``s3a://``, ``gs://``,
+  ``hdfs://`` and ``abfs[s]://`` (what pyarrow was built with). Only a local file is mapped; elsewhere each
+  worker reads its own copy. A scheme pyarrow cannot open disables the files with one warning
+  (:class:`SnapshotFilesUnavailable`).
+* **Never fatal on the driver.** Every failure to read, write or prune is logged; a router without its
+  files builds from the table.
 """
 
 from __future__ import annotations
@@ -51,13 +62,17 @@ import json
 import logging
 import re
 import struct
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from routing import _native
 from routing.filesystems import FilesystemUnavailable, arrow_filesystem
+from routing.matchers.native import FrozenMatcher
 
 if TYPE_CHECKING:
     from routing.settings import RouterSettings
@@ -71,14 +86,21 @@ STALE_TEMP_S = 3600.0
 #: Files larger than this are not read (no snapshot within the table limits comes close).
 MAX_FILE_BYTES = 1 << 34
 
-_NAME = re.compile(r"^(\d{1,19})-([0-9a-f]{64})\.frozen$")
+_BASE_NAME = re.compile(r"^(\d{1,19})-([0-9a-f]{64})\.frozen$")
+_DELTA_NAME = re.compile(r"^(\d{1,19})-from-(\d{1,19})-([0-9a-f]{64})\.delta$")
 #: What a Delta table id may be to name a directory: Delta writes a UUID.
 _TABLE_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
-#: The first bytes of every snapshot file (format 1 of the seal).
-MAGIC = b"STRSNAP1"
-#: The longest claim a file may carry (a table id and a version need under 100).
+#: The first bytes of every snapshot file (format 2 of the seal, which aligns the matcher to 8 bytes).
+MAGIC = b"STRSNAP2"
+#: The seal of earlier builds, whose matchers (format 1) this build does not read.
+OLD_MAGIC = b"STRSNAP1"
+#: The longest claim a file may carry (a table id, a version and a base's name need under 200).
 MAX_CLAIM_BYTES = 1024
 _CLAIM_LENGTH = struct.Struct("<H")
+#: Bytes that hold any seal's head (magic, length, the longest claim, padding).
+MAX_HEAD_BYTES = len(MAGIC) + _CLAIM_LENGTH.size + MAX_CLAIM_BYTES + 7
+#: Bases a Python worker keeps mapped (the one its deltas use, and the next while a merge lands).
+WORKER_BASES = 2
 
 
 class SnapshotFilesUnavailable(RuntimeError):
@@ -89,41 +111,115 @@ class SnapshotFileRefused(ValueError):
     """A snapshot file that is not what its name and its reader say: the message says what it holds instead."""
 
 
-def _seal_head(table_id: str, version: int) -> bytes:
-    """What precedes the matcher bytes in the file of ``table_id`` at ``version``: magic, claim length, claim."""
-    claim = json.dumps({"table_id": table_id, "version": version}, sort_keys=True).encode()
+class SnapshotFileMissing(RuntimeError):
+    """A snapshot file a batch routes with is gone or damaged (the message names it)."""
+
+
+# -- the seal ------------------------------------------------------------------------------------------------
+
+
+def _seal_head(table_id: str, version: int, base: str | None = None) -> bytes:
+    """What precedes the matcher bytes in the file of ``table_id`` at ``version`` (a delta: over the base file
+    ``base``): magic, claim length, claim, padding to a multiple of 8."""
+    fields: dict[str, object] = {"table_id": table_id, "version": version}
+    if base is not None:
+        fields["base"] = base
+    claim = json.dumps(fields, sort_keys=True).encode()
     assert len(claim) <= MAX_CLAIM_BYTES
-    return MAGIC + _CLAIM_LENGTH.pack(len(claim)) + claim
+    head = MAGIC + _CLAIM_LENGTH.pack(len(claim)) + claim
+    return head + bytes(-len(head) % 8)
 
 
-def seal(table_id: str, version: int, data: bytes) -> bytes:
+def seal(table_id: str, version: int, data: bytes, base: str | None = None) -> bytes:
     """``data`` (a serialized matcher) as the snapshot file of ``table_id`` at ``version`` (see the module docs)."""
-    return _seal_head(table_id, version) + data
+    return _seal_head(table_id, version, base) + data
 
 
-def unseal(sealed: bytes, table_id: str, version: int) -> bytes:
-    """The matcher bytes of a file that claims ``table_id`` at ``version``; else :class:`SnapshotFileRefused`."""
+def unseal(sealed: bytes, table_id: str, version: int, base: str | None = None) -> bytes:
+    """The matcher bytes of a file that claims ``table_id`` at ``version`` (and, for a delta, the base file
+    ``base``); else :class:`SnapshotFileRefused`."""
+    return sealed[head_length(sealed, table_id, version, base) :]
+
+
+def head_length(sealed: bytes, table_id: str, version: int, base: str | None = None) -> int:
+    """Where the matcher starts in a file whose first bytes are ``sealed`` (at least its whole head), if it
+    claims ``table_id`` at ``version`` and the base ``base`` (None: a base itself); else
+    :class:`SnapshotFileRefused`."""
     head = len(MAGIC) + _CLAIM_LENGTH.size
+    if sealed.startswith(OLD_MAGIC):
+        raise SnapshotFileRefused("it is sealed in format 1, written by an earlier build (its matcher is format 1)")
     if len(sealed) < head or not sealed.startswith(MAGIC):
-        raise SnapshotFileRefused("not a sealed snapshot file (no STRSNAP1 magic)")
+        raise SnapshotFileRefused("not a sealed snapshot file (no STRSNAP2 magic)")
     (length,) = _CLAIM_LENGTH.unpack_from(sealed, len(MAGIC))
-    if length > MAX_CLAIM_BYTES or head + length > len(sealed):
+    padded: int = head + length + (-(head + length) % 8)
+    if length > MAX_CLAIM_BYTES or padded > len(sealed):
         raise SnapshotFileRefused(f"its claim length {length} is over {MAX_CLAIM_BYTES} or past the file's end")
+    if any(sealed[head + length : padded]):
+        raise SnapshotFileRefused("the padding after its claim is not zero")
     try:
         claim = json.loads(sealed[head : head + length].decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise SnapshotFileRefused("its claim is not JSON") from None
-    if not isinstance(claim, dict) or set(claim) != {"table_id", "version"}:
-        raise SnapshotFileRefused("its claim is not {table_id, version}")
-    claimed_table, claimed_version = claim["table_id"], claim["version"]
+    if not isinstance(claim, dict) or set(claim) - {"base"} != {"table_id", "version"}:
+        raise SnapshotFileRefused("its claim is not {table_id, version} or {table_id, version, base}")
+    claimed_table, claimed_version, claimed_base = claim["table_id"], claim["version"], claim.get("base")
     if type(claimed_version) is not int or type(claimed_table) is not str:  # not True, 9.0 or a list
         raise SnapshotFileRefused("its claim's table id is not text or its version not an integer")
+    if "base" in claim and type(claimed_base) is not str:
+        raise SnapshotFileRefused("its claim's base is not a file name")
     if claimed_table != table_id or claimed_version != version:
         raise SnapshotFileRefused(
             f"it holds table {str(claimed_table)[:80]!r} version {str(claimed_version)[:20]}, "
             f"not table {table_id!r} version {version}"
         )
-    return sealed[head + length :]
+    if claimed_base != base:
+        held = "a base" if claimed_base is None else f"a delta over {str(claimed_base)[:100]!r}"
+        wanted = "a base" if base is None else f"a delta over {base!r}"
+        raise SnapshotFileRefused(f"it holds {held}, not {wanted}")
+    return padded
+
+
+# -- names ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotFile:
+    """One valid-looking file name: the version it holds, the digest its bytes must have, and for a delta the
+    version of its base."""
+
+    version: int
+    digest: str
+    name: str
+    base_version: int | None = None
+
+    @property
+    def is_delta(self) -> bool:
+        return self.base_version is not None
+
+
+def parse_name(name: str) -> SnapshotFile | None:
+    """The file a name denotes, or None for any other name."""
+    match = _BASE_NAME.match(name)
+    if match is not None:
+        return SnapshotFile(int(match.group(1)), match.group(2), name)
+    match = _DELTA_NAME.match(name)
+    if match is not None:
+        return SnapshotFile(int(match.group(1)), match.group(3), name, int(match.group(2)))
+    return None
+
+
+def file_name(version: int, sealed: bytes, base: str | None = None) -> str:
+    """The name of the file of ``version`` whose bytes are ``sealed`` (a delta: over the base file ``base``)."""
+    return _name(version, hashlib.sha256(sealed).hexdigest(), base)
+
+
+def _name(version: int, digest: str, base: str | None) -> str:
+    if base is None:
+        return f"{version}-{digest}.frozen"
+    base_file = parse_name(base)
+    if base_file is None or base_file.is_delta:
+        raise ValueError(f"not a base snapshot file name: {base[:100]!r}")
+    return f"{version}-from-{base_file.version}-{digest}.delta"
 
 
 def snapshot_files_directory(snapshot_files_path: str, table_path: str) -> str:
@@ -148,25 +244,21 @@ def open_snapshot_files(router: RouterSettings, table_path: str, table_id: str) 
         return None
 
 
-@dataclass(frozen=True)
-class SnapshotFile:
-    """One valid-looking file name: the version it holds and the digest its bytes must have."""
-
-    version: int
-    digest: str
-    name: str
-
-
-def file_name(version: int, sealed: bytes) -> str:
-    """The name of the file of ``version`` whose bytes are ``sealed``."""
-    return f"{version}-{hashlib.sha256(sealed).hexdigest()}.frozen"
-
-
 def _filesystem(directory: str) -> tuple[Any, str]:
     try:
         return arrow_filesystem(directory)
     except FilesystemUnavailable as error:
         raise SnapshotFilesUnavailable(f"snapshot files: {error}") from error
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A snapshot read from its file by the driver: the matcher bytes, the file's name, and for a delta the
+    name of its base (whose file exists and claims that version, but is not read)."""
+
+    data: bytes
+    name: str
+    base: str | None = None
 
 
 class SnapshotFiles:
@@ -186,74 +278,119 @@ class SnapshotFiles:
         self.keep = keep
         self._fs, self._root = _filesystem(self.directory)
 
-    def name_of(self, version: int, data: bytes) -> str:
-        """The file name :meth:`write` gives the matcher bytes ``data`` of ``version``."""
-        return self._name(version, _seal_head(self.table_id, version), data)
+    def name_of(self, version: int, data: bytes, base: str | None = None) -> str:
+        """The file name :meth:`write` gives the matcher bytes ``data`` of ``version`` (a delta: over ``base``)."""
+        return self._name_of(version, _seal_head(self.table_id, version, base), data, base)
 
     @staticmethod
-    def _name(version: int, head: bytes, data: bytes) -> str:
-        """:func:`file_name` of ``head + data``, hashed in two parts (a large snapshot is not copied to name it)."""
+    def _name_of(version: int, head: bytes, data: bytes, base: str | None) -> str:
+        """The name of ``head + data``, hashed in two parts (a large snapshot is not copied to name it)."""
         digest = hashlib.sha256(head)
         digest.update(data)
-        return f"{version}-{digest.hexdigest()}.frozen"
+        return _name(version, digest.hexdigest(), base)
 
-    def ref(self, version: int, name: str) -> SnapshotFileRef:
-        """The UDF's carrier of this table's file ``name`` of ``version``."""
-        return SnapshotFileRef(self.directory, name, self.table_id, version)
+    def ref(self, version: int, name: str, base: str | None = None) -> SnapshotFileRef:
+        """The UDF's carrier of this table's file ``name`` of ``version`` (a delta: over the base file ``base``)."""
+        return SnapshotFileRef(self.directory, name, self.table_id, version, base)
 
     def _path(self, name: str) -> str:
         return f"{self._root.rstrip('/')}/{name}"
 
     def files(self) -> list[SnapshotFile]:
-        """Every well-named file, newest version first (no contents read)."""
+        """Every well-named file, newest version first, bases before deltas (no contents read)."""
         import pyarrow.fs as pafs
 
         infos = self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True))
         found = []
         for info in infos:
-            match = _NAME.match(info.base_name)
-            if match is not None and info.type == pafs.FileType.File:
-                found.append(SnapshotFile(int(match.group(1)), match.group(2), info.base_name))
-        return sorted(found, key=lambda file: (-file.version, file.name))
+            file = parse_name(info.base_name)
+            if file is not None and info.type == pafs.FileType.File:
+                found.append(file)
+        return sorted(found, key=lambda file: (-file.version, file.is_delta, file.name))
+
+    def _read_whole(self, file: SnapshotFile, base: str | None) -> bytes | None:
+        """The matcher bytes of ``file`` if its digest and claim hold (each refusal logged), else None."""
+        path = self._path(file.name)
+        try:
+            size = self._fs.get_file_info(path).size
+            if size is None or size > MAX_FILE_BYTES:
+                log.warning("ignoring snapshot file %s: size %s is over %d bytes", path, size, MAX_FILE_BYTES)
+                return None
+            with self._fs.open_input_stream(path) as stream:
+                data = bytes(stream.read())
+        except Exception as error:
+            log.warning("cannot read snapshot file %s (%s); trying the next one", path, error)
+            return None
+        if hashlib.sha256(data).hexdigest() != file.digest:
+            log.warning("ignoring snapshot file %s: its contents do not match the digest in its name", path)
+            return None
+        try:
+            return unseal(data, self.table_id, file.version, base)
+        except SnapshotFileRefused as why:
+            log.warning("refusing snapshot file %s: %s", path, why)
+            return None
 
     def read(self, version: int) -> bytes | None:
-        """The bytes of a valid file of ``version``, or None when there is none (each bad file is logged)."""
+        """The bytes of a valid base of ``version``, or None when there is none (each bad file is logged)."""
+        stored = self.read_snapshot(version, deltas=False)
+        return None if stored is None else stored.data
+
+    def read_snapshot(self, version: int, *, deltas: bool = True) -> Stored | None:
+        """A valid file of ``version``: a base, else (``deltas``) a delta whose base file is present and claims
+        its version. None when there is none; each bad file is logged."""
         try:
-            candidates = [file for file in self.files() if file.version == version]
+            files = self.files()
         except Exception:
             log.warning("cannot list the snapshot files in %s; building from the table", self.directory, exc_info=True)
             return None
-        for file in candidates:
-            path = self._path(file.name)
-            try:
-                size = self._fs.get_file_info(path).size
-                if size is None or size > MAX_FILE_BYTES:
-                    log.warning("ignoring snapshot file %s: size %s is over %d bytes", path, size, MAX_FILE_BYTES)
-                    continue
-                with self._fs.open_input_stream(path) as stream:
-                    data = bytes(stream.read())
-            except Exception as error:
-                log.warning("cannot read snapshot file %s (%s); trying the next one", path, error)
+        bases = {file.name: file for file in files if not file.is_delta}
+        for file in (file for file in files if file.version == version):
+            if file.is_delta and not deltas:
                 continue
-            if hashlib.sha256(data).hexdigest() != file.digest:
-                log.warning("ignoring snapshot file %s: its contents do not match the digest in its name", path)
+            base = self._base_of(file, bases) if file.is_delta else None
+            if file.is_delta and base is None:
                 continue
-            try:
-                return unseal(data, self.table_id, version)
-            except SnapshotFileRefused as why:
-                log.warning("refusing snapshot file %s: %s", path, why)
+            data = self._read_whole(file, base)
+            if data is not None:
+                return Stored(data, file.name, base)
         return None
 
-    def write(self, version: int, data: bytes, *, protect: Collection[int] = (), verify: bool = False) -> str | None:
-        """Store ``data`` as the snapshot of ``version`` (unless that exact file exists), then prune.
+    def _base_of(self, delta: SnapshotFile, bases: dict[str, SnapshotFile]) -> str | None:
+        """The name of the base file ``delta`` claims, if that file is listed and its head claims its version."""
+        path = self._path(delta.name)
+        try:
+            with self._fs.open_input_stream(path) as stream:
+                prefix = bytes(stream.read(MAX_HEAD_BYTES))
+            length = _CLAIM_LENGTH.unpack_from(prefix, len(MAGIC))[0] if len(prefix) >= 10 else 0
+            claimed = json.loads(prefix[10 : 10 + length].decode("utf-8")).get("base")
+        except Exception as error:
+            log.warning("cannot read the claim of snapshot file %s (%s)", path, error)
+            return None
+        base = bases.get(claimed) if isinstance(claimed, str) else None
+        if base is None or base.version != delta.base_version:
+            log.warning("ignoring snapshot delta %s: its base %r is not here", path, claimed)
+            return None
+        return base.name
+
+    def write(
+        self,
+        version: int,
+        data: bytes,
+        *,
+        base: str | None = None,
+        protect: Collection[int] = (),
+        verify: bool = False,
+    ) -> str | None:
+        """Store ``data`` as the snapshot of ``version`` (a delta: over the base file ``base``) unless that exact
+        file exists, then prune.
 
         Returns the file's name, or None when it could not be written (logged; nothing else happens).
-        Pruning keeps the files of the versions in ``protect`` too (snapshots batches still read).
-        ``verify``: a file of that name and size is rewritten unless its bytes are ``data`` (for a file the
-        UDF will read, which a damaged one would fail).
+        Pruning keeps the files of the versions in ``protect`` too (snapshots batches still read), with their
+        bases. ``verify``: a file of that name and size is rewritten unless its bytes are ``data`` (for a file
+        the UDF will read, which a damaged one would fail).
         """
-        head = _seal_head(self.table_id, version)
-        name = self._name(version, head, data)
+        head = _seal_head(self.table_id, version, base)
+        name = self._name_of(version, head, data, base)
         final = self._path(name)
         temporary = self._path(f".{name}.{uuid.uuid4().hex}.tmp")
         try:
@@ -281,8 +418,8 @@ class SnapshotFiles:
         return len(content) == len(head) + len(data) and content[: len(head)] == head and content[len(head) :] == data
 
     def prune(self, *, protect: Collection[int] = ()) -> list[str]:
-        """Delete all but the newest ``keep`` versions' files (and those of ``protect``), and stale temporary
-        files; the names deleted."""
+        """Delete all but the files of the newest ``keep`` versions and of ``protect``, with the bases their
+        deltas need, and stale temporary files; the names deleted."""
         import pyarrow.fs as pafs
 
         try:
@@ -291,8 +428,15 @@ class SnapshotFiles:
         except Exception:
             log.warning("cannot list the snapshot files in %s to prune them", self.directory, exc_info=True)
             return []
-        kept_versions = sorted({file.version for file in files}, reverse=True)[: self.keep]
-        doomed = [file.name for file in files if file.version not in kept_versions and file.version not in protect]
+        kept_versions = set(sorted({file.version for file in files}, reverse=True)[: self.keep]) | set(protect)
+        kept = [file for file in files if file.version in kept_versions]
+        # A delta's base may be older than every kept version: it stays while the delta does.
+        needed_bases = {file.base_version for file in kept if file.is_delta}
+        doomed = [
+            file.name
+            for file in files
+            if file.version not in kept_versions and (file.is_delta or file.version not in needed_bases)
+        ]
         now = time.time()
         for info in infos:
             modified = info.mtime.timestamp() if info.mtime is not None else now
@@ -301,6 +445,11 @@ class SnapshotFiles:
         for name in doomed:
             self._delete_quietly(self._path(name))
         return doomed
+
+    def open_base(self, name: str, version: int) -> FrozenMatcher:
+        """The base file ``name`` of ``version`` as a matcher for the driver (mapped when local, as the
+        workers map it); :class:`SnapshotFileMissing` when it is gone or refused."""
+        return FrozenMatcher._wrap(_open_file(self.directory, name, self.table_id, version, None))
 
     def _delete_quietly(self, path: str) -> None:
         try:
@@ -311,18 +460,74 @@ class SnapshotFiles:
             log.warning("cannot delete %s (%s)", path, error)
 
 
-class SnapshotFileMissing(RuntimeError):
-    """A snapshot file a batch routes with is gone or damaged (the message names it)."""
+# -- the workers' side ---------------------------------------------------------------------------------------
+
+#: Bases this worker process has mapped, by path, newest last (at most WORKER_BASES).
+_WORKER_BASES: OrderedDict[str, _native.FrozenMatcher] = OrderedDict()
+_WORKER_BASES_LOCK = threading.Lock()
+
+
+def _open_file(directory: str, name: str, table_id: str, version: int, base: str | None) -> _native.FrozenMatcher:
+    """The matcher of one snapshot file: mapped in place when the file is local (after its claim is checked;
+    the native validation checks the rest), else read whole and checked against the digest in its name."""
+    import pyarrow.fs as pafs
+
+    file = parse_name(name)
+    if file is None or file.version != version or file.is_delta != (base is not None):
+        raise SnapshotFileMissing(f"not a snapshot file name of version {version}: {name[:100]!r}")
+    filesystem, root = _filesystem(directory)
+    path = f"{root.rstrip('/')}/{name}"
+    try:
+        if isinstance(filesystem, pafs.LocalFileSystem):
+            with open(path, "rb") as opened:
+                prefix = opened.read(MAX_HEAD_BYTES)
+            return _native.FrozenMatcher.open(path, head_length(prefix, table_id, version, base))
+        size = filesystem.get_file_info(path).size
+        if size is None:
+            raise SnapshotFileMissing(f"cannot read snapshot file {path}: it does not exist")
+        if size > MAX_FILE_BYTES:
+            raise SnapshotFileMissing(f"snapshot file {path}: size {size} (limit {MAX_FILE_BYTES} bytes)")
+        with filesystem.open_input_stream(path) as stream:
+            data = bytes(stream.read())
+        if hashlib.sha256(data).hexdigest() != file.digest:
+            raise SnapshotFileMissing(f"snapshot file {path} does not match the digest in its name")
+        return _native.FrozenMatcher.from_bytes(unseal(data, table_id, version, base))
+    except OSError as error:
+        raise SnapshotFileMissing(
+            f"cannot read snapshot file {path}: {error} (executors that cannot open the snapshot directory with "
+            "pyarrow need router.snapshot_transport = broadcast, in classic sessions)"
+        ) from error
+    except (SnapshotFileRefused, _native.FrozenFormatError) as why:
+        raise SnapshotFileMissing(f"refusing snapshot file {path}: {why}") from None
+
+
+def _worker_base(directory: str, name: str, table_id: str) -> _native.FrozenMatcher:
+    """The base file ``name``, mapped once per worker process and kept for the deltas that follow."""
+    file = parse_name(name)
+    if file is None or file.is_delta:
+        raise SnapshotFileMissing(f"not a base snapshot file name: {name[:100]!r}")
+    key = f"{directory}/{name}"
+    with _WORKER_BASES_LOCK:
+        cached = _WORKER_BASES.get(key)
+        if cached is not None:
+            _WORKER_BASES.move_to_end(key)
+            return cached
+    matcher = _open_file(directory, name, table_id, file.version, None)
+    with _WORKER_BASES_LOCK:
+        _WORKER_BASES[key] = matcher
+        while len(_WORKER_BASES) > WORKER_BASES:
+            _WORKER_BASES.popitem(last=False)
+    return matcher
 
 
 @dataclass(frozen=True)
 class SnapshotFileRef:
-    """One snapshot file as the UDF's matcher source where there is no broadcast (Spark Connect).
+    """One snapshot file as the UDF's matcher source (``router.snapshot_transport = file``, and Spark Connect).
 
-    Pickled into the UDF in place of a broadcast: ``value`` reads the file on the Python worker (the
-    worker's matcher cache, ``udfs.route.WORKER_CACHE``, calls it once per version) and returns its
-    matcher bytes only if the file hashes to the digest in its name and claims ``table_id`` at
-    ``version`` (:func:`unseal`). ``destroy`` does nothing: the file's retention is
+    Pickled into the UDF in place of a broadcast. :meth:`open_matcher` gives the worker its matcher (the
+    worker's matcher cache, ``udfs.route.WORKER_CACHE``, calls it once per version): for a delta (``base``
+    set), the base (mapped once per worker and kept) layered with the delta. :attr:`value` reads a base's
+    matcher bytes for a consumer that wants bytes. ``destroy`` does nothing: the file's retention is
     :meth:`SnapshotFiles.prune`'s, which keeps the versions batches still use.
     """
 
@@ -330,12 +535,16 @@ class SnapshotFileRef:
     name: str
     table_id: str
     version: int
+    base: str | None = None
 
     @property
     def value(self) -> bytes:
-        match = _NAME.match(self.name)
-        if match is None:
-            raise SnapshotFileMissing(f"not a snapshot file name: {self.name!r}")
+        """A base's matcher bytes, if the file hashes to the digest in its name and claims its table and version."""
+        file = parse_name(self.name)
+        if file is None:
+            raise SnapshotFileMissing(f"not a snapshot file name: {self.name[:100]!r}")
+        if self.base is not None:
+            raise SnapshotFileMissing(f"{self.name} is a delta: its matcher needs its base (open_matcher)")
         filesystem, root = _filesystem(self.directory)
         path = f"{root.rstrip('/')}/{self.name}"
         try:
@@ -347,16 +556,26 @@ class SnapshotFileRef:
             with filesystem.open_input_stream(path) as stream:
                 data = bytes(stream.read())
         except OSError as error:
-            raise SnapshotFileMissing(
-                f"cannot read snapshot file {path}: {error} (executors that cannot open the snapshot directory with "
-                "pyarrow need router.snapshot_transport = broadcast, in classic sessions)"
-            ) from error
-        if hashlib.sha256(data).hexdigest() != match.group(2):
+            raise SnapshotFileMissing(f"cannot read snapshot file {path}: {error}") from error
+        if hashlib.sha256(data).hexdigest() != file.digest:
             raise SnapshotFileMissing(f"snapshot file {path} does not match the digest in its name")
         try:
             return unseal(data, self.table_id, self.version)
         except SnapshotFileRefused as why:
             raise SnapshotFileMissing(f"refusing snapshot file {path}: {why}") from None
+
+    def open_matcher(self) -> _native.FrozenMatcher | _native.LayeredMatcher:
+        """The file's matcher for the UDF: a base mapped in place (shared by the machine's workers through the
+        page cache), or a delta layered over its base, which the worker maps once and keeps for the next
+        deltas; :class:`SnapshotFileMissing` when a file is gone or refused."""
+        if self.base is None:
+            return _open_file(self.directory, self.name, self.table_id, self.version, None)
+        base = _worker_base(self.directory, self.base, self.table_id)
+        delta = _open_file(self.directory, self.name, self.table_id, self.version, self.base)
+        try:
+            return _native.LayeredMatcher.of(base, delta)
+        except _native.FrozenFormatError as why:
+            raise SnapshotFileMissing(f"refusing snapshot delta {self.name} over {self.base}: {why}") from None
 
     def destroy(self) -> None:
         pass

@@ -39,10 +39,22 @@ How a new subscription-table version reaches the stream, off the batch path:
   changes. Replays read the file of their version before falling back to time
   travel.
 
-* On Spark Connect, which has no broadcasts, the snapshot file *is* the transport: it is written
-  before the version is published, and the UDF gets a
-  :class:`~routing.router.snapshot_files.SnapshotFileRef` that each Python worker reads once per
-  version, checking the digest. Pruning then keeps every version still published or pinned.
+* With the file transport (``router.snapshot_transport = file``, the default, and the only one on
+  Spark Connect), the snapshot file *is* the transport: it is written before the version is
+  published, and the UDF gets a :class:`~routing.router.snapshot_files.SnapshotFileRef` that each
+  Python worker maps once per version. Pruning then keeps every version still published or pinned.
+
+* **Deltas** (file transport, ``deltas=True``, and a table of at least ``deltas_from_pairs``
+  pairs). A freeze costs O(table), so a large table's versions are published as a delta over the
+  last whole snapshot, its *base* (``native/core/src/layered.rs``): the refresh records each
+  version's changed rows in a :class:`~routing.matchers.native.DeltaBuilder` and freezes only the
+  delta, O(changed pairs), and a worker that has the base maps only the delta. Once
+  ``merge_pairs`` pairs changed since the base, a new base is frozen from an O(1) snapshot of the
+  trie on a thread of its own (``snapshot-merge``): deltas keep being published over the old base
+  meanwhile, so neither batches nor publishes wait for a merge, and the next publish after it moves
+  the builder onto the new base. A version is still one file (plus its base), so a replay routes
+  with exactly its recorded version. A full reload of the trie (no change feed, a restart) publishes
+  a new base.
 
 Every publish logs the snapshot's memory (serialized bytes, pairs, patterns,
 subscribers) and how it was built, and appends the same to :attr:`history`.
@@ -53,6 +65,7 @@ before it publishes with the :attr:`~SnapshotBroadcasts.before_publish` hook.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -62,8 +75,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from routing.matchers.native import BulkRowError, CSTrieMatcher, FrozenFormatError, FrozenHeader, FrozenMatcher
-from routing.router.snapshot_files import SnapshotFiles
+from routing.matchers.native import (
+    BulkRowError,
+    CSTrieMatcher,
+    DeltaBuilder,
+    FrozenFormatError,
+    FrozenHeader,
+    FrozenMatcher,
+    LayeredMatcher,
+)
+from routing.router.snapshot_files import SnapshotFileMissing, SnapshotFileRef, SnapshotFiles
 from routing.subscriptions import ChangesUnavailable, latest_version, read_active_arrow, read_changes
 
 if TYPE_CHECKING:
@@ -87,10 +108,11 @@ class Carrier(Protocol):
 
 @dataclasses.dataclass
 class Published:
-    """One shipped snapshot: what the UDF receives is ``broadcast.value`` (the matcher bytes).
+    """One shipped snapshot: how the UDF gets the version's matcher.
 
-    ``broadcast`` is a Spark broadcast in a classic session; in a Spark Connect session, which has no
-    broadcasts, the snapshot file of the version (:class:`~routing.router.snapshot_files.SnapshotFileRef`).
+    ``broadcast`` is the version's snapshot file (:class:`~routing.router.snapshot_files.SnapshotFileRef`, whose
+    ``open_matcher`` each worker calls: a base, or a delta over its base) with the file transport, the only one in
+    a Spark Connect session; else a Spark broadcast of a whole matcher's bytes (``value``).
     """
 
     version: int
@@ -98,6 +120,15 @@ class Published:
     subscriptions: int
     serialized_bytes: int
     users: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """The whole snapshot the published deltas are over: its version, its file and its matcher (mapped)."""
+
+    version: int
+    name: str
+    matcher: FrozenMatcher
 
 
 class RefreshFailed(RuntimeError):
@@ -134,6 +165,9 @@ class SnapshotBroadcasts:
         files: SnapshotFiles | None = None,
         transport: str = "broadcast",
         thread_nice: int = 0,
+        deltas: bool = False,
+        deltas_from_pairs: int = 100_000,
+        merge_pairs: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._spark = spark
@@ -153,6 +187,10 @@ class SnapshotBroadcasts:
             )
         #: The snapshot files carry the snapshots (``router.snapshot_transport = file``), else broadcasts.
         self._files_carry = files is not None and transport == "file"
+        #: Versions go out as deltas over a base once the table holds ``deltas_from_pairs`` pairs (files only).
+        self._deltas = deltas and self._files_carry
+        self._deltas_from_pairs = deltas_from_pairs
+        self._merge_pairs = merge_pairs
         # Guards everything below except the trie, which only the refresh thread touches.
         self._cond = threading.Condition()
         self._current: Published | None = None
@@ -168,6 +206,12 @@ class SnapshotBroadcasts:
         # Refresh thread only: the live trie and the table version it mirrors (None: unknown).
         self._trie = CSTrieMatcher()
         self._trie_version: int | None = None
+        # Refresh thread only: the base deltas are published over, the changes since it, and a merge (a
+        # new base being frozen on the merge thread) in flight. None: whole snapshots are published.
+        self._base: Base | None = None
+        self._delta: DeltaBuilder | None = None
+        self._merging: concurrent.futures.Future[Base] | None = None
+        self._merge_pool: concurrent.futures.ThreadPoolExecutor | None = None
         #: One entry per publish (and per failed attempt): what was built, how, and its memory.
         self.history: list[dict[str, Any]] = []
         #: Test hook, called on the refresh thread with the version about to be published, after the
@@ -219,8 +263,8 @@ class SnapshotBroadcasts:
             if published is not None:
                 published.users += 1
                 return published
-        data, pairs = self._time_travel(version)
-        broadcast = self._ship(version, data, written=False)
+        data, pairs, base = self._time_travel(version)
+        broadcast = self._ship(version, data, written=base is not None, base=base)
         with self._cond:
             published = self._published.get(version)
             if published is None:
@@ -270,6 +314,12 @@ class SnapshotBroadcasts:
                     raise TimeoutError(f"snapshot version {version} not published within {timeout} s")
                 self._cond.wait(remaining)
 
+    def wait_merged(self, timeout: float) -> int | None:
+        """Wait for the background merge in flight, if any, and return the version of the base it froze (tests and
+        tools; the next publish moves the deltas onto it). Raises what the merge raised, or ``TimeoutError``."""
+        merging = self._merging
+        return None if merging is None else merging.result(timeout).version
+
     def close(self) -> None:
         """Stop the refresh thread (after a build in flight) and destroy every broadcast."""
         with self._cond:
@@ -280,6 +330,8 @@ class SnapshotBroadcasts:
             thread.join(CLOSE_TIMEOUT_S)
             if thread.is_alive():
                 log.warning("the snapshot refresh thread did not stop within %s s", CLOSE_TIMEOUT_S)
+        if self._merge_pool is not None:
+            self._merge_pool.shutdown(wait=True, cancel_futures=True)
         with self._cond:
             for published in self._published.values():
                 published.broadcast.destroy()
@@ -341,23 +393,45 @@ class SnapshotBroadcasts:
         # A trie in an unknown state (the first load) would be loaded whole: a file of the version is cheaper.
         loaded = self._read_file(version, entry) if self._trie_version is None else None
         patterns: int | None
+        subscribers: int | None
+        base_name: str | None = None
+        frozen: FrozenMatcher | None = None
         if loaded is not None:
-            data, header = loaded
+            data, header, base_name = loaded
             # The header does not count patterns, and the decode that would is what a file load saves.
             subscriptions, patterns, subscribers = header.pairs, None, header.subscribers
+            if base_name is not None:
+                subscriptions, subscribers = self._layered_size(version, data, base_name), None
+            self._base = self._delta = None  # the trie is unknown: its next load publishes a base
             applied = time.perf_counter()
             if self.before_publish is not None:
                 self.before_publish(version)
         else:
-            self._bring_trie_to(version, entry)
+            changes = self._bring_trie_to(version, entry)
             applied = time.perf_counter()
             if self.before_publish is not None:
                 self.before_publish(version)
-            frozen = self._trie.snapshot().freeze()
-            data = frozen.to_bytes()
-            subscriptions, patterns, subscribers = len(frozen), frozen.pattern_count, frozen.subscriber_count
+            if changes is not None and self._delta is not None and self._base is not None:
+                self._adopt_merge(entry)
+                removed, added = changes
+                self._delta.record(
+                    removed.column("pattern"), removed.column("subscriber_id"), active=False, version=version
+                )
+                self._delta.record(added.column("pattern"), added.column("subscriber_id"), active=True, version=version)
+                delta = self._delta.freeze()
+                data, base_name = delta.to_bytes(), self._base.name
+                layered = LayeredMatcher(self._base.matcher, delta)
+                subscriptions, patterns, subscribers = len(layered), None, None
+                entry.update(base_version=self._base.version, delta_pairs=len(self._delta))
+            else:
+                frozen = self._trie.snapshot().freeze()
+                data = frozen.to_bytes()
+                subscriptions, patterns, subscribers = len(frozen), frozen.pattern_count, frozen.subscriber_count
         frozen_at = time.perf_counter()
-        broadcast = self._ship(version, data, written=loaded is not None)
+        broadcast = self._ship(version, data, written=loaded is not None, base=base_name)
+        if frozen is not None:
+            self._start_deltas(version, broadcast, frozen)
+        self._maybe_merge(version)  # before the publish, so whoever sees the version sees its merge
         with self._cond:
             if self._closed:
                 broadcast.destroy()
@@ -392,7 +466,87 @@ class SnapshotBroadcasts:
             entry["file"] = self._files.write(version, data)
             entry["file_write_s"] = round(time.perf_counter() - written_at, 3)
 
-    def _ship(self, version: int, data: bytes, *, written: bool) -> Carrier:
+    # -- deltas ----------------------------------------------------------------------------------
+
+    def _start_deltas(self, version: int, carrier: Carrier, frozen: FrozenMatcher) -> None:
+        """After a whole snapshot: make it the base of the next versions' deltas, if deltas are on for its size."""
+        self._base = self._delta = None
+        if self._merging is not None:
+            self._merging.cancel()
+            self._merging = None
+        if not self._deltas or len(frozen) < self._deltas_from_pairs or not isinstance(carrier, SnapshotFileRef):
+            return
+        assert self._files is not None
+        try:
+            matcher = self._files.open_base(carrier.name, version)
+        except SnapshotFileMissing as why:
+            log.warning("publishing whole snapshots: the base file of version %s cannot be opened (%s)", version, why)
+            return
+        self._base = Base(version, carrier.name, matcher)
+        self._delta = DeltaBuilder(matcher)
+
+    def _maybe_merge(self, version: int) -> None:
+        """Start freezing a new base on the merge thread once enough pairs changed since the current one."""
+        if self._delta is None or self._merging is not None or len(self._delta) < self._merge_pairs:
+            return
+        if self._merge_pool is None:
+            self._merge_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="snapshot-merge")
+        # O(1), at exactly ``version``: the trie moves on while the merge freezes this view.
+        snapshot = self._trie.snapshot()
+        self._merging = self._merge_pool.submit(self._merge, version, snapshot)
+        self.history.append({"event": "merge_started", "version": version, "delta_pairs": len(self._delta)})
+
+    def _merge(self, version: int, snapshot: Any) -> Base:
+        """The merge thread: freeze ``snapshot`` (of ``version``) whole, write its file, map it."""
+        lower_thread_priority(self._thread_nice)
+        assert self._files is not None
+        started = time.perf_counter()
+        frozen = snapshot.freeze()
+        data = frozen.to_bytes()
+        del frozen
+        with self._cond:
+            protect = {version, *self._published}
+        name = self._files.write(version, data, protect=protect, verify=True)
+        if name is None:
+            raise RefreshFailed(f"could not write the base snapshot file of version {version}")
+        base = Base(version, name, self._files.open_base(name, version))
+        self.history.append(
+            {
+                "event": "merged",
+                "version": version,
+                "serialized_bytes": len(data),
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+        )
+        return base
+
+    def _adopt_merge(self, entry: dict[str, Any]) -> None:
+        """A finished merge's base becomes the one deltas are over (the changes it holds are dropped)."""
+        if self._merging is None or not self._merging.done() or self._delta is None:
+            return
+        merging, self._merging = self._merging, None
+        try:
+            base = merging.result()
+        except Exception as error:
+            log.warning(
+                "the background merge failed; deltas stay over the base of version %s (%s)",
+                self._base and self._base.version,
+                error,
+            )
+            self.history.append({"event": "merge_failed", "error": repr(error)})
+            return
+        self._delta.rebase(base.matcher, through=base.version)
+        self._base = base
+        entry["rebased_onto"] = base.version
+
+    def _layered_size(self, version: int, data: bytes, base_name: str) -> int:
+        """Pairs of a stored delta over its base (both validated here, as the workers will)."""
+        assert self._files is not None
+        base_file = base_name.split("-", 1)[0]
+        base = self._files.open_base(base_name, int(base_file))
+        return len(LayeredMatcher(base, FrozenMatcher.from_bytes(data)))
+
+    def _ship(self, version: int, data: bytes, *, written: bool, base: str | None = None) -> Carrier:
         """What carries ``data`` to the UDF: a broadcast, or (Spark Connect) the version's snapshot file.
 
         A file is written first unless it was just read and verified (``written``). One that cannot be written
@@ -402,12 +556,14 @@ class SnapshotBroadcasts:
         if self._files_carry:
             assert self._files is not None
             if written:
-                return self._files.ref(version, self._files.name_of(version, data))
+                return self._files.ref(version, self._files.name_of(version, data, base), base)
             with self._cond:
                 protect = {version, *self._published}
-            name = self._files.write(version, data, protect=protect, verify=True)
+            name = self._files.write(version, data, base=base, protect=protect, verify=True)
             if name is not None:
-                return self._files.ref(version, name)
+                return self._files.ref(version, name, base)
+            if base is not None:
+                raise RefreshFailed(f"could not write the snapshot delta file of version {version}")
             if self._connect:
                 raise RefreshFailed(
                     f"could not write the snapshot file of version {version} to {self._files.directory}"
@@ -415,36 +571,42 @@ class SnapshotBroadcasts:
             log.warning("broadcasting snapshot version %s: its file could not be written", version)
         return self._spark.sparkContext.broadcast(data)
 
-    def _read_file(self, version: int, entry: dict[str, Any]) -> tuple[bytes, FrozenHeader] | None:
-        """The bytes and header of ``version``'s snapshot file, if a valid one exists (see ``self._files``).
+    def _read_file(self, version: int, entry: dict[str, Any]) -> tuple[bytes, FrozenHeader, str | None] | None:
+        """The bytes, header and (a delta's) base file name of ``version``'s snapshot file, if a valid one exists
+        (see ``self._files``). Deltas only when the files carry the snapshots: a broadcast ships a whole one.
 
-        Valid is the SHA-256 in the file's name (checked by ``SnapshotFiles.read``) and a header this build
-        reads; the bytes are not decoded here. The digest proves they are the bytes a router wrote, and a
-        router writes only ``to_bytes()`` of a matcher it froze; every Python worker decodes them, trusting
-        nothing, as it decodes every broadcast. The decode here took 0.4 s at a million subscriptions, all of
-        it before a restarted router's first batch could run.
+        Valid is the SHA-256 in the file's name (checked by ``SnapshotFiles.read_snapshot``) and a header this
+        build reads; a base's bytes are not decoded here. The digest proves they are the bytes a router wrote,
+        and a router writes only ``to_bytes()`` of a matcher it froze; every Python worker validates them,
+        trusting nothing. The decode here took 0.4 s at a million subscriptions, all of it before a restarted
+        router's first batch could run.
         """
         if self._files is None:
             return None
         started = time.perf_counter()
-        data = self._files.read(version)
-        if data is None:
+        stored = self._files.read_snapshot(version, deltas=self._files_carry)
+        if stored is None:
             return None
         try:
-            header = FrozenMatcher.header(data)
+            header = FrozenMatcher.header(stored.data)
         except FrozenFormatError as error:  # a file of another codec version
             log.warning("snapshot file of version %s is unreadable here (%s); building from the table", version, error)
             return None
         entry.update(mode="file", after_version=self._trie_version, changed_rows=0, added=0, removed=0, skipped_rows=0)
         entry["read_s"] = round(time.perf_counter() - started, 3)
-        return data, header
+        return stored.data, header, stored.base
 
-    def _bring_trie_to(self, version: int, entry: dict[str, Any]) -> None:
-        """Update the live trie to ``version``: the changed rows when possible, else the whole table."""
+    def _bring_trie_to(self, version: int, entry: dict[str, Any]) -> tuple[pa.Table, pa.Table] | None:
+        """Update the live trie to ``version``: the changed rows when possible, else the whole table.
+
+        Returns the rows applied from the change feed, (unsubscribed, subscribed), or None when the trie was
+        loaded whole (or left as it was).
+        """
         after = self._trie_version
         if after == version:  # applied by an attempt that failed later (freeze or broadcast)
             entry.update(mode="unchanged", after_version=after, changed_rows=0, added=0, removed=0, skipped_rows=0)
-            return
+            self._base = self._delta = None  # its changes may be half recorded: publish a base
+            return None
         if after is not None and after < version:
             try:
                 started = time.perf_counter()
@@ -459,8 +621,10 @@ class SnapshotBroadcasts:
                 import pyarrow.compute as pc
 
                 active = changes.column("active")
-                removed, skipped_removed = _apply(self._trie.unsubscribe_many, changes.filter(pc.invert(active)))
-                added, skipped_added = _apply(self._trie.subscribe_many, changes.filter(active))
+                removed, skipped_removed, unsubscribed = _apply(
+                    self._trie.unsubscribe_many, changes.filter(pc.invert(active))
+                )
+                added, skipped_added, subscribed = _apply(self._trie.subscribe_many, changes.filter(active))
                 self._trie_version = version
                 entry.update(
                     mode="changes",
@@ -470,24 +634,29 @@ class SnapshotBroadcasts:
                     removed=removed,
                     skipped_rows=skipped_removed + skipped_added,
                 )
-                return
+                return unsubscribed, subscribed
         self._trie_version = None
+        self._base = self._delta = None
         started = time.perf_counter()
         table = read_active_arrow(self._spark, self._table_path, version)
         entry["read_s"] = round(time.perf_counter() - started, 3)
         trie = CSTrieMatcher()
-        added, skipped = _apply(trie.subscribe_many, table)
+        added, skipped, _ = _apply(trie.subscribe_many, table)
         self._trie, self._trie_version = trie, version
         entry.update(
             mode="full", after_version=after, changed_rows=table.num_rows, added=added, removed=0, skipped_rows=skipped
         )
+        return None
 
-    def _time_travel(self, version: int) -> tuple[bytes, int]:
-        """The matcher bytes and pair count of ``version``: its snapshot file, else built from the table as of then."""
+    def _time_travel(self, version: int) -> tuple[bytes, int, str | None]:
+        """The matcher bytes, pair count and (a delta's) base file of ``version``: its snapshot file, else built
+        whole from the table as of then."""
         loaded = self._read_file(version, {})
         if loaded is not None:
+            data, header, base = loaded
             self.history.append({"event": "replay_rebuild", "version": version, "source": "file"})
-            return loaded[0], loaded[1].pairs
+            pairs = header.pairs if base is None else self._layered_size(version, data, base)
+            return data, pairs, base
         try:
             table = read_active_arrow(self._spark, self._table_path, version)
         except Exception as error:  # Spark's FileNotFound of a vacuumed file, or Delta's own refusal
@@ -496,9 +665,10 @@ class SnapshotBroadcasts:
         try:
             frozen = FrozenMatcher.from_arrow(table.column("pattern"), table.column("subscriber_id"))
         except BulkRowError as error:
-            frozen = FrozenMatcher.from_arrow(*_without_rows(table, error))
+            kept = _without_rows(table, error)
+            frozen = FrozenMatcher.from_arrow(kept.column("pattern"), kept.column("subscriber_id"))
         self.history.append({"event": "replay_rebuild", "version": version, "source": "table"})
-        return frozen.to_bytes(), len(frozen)
+        return frozen.to_bytes(), len(frozen), None
 
     def _destroy_unused_locked(self, keep: tuple[Published | None, ...]) -> None:
         for version, candidate in list(self._published.items()):
@@ -531,22 +701,22 @@ def lower_thread_priority(increment: int) -> int | None:
     return nice
 
 
-def _without_rows(table: pa.Table, error: BulkRowError) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
-    """The pattern and subscriber columns minus the rows ``error`` reported (logged, never silent)."""
+def _without_rows(table: pa.Table, error: BulkRowError) -> pa.Table:
+    """The table minus the rows ``error`` reported (logged, never silent)."""
     import pyarrow as pa
 
     log.error("skipping %d bad row(s) of the subscription table: %s", len(error.rows), error)
     bad = {row for row, _, _ in error.rows}
     keep = pa.array([row not in bad for row in range(table.num_rows)], type=pa.bool_())
-    kept = table.filter(keep)
-    return kept.column("pattern"), kept.column("subscriber_id")
+    return table.filter(keep)
 
 
-def _apply(bulk: Callable[..., int], table: pa.Table) -> tuple[int, int]:
-    """``bulk(patterns, subscribers)`` over a table's rows: (pairs changed, bad rows skipped)."""
+def _apply(bulk: Callable[..., int], table: pa.Table) -> tuple[int, int, pa.Table]:
+    """``bulk(patterns, subscribers)`` over a table's rows: (pairs changed, bad rows skipped, the rows applied)."""
     try:
-        return bulk(table.column("pattern"), table.column("subscriber_id")), 0
+        return bulk(table.column("pattern"), table.column("subscriber_id")), 0, table
     except BulkRowError as error:
         # The refresh job never writes such rows; if another writer did, skip them loudly rather than
         # stop every refresh. The bulk call applied nothing, so applying the rest is exact.
-        return bulk(*_without_rows(table, error)), len(error.rows)
+        kept = _without_rows(table, error)
+        return bulk(kept.column("pattern"), kept.column("subscriber_id")), len(error.rows), kept

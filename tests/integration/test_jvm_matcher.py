@@ -186,7 +186,7 @@ def test_a_published_version_reaches_the_running_jvm_and_a_bad_one_is_refused(
     # Newer files that must be refused: garbage under its own digest, a good file renamed to a newer version,
     # and another table's file.
     directory = Path(published.files.directory)
-    garbage = b"STRSNAP1" + b"\x00" * 64
+    garbage = b"STRSNAP2" + b"\x00" * 64
     (directory / file_name(5, garbage)).write_bytes(garbage)
     good = next(directory.glob("2-*.frozen"))
     (directory / good.name.replace("2-", "4-", 1)).write_bytes(good.read_bytes())

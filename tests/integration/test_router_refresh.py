@@ -11,6 +11,7 @@ that it did, that it stuck, and that the query was the same one throughout.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,13 +56,16 @@ def wait_until_processed(router: Router, query: Any, rows: int) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("deltas", [False, True], ids=["whole snapshots", "deltas over a base"])
 def test_new_table_version_is_picked_up_while_running(
-    spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path
+    spark: SparkSession, settings: Settings, topic_factory: Any, tmp_path: Path, deltas: bool
 ) -> None:
     topic = topic_factory(partitions=1)
     job = router_settings(
         settings, tmp_path, [topic], trigger="processing_time", trigger_interval="1 second", refresh_interval_s=1.0
     )
+    if deltas:  # even this small table publishes its new versions as deltas, which the executors layer
+        job = job.replace(router=dataclasses.replace(job.router, snapshot_deltas_from_pairs=0))
     old_version = apply_subscriptions(spark, job, tmp_path / "v1.jsonl", BEFORE)
     router = Router(spark, job)
     query = router.start()
@@ -86,6 +90,8 @@ def test_new_table_version_is_picked_up_while_running(
         records += produce(job, topic, [(key, b"after", []) for key in KEYS * 3])
         wait_until_processed(router, query, len(records))
         assert query.isActive and query.id == query_id  # never restarted
+        published = [e for e in router.snapshots.history if e.get("version") == new_version and "mode" in e]
+        assert [("base_version" in entry) for entry in published] == [deltas]
     finally:
         query.stop()
         router.close()

@@ -14,14 +14,15 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from router_support import WAIT_TIMEOUT_S, apply_subscriptions
 
+from routing import _native
 from routing.matchers import FrozenMatcher
 from routing.reference import ReferenceMatcher
-from routing.router.snapshot_files import SnapshotFiles
+from routing.router.snapshot_files import SnapshotFileRef, SnapshotFiles
 from routing.router.snapshots import Published, SnapshotBroadcasts
 from routing.spark import BACKGROUND_POOL, STREAM_MIN_SHARE
 from routing.streaming import create_delta_table_if_absent
@@ -69,19 +70,23 @@ def make_snapshots(spark: SparkSession, job: Settings) -> Iterator[Callable[[], 
         snapshots.close()
 
 
-def matcher_of(published: Published) -> FrozenMatcher:
+def matcher_of(published: Published) -> Any:
+    """What a worker routes ``published`` with: a snapshot file's matcher (a delta over its base, or a base), or a
+    broadcast's bytes decoded."""
+    if isinstance(published.broadcast, SnapshotFileRef):
+        return published.broadcast.open_matcher()
     value = published.broadcast.value
     assert isinstance(value, bytes)
+    assert published.serialized_bytes == len(value)
     return FrozenMatcher.from_bytes(value)
 
 
 def assert_matches_table(spark: SparkSession, job: Settings, published: Published) -> None:
-    """The broadcast matcher holds exactly the table's active pairs at its version, and matches like the oracle."""
+    """The published matcher holds exactly the table's active pairs at its version, and matches like the oracle."""
     active = read_active(spark, job.subscriptions.table_path, published.version)
     matcher = matcher_of(published)
-    assert matcher.subscriptions() == set(active)
-    assert published.subscriptions == len(set(active))
-    assert published.serialized_bytes == len(published.broadcast.value)
+    assert set(matcher.subscriptions()) == set(active)
+    assert published.subscriptions == len(set(active)) == len(matcher)
     oracle = ReferenceMatcher(active)
     for key in KEYS + [pattern for pattern, _ in active]:
         assert matcher.lookup(key) == oracle.lookup(key), key
@@ -415,6 +420,100 @@ def test_a_restart_publishes_its_first_snapshot_from_the_file_of_that_version(
         assert_matches_table(spark, job, third.acquire(v3))
         assert nices == {min(19, process_nice + 3)}
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == process_nice
+    finally:
+        for snapshots in made:
+            snapshots.close()
+
+
+def test_a_large_table_publishes_deltas_over_a_base_and_merges_a_new_base_in_the_background(
+    spark: SparkSession, job: Settings, tmp_path: Path
+) -> None:
+    """Deltas from the first pair on (``deltas_from_pairs=0``) and a merge after 4 changed pairs: every version
+    routes exactly like the table, a worker maps only the delta over a base it keeps, and a restart and a replay
+    read a delta's file with its base."""
+    from routing import delta_tables
+    from routing.router import snapshot_files
+    from routing.subscriptions import create_table_if_absent
+
+    table = job.subscriptions.table_path
+    create_table_if_absent(spark, table)
+    files = SnapshotFiles(str(tmp_path / "snapshot_files"), keep=2, table_id=delta_tables.table_id(spark, table))
+    made: list[SnapshotBroadcasts] = []
+
+    def start() -> SnapshotBroadcasts:
+        snapshots = SnapshotBroadcasts(
+            spark,
+            table,
+            refresh_interval_s=NEVER_S,
+            files=files,
+            transport="file",
+            deltas=True,
+            deltas_from_pairs=0,
+            merge_pairs=4,
+        )
+        made.append(snapshots)
+        snapshots.maybe_refresh(force=True)
+        return snapshots
+
+    def publish(snapshots: SnapshotBroadcasts, version: int) -> Published:
+        snapshots.request_refresh()
+        published = snapshots.wait_published(version, WAIT_TIMEOUT_S)
+        assert published.version == version
+        assert_matches_table(spark, job, published)
+        return published
+
+    try:
+        v1 = apply_subscriptions(
+            spark, job, tmp_path / "v1.jsonl", [("a.*", "s1"), ("#", "s2"), ("b.#", "s3"), ("a.b", "s4")]
+        )
+        router = start()
+        assert (router.history[-1]["mode"], "base_version" in router.history[-1]) == ("full", False)
+        first = router.acquire(v1)
+        assert isinstance(first.broadcast, SnapshotFileRef) and first.broadcast.base is None
+        opened = first.broadcast.open_matcher()
+        assert isinstance(opened, _native.FrozenMatcher) and opened.is_mapped, "a base is mapped, not copied"
+        assert_matches_table(spark, job, first)
+        router.release(first)
+
+        # A change of two pairs: a delta over v1's base, which the worker maps once and keeps.
+        v2 = apply_subscriptions(spark, job, tmp_path / "v2.jsonl", [("c.*", "s5")], [("#", "s2")])
+        second = publish(router, v2)
+        assert isinstance(second.broadcast, SnapshotFileRef)
+        assert second.broadcast.base == first.broadcast.name
+        assert second.broadcast.name.endswith(".delta")
+        assert (router.history[-1]["base_version"], router.history[-1]["delta_pairs"]) == (v1, 2)
+        mapped_bases = len(snapshot_files._WORKER_BASES)
+        assert_matches_table(spark, job, second)
+        assert len(snapshot_files._WORKER_BASES) == mapped_bases, "the base is mapped once per worker"
+
+        # Two more changed pairs reach merge_pairs: with v3's delta, a new base is frozen in the background.
+        v3 = apply_subscriptions(spark, job, tmp_path / "v3.jsonl", [("d", "s6"), ("e", "s8")])
+        publish(router, v3)
+        assert {"event": "merge_started", "version": v3, "delta_pairs": 4} in router.history
+        assert router.wait_merged(WAIT_TIMEOUT_S) == v3
+        # The next version's delta is over the merged base, and holds only the change after it.
+        v4 = apply_subscriptions(spark, job, tmp_path / "v4.jsonl", [], [("a.b", "s4")])
+        fourth = publish(router, v4)
+        entry = next(entry for entry in reversed(router.history) if entry.get("version") == v4 and "mode" in entry)
+        assert (entry["rebased_onto"], entry["base_version"], entry["delta_pairs"]) == (v3, v3, 1)
+        assert isinstance(fourth.broadcast, SnapshotFileRef)
+        assert fourth.broadcast.base is not None and fourth.broadcast.base.startswith(f"{v3}-")
+        # Pruning keeps the newest two versions and the bases their deltas need.
+        files.prune(protect={v4})
+        kept = {(file.version, file.is_delta) for file in files.files()}
+        assert {(v4, True), (v3, False), (v3, True), (v1, False)} == kept
+
+        # A restart on v4 publishes its delta file over its base, without a build; a replay of v3 reads its file.
+        restarted = start()
+        assert (restarted.history[-1]["mode"], restarted.history[-1]["version"]) == ("file", v4)
+        assert_matches_table(spark, job, restarted.acquire(v4))
+        replayed = restarted.acquire(v3)
+        assert_matches_table(spark, job, replayed)
+        # And the first change after the restart loads the trie whole and publishes a new base.
+        v5 = apply_subscriptions(spark, job, tmp_path / "v5.jsonl", [("e.#", "s7")])
+        fifth = publish(restarted, v5)
+        assert restarted.history[-1]["mode"] == "full"
+        assert isinstance(fifth.broadcast, SnapshotFileRef) and fifth.broadcast.base is None
     finally:
         for snapshots in made:
             snapshots.close()

@@ -31,6 +31,50 @@ use hashbrown::HashMap;
 
 use crate::errors::NativeError;
 use crate::frozen::{FrozenMatcher, Scratch, NONE};
+use crate::layered::{Layered, LayeredScratch};
+
+/// What a batch matches with: one frozen matcher, or a base and its delta ([`Layered`]).
+pub trait Matches {
+    type Scratch;
+    /// Lookup buffers for a batch of about `keys` keys.
+    fn batch_scratch(&self, keys: usize) -> Self::Scratch;
+    /// Matching subscriber ids of `key`, unique, in ascending text order.
+    fn lookup_ids<'s>(&self, key: &str, scratch: &'s mut Self::Scratch) -> &'s [u32];
+    /// The text of an id from [`Matches::lookup_ids`].
+    fn subscriber(&self, id: u32) -> &str;
+}
+
+impl Matches for FrozenMatcher {
+    type Scratch = Scratch;
+
+    fn batch_scratch(&self, keys: usize) -> Scratch {
+        Scratch::for_batch(keys)
+    }
+
+    fn lookup_ids<'s>(&self, key: &str, scratch: &'s mut Scratch) -> &'s [u32] {
+        FrozenMatcher::lookup_ids(self, key, scratch)
+    }
+
+    fn subscriber(&self, id: u32) -> &str {
+        FrozenMatcher::subscriber(self, id)
+    }
+}
+
+impl Matches for Layered {
+    type Scratch = LayeredScratch;
+
+    fn batch_scratch(&self, keys: usize) -> LayeredScratch {
+        LayeredScratch::for_batch(keys)
+    }
+
+    fn lookup_ids<'s>(&self, key: &str, scratch: &'s mut LayeredScratch) -> &'s [u32] {
+        Layered::lookup_ids(self, key, scratch)
+    }
+
+    fn subscriber(&self, id: u32) -> &str {
+        Layered::subscriber(self, id)
+    }
+}
 
 /// What a batch held, for introspection and benchmarks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -79,8 +123,8 @@ pub struct Routed {
 }
 
 /// Match every key of `keys`. `max_rows`, when given, is enforced before any work.
-pub fn match_batch(
-    matcher: &FrozenMatcher,
+pub fn match_batch<M: Matches>(
+    matcher: &M,
     keys: &dyn Array,
     max_rows: Option<usize>,
 ) -> Result<(ListArray, BatchStats), NativeError> {
@@ -95,7 +139,7 @@ pub fn match_batch(
 
 /// Match a prefix of `keys` under the router's `limits` (see module docs); the
 /// list field is named `element`, as Spark's Arrow conversion names it.
-pub fn route_batch(matcher: &FrozenMatcher, keys: &dyn Array, limits: RouteLimits) -> Result<Routed, NativeError> {
+pub fn route_batch<M: Matches>(matcher: &M, keys: &dyn Array, limits: RouteLimits) -> Result<Routed, NativeError> {
     route_with(matcher, keys, limits, Field::new("element", DataType::Utf8, true))
 }
 
@@ -104,8 +148,8 @@ pub fn result_type() -> DataType {
     DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
 }
 
-fn route_with(
-    matcher: &FrozenMatcher,
+fn route_with<M: Matches>(
+    matcher: &M,
     keys: &dyn Array,
     limits: RouteLimits,
     item: Field,
@@ -147,9 +191,10 @@ impl Found {
     }
 }
 
-fn route_keys<'a, A>(matcher: &FrozenMatcher, keys: A, limits: RouteLimits, item: Field) -> Result<Routed, NativeError>
+fn route_keys<'a, A, M>(matcher: &M, keys: A, limits: RouteLimits, item: Field) -> Result<Routed, NativeError>
 where
     A: ArrayAccessor<Item = &'a str>,
+    M: Matches,
 {
     let rows = keys.len();
     let max_fanout = limits.max_fanout.unwrap_or(usize::MAX);
@@ -158,7 +203,7 @@ where
         deduplicated: true,
         ..BatchStats::default()
     };
-    let mut scratch = Scratch::for_batch(rows);
+    let mut scratch = matcher.batch_scratch(rows);
     // Per distinct key: its index in `found`.
     let mut distinct: HashMap<&'a str, u32> = HashMap::with_capacity(rows.min(PROBE_ROWS * 4));
     let mut found: Vec<Found> = Vec::new();

@@ -47,6 +47,7 @@ use arrow_schema::DataType;
 use crate::cstrie::CsTrie;
 use crate::errors::{NativeError, RowError};
 use crate::frozen::FrozenMatcher;
+use crate::layered::DeltaBuilder;
 use crate::topic::{HASH, SEPARATOR};
 
 /// Which argument a column is (for error messages).
@@ -343,6 +344,21 @@ pub fn unsubscribe_many(
         .iter()
         .filter(|&(pattern, subscriber)| trie.unsubscribe(pattern, subscriber))
         .count())
+}
+
+/// Record every pair as subscribed (`active`) or not as of table `version`, in a delta's builder
+/// (every row validated first, as for the trie); returns how many rows were recorded.
+pub fn record_changes(
+    delta: &mut DeltaBuilder,
+    patterns: &dyn Array,
+    subscribers: &dyn Array,
+    limits: Option<&RowLimits>,
+    active: bool,
+    version: u64,
+) -> Result<usize, NativeError> {
+    let pairs = validate(patterns, subscribers, limits)?;
+    delta.record(pairs.iter(), active, version);
+    Ok(pairs.len())
 }
 
 /// A frozen matcher of every pair, built straight from the columns (the

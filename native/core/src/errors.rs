@@ -18,6 +18,8 @@ const LISTED_ROWS: usize = 10;
 pub enum NativeError {
     /// Bytes given to the frozen-matcher decoder are not a valid, intact blob.
     Format(String),
+    /// A snapshot file could not be opened or mapped (the message names it and the OS error).
+    Io(String),
     /// A batch has more rows than the caller's `max_rows`.
     BatchTooLarge {
         rows: usize,
@@ -64,6 +66,7 @@ impl fmt::Display for NativeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NativeError::Format(message) => write!(f, "not a valid frozen matcher: {message}"),
+            NativeError::Io(message) => write!(f, "cannot read the frozen matcher file {message}"),
             NativeError::BatchTooLarge { rows, limit } => {
                 write!(f, "batch has {rows} rows, more than the limit max_batch_rows={limit}")
             }

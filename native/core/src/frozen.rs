@@ -1,23 +1,26 @@
 //! The frozen matcher: a compact, immutable trie built once from a set of
 //! (pattern, subscriber) pairs and then only read (the data plane of the
-//! Spark job, shipped to executors as bytes by [`crate::codec`]).
+//! Spark job, shipped to executors as a snapshot file or as bytes).
 //!
 //! # Layout
 //!
-//! Everything is a flat array indexed by `u32`:
+//! A matcher is one buffer in the byte layout of [`crate::layout`], read in
+//! place ([`crate::storage`]): built here, decoded from a copy, or mapped from
+//! a file by [`crate::codec`], with no structure rebuilt on load. Everything is
+//! a flat array indexed by `u32`:
 //!
 //! * `words` / `subscribers` – interned texts ([`Interned`]): one string of
-//!   all texts plus end offsets, and a hash index from text to id. Ids are in
-//!   ascending text order, so building the same pairs always gives the same
-//!   structure (and the same bytes).
+//!   all texts plus end offsets, and for words an in-file hash index from
+//!   text to id. Ids are in ascending text order, so building the same pairs
+//!   always gives the same structure (and the same bytes).
 //! * `nodes` – the trie, root at index 0, numbered in depth-first preorder
 //!   (literal children in ascending word id, then the `star` child, then the
 //!   `hash` child). Preorder makes every child index larger than its parent's,
-//!   so the structure is a tree by construction and the codec can leave child
-//!   indices implicit.
+//!   so the structure is a tree by construction.
 //! * `edges` – the literal children of every node, one sorted `(word, child)`
-//!   range per node (binary-searched); the wildcard children are the named
-//!   fields [`Node::star`] and [`Node::hash`], never entries of that range.
+//!   range per node (binary-searched, or probed through the in-file `wide`
+//!   index past [`WIDE_FANOUT`] children); the wildcard children are the
+//!   named fields [`Node::star`] and [`Node::hash`], never entries of that range.
 //! * `subscriber_ids` – one ascending range per node: who subscribed to the
 //!   pattern that ends at that node.
 //!
@@ -41,149 +44,41 @@
 //! time was cache misses in tables of millions of entries, for words and
 //! edges that the batch's other keys had just resolved.
 
-use hashbrown::{HashMap, HashTable};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
 
 use crate::errors::BuildError;
-use crate::prefetch::prefetch;
-use crate::short_text::append;
+use crate::layout::{home_slot, wide_key, Layout, Parts, Texts, Views, EMPTY, WIDE_FANOUT};
+use crate::storage::{Array, Storage};
 use crate::word_hash::hash_word;
+
+pub use crate::layout::{Edge, Node, NONE};
 
 use crate::topic::{split_words, PatternWord};
 
-/// How many texts ahead a pass over texts in sorted order prefetches each one.
-pub(crate) const PREFETCH_AHEAD: usize = 16;
+pub(crate) use crate::layout::PREFETCH_AHEAD;
 
-/// "No child" in [`Node::star`] and [`Node::hash`].
-pub const NONE: u32 = u32::MAX;
-
-/// One trie node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Node {
-    /// Literal children are `edges[first_edge .. first_edge + edge_count]`,
-    /// sorted by strictly ascending word id.
-    pub first_edge: u32,
-    pub edge_count: u32,
-    /// Child reached by a `*` pattern word, or [`NONE`]. Always > own index.
-    pub star: u32,
-    /// Child reached by a `#` pattern word, or [`NONE`]. Always > own index.
-    pub hash: u32,
-    /// Subscribers of the pattern ending here are
-    /// `subscriber_ids[subs_start .. subs_start + subs_len]`, strictly ascending.
-    pub subs_start: u32,
-    pub subs_len: u32,
-}
-
-impl Node {
-    pub(crate) const EMPTY: Node = Node {
-        first_edge: 0,
-        edge_count: 0,
-        star: NONE,
-        hash: NONE,
-        subs_start: 0,
-        subs_len: 0,
-    };
-
-    pub fn has_children(&self) -> bool {
-        self.edge_count > 0 || self.star != NONE || self.hash != NONE
-    }
-}
-
-/// A literal child: `word` is a word id, `child` a node index (> parent's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Edge {
-    pub word: u32,
-    pub child: u32,
-}
-
-/// Interned texts in strictly ascending text order: id -> text via `ends`,
-/// text -> id via `index` (words, which lookups resolve by text) or a binary
-/// search (subscribers, which are only ever read by id).
-#[derive(Debug, Clone, Default)]
+/// Interned texts in strictly ascending text order, read in place: id -> text via `ends`, text -> id
+/// via the in-file `index` (words, which lookups resolve by text) or a binary search (subscribers,
+/// which are only ever read by id).
+#[derive(Debug, Clone)]
 pub struct Interned {
-    /// All texts, concatenated in id order.
-    text: String,
-    /// `text[ends[i-1] .. ends[i]]` is text `i` (`ends[-1]` = 0); ascending.
-    ends: Vec<u32>,
-    /// Ids, hashed by their text with [`hash_word`] (the process-wide text
-    /// hash the CS-trie's tables use too, so a freeze passes the hashes it
-    /// already holds); `None` when the table is not indexed.
-    index: Option<HashTable<u32>>,
-}
-
-/// Whether an [`Interned`] table keeps a hash index from text to id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Index {
-    /// `find` hashes (the words, looked up once per key word).
-    Hashed,
-    /// `find` binary-searches (the subscribers: read by id; an index of a
-    /// million ids would cost its build on every freeze and decode).
-    Sorted,
+    /// All texts, concatenated in id order. Invariant: valid UTF-8, and every entry of `ends` is a
+    /// char boundary of it (the decoder checks both; builders copy `str`s).
+    text: Array<u8>,
+    /// `text[ends[i-1] .. ends[i]]` is text `i` (`ends[-1]` = 0). Invariant: ascending, the last
+    /// equal to `text.len()`.
+    ends: Array<u32>,
+    /// Open-addressing slots of ids (see [`crate::layout`]); empty when the table is not indexed.
+    /// Invariant: every slot is [`EMPTY`] or an id below `ends.len()`, and the length is 0 or a
+    /// power of two.
+    index: Array<u32>,
+    /// The SipHash key of `index`.
+    key: [u64; 2],
 }
 
 impl Interned {
-    /// An empty table with room for `count` texts of `bytes` bytes in all.
-    pub fn with_capacity(count: usize, bytes: usize, index: Index) -> Self {
-        Interned {
-            text: String::with_capacity(bytes),
-            ends: Vec::with_capacity(count),
-            index: (index == Index::Hashed).then(|| HashTable::with_capacity(count)),
-        }
-    }
-
-    /// A table of `texts`, which the caller guarantees are strictly ascending
-    /// (so unique), each with its [`hash_word`], fitting the `u32` offsets and
-    /// below [`UNRESOLVED`] ids (a freeze, whose texts come sorted from a
-    /// trie: no comparison per text as [`Interned::push`] makes).
-    pub(crate) fn from_sorted(texts: &[(&str, u64)], index: Index) -> Result<Self, BuildError> {
-        let bytes: usize = texts.iter().map(|(text, _)| text.len()).sum();
-        if bytes > u32::MAX as usize || texts.len() >= UNRESOLVED as usize {
-            return Err(BuildError::TooLarge);
-        }
-        let mut interned = Interned::with_capacity(texts.len(), bytes, index);
-        for (id, &(text, hash)) in texts.iter().enumerate() {
-            // Texts in sorted order lie anywhere in their source (a snapshot's nodes): each read missed.
-            if let Some((ahead, _)) = texts.get(id + PREFETCH_AHEAD) {
-                prefetch(ahead.as_ptr());
-            }
-            debug_assert!(interned.ends.is_empty() || interned.get(id as u32 - 1) < text);
-            debug_assert_eq!(hash, hash_word(text));
-            // Inline for short texts (sized up front): a call to memcpy each was 9% of a 1M freeze.
-            append(&mut interned.text, text);
-            interned.ends.push(interned.text.len() as u32);
-            if let Some(index) = &mut interned.index {
-                // Sized for every text up front, so nothing is re-hashed.
-                index.insert_unique(hash, id as u32, |&other| {
-                    hash_word(slice(&interned.text, &interned.ends, other))
-                });
-            }
-        }
-        Ok(interned)
-    }
-
-    /// Append `text` as the next id; `false` (and nothing added) unless it
-    /// is strictly greater than the last text (so texts stay unique and
-    /// ascending, with one comparison instead of a probe) and the total fits
-    /// the `u32` offsets.
-    pub fn push(&mut self, text: &str) -> bool {
-        let last = self.ends.len().checked_sub(1).map(|id| self.get(id as u32));
-        // Ids stay below `UNRESOLVED`, which lookups use as a sentinel.
-        if last.is_some_and(|last| last >= text)
-            || self.text.len() + text.len() > u32::MAX as usize
-            || self.ends.len() >= UNRESOLVED as usize
-        {
-            return false;
-        }
-        let id = self.ends.len() as u32;
-        self.text.push_str(text);
-        self.ends.push(self.text.len() as u32);
-        let Interned { text: all, ends, index } = self;
-        if let Some(index) = index {
-            // Growth re-hashes existing ids, with the same hash as insertion.
-            index.insert_unique(hash_word(text), id, |&other| hash_word(slice(all, ends, other)));
-        }
-        true
-    }
-
     pub fn len(&self) -> usize {
         self.ends.len()
     }
@@ -194,30 +89,46 @@ impl Interned {
 
     /// Text of id `id` (`id < len()`).
     pub fn get(&self, id: u32) -> &str {
-        slice(&self.text, &self.ends, id)
+        let end = self.ends[id as usize] as usize;
+        let start = if id == 0 {
+            0
+        } else {
+            self.ends[id as usize - 1] as usize
+        };
+        let bytes = &self.text[start..end];
+        // SAFETY: `text` is UTF-8 and both ends are char boundaries (field invariants), so the range
+        // between them is UTF-8.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 
     pub fn find(&self, text: &str) -> Option<u32> {
-        self.find_hashed(hash_word(text), text)
-    }
-
-    /// [`Interned::find`] with `hash_word(text)` already computed.
-    pub fn find_hashed(&self, hash: u64, text: &str) -> Option<u32> {
-        match &self.index {
-            Some(index) => index.find(hash, |&id| self.get(id) == text).copied(),
-            None => {
-                let (mut low, mut high) = (0u32, self.ends.len() as u32);
-                while low < high {
-                    let mid = low + (high - low) / 2;
-                    match self.get(mid).cmp(text) {
-                        std::cmp::Ordering::Less => low = mid + 1,
-                        std::cmp::Ordering::Greater => high = mid,
-                        std::cmp::Ordering::Equal => return Some(mid),
-                    }
+        let slots = self.index.len();
+        if slots == 0 {
+            let (mut low, mut high) = (0u32, self.ends.len() as u32);
+            while low < high {
+                let mid = low + (high - low) / 2;
+                match self.get(mid).cmp(text) {
+                    std::cmp::Ordering::Less => low = mid + 1,
+                    std::cmp::Ordering::Greater => high = mid,
+                    std::cmp::Ordering::Equal => return Some(mid),
                 }
-                None
             }
+            return None;
         }
+        let mask = slots - 1;
+        let mut at = home_slot(self.key, text.as_bytes(), slots as u32) as usize;
+        // At most one pass over the slots, whatever they hold.
+        for _ in 0..slots {
+            let id = self.index[at];
+            if id == EMPTY {
+                return None;
+            }
+            if self.get(id) == text {
+                return Some(id);
+            }
+            at = (at + 1) & mask;
+        }
+        None
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
@@ -307,10 +218,22 @@ fn group_by_owner<T: Copy + Default + Ord>(
     (starts, grouped)
 }
 
-fn slice<'a>(all: &'a str, ends: &[u32], id: u32) -> &'a str {
-    let end = ends[id as usize] as usize;
-    let start = if id == 0 { 0 } else { ends[id as usize - 1] as usize };
-    &all[start..end]
+/// Append the ids of node `node` that `hidden` (`node << 32 | id`, strictly ascending) does not hold.
+fn extend_visible(found: &mut Vec<u32>, ids: &[u32], node: u32, hidden: &[u64]) {
+    let low = u64::from(node) << 32;
+    let from = hidden.partition_point(|&pair| pair < low);
+    let to = from + hidden[from..].partition_point(|&pair| pair >> 32 == u64::from(node));
+    if from == to {
+        found.extend_from_slice(ids);
+        return;
+    }
+    let mut hiding = hidden[from..to].iter().map(|&pair| pair as u32).peekable();
+    for &id in ids {
+        while hiding.next_if(|&hidden| hidden < id).is_some() {}
+        if hiding.peek() != Some(&id) {
+            found.push(id);
+        }
+    }
 }
 
 /// Reusable per-thread buffers for lookups, so a batch allocates once.
@@ -424,7 +347,7 @@ struct Memo {
     /// `(hash_word(text), word id)`; `NONE` id: an empty slot. Only words
     /// the matcher has are cached (an absent word has no id to verify).
     words: Box<[(u64, u32)]>,
-    /// `(wide_key(node, word), child or NONE)`; `u64::MAX` key: an empty
+    /// `(child_key(node, word), child or NONE)`; `u64::MAX` key: an empty
     /// slot (node indices are below `NONE`, so no real key is all ones).
     children: Box<[(u64, u32)]>,
 }
@@ -474,45 +397,50 @@ impl Memo {
 }
 
 /// A key word whose id has not been looked up yet (never a valid word id:
-/// [`Interned::push`] keeps ids below it).
+/// [`Texts::push`] keeps ids below it).
 const UNRESOLVED: u32 = u32::MAX - 1;
 
 /// Nodes with at most this many literal children are searched by comparing
 /// the key word's text; wider ones by its interned id.
 const SMALL_FANOUT: u32 = 4;
 
-/// The immutable matcher. Invariants (established by [`FrozenMatcher::build`]
-/// and checked by the decoder in [`crate::codec`]) are stated on [`Node`],
-/// [`Edge`] and [`Interned`]; in addition every word and subscriber id in
-/// `edges`/`subscriber_ids` is in range, and `nodes` is non-empty.
+/// The immutable matcher: views of one [`Storage`] in the layout of
+/// [`crate::layout`]. Invariants (established by the builders and checked by
+/// the decoder in [`crate::codec`]) are stated there and on [`Node`], [`Edge`]
+/// and [`Interned`]; in addition every word and subscriber id in
+/// `edges`/`subscriber_ids` is in range, every `wide` slot is [`EMPTY`] or an
+/// edge index, and `nodes` is non-empty.
 #[derive(Debug, Clone)]
 pub struct FrozenMatcher {
-    pub(crate) nodes: Vec<Node>,
-    pub(crate) edges: Vec<Edge>,
-    pub(crate) subscriber_ids: Vec<u32>,
+    pub(crate) nodes: Array<Node>,
+    pub(crate) edges: Array<Edge>,
+    pub(crate) subscriber_ids: Array<u32>,
     pub(crate) words: Interned,
     pub(crate) subscribers: Interned,
-    /// `(node << 32 | word) -> child` for every literal edge of a node with
-    /// more than [`WIDE_FANOUT`] of them, derived from `nodes` and `edges` by
-    /// [`FrozenMatcher::assemble`] (never serialized). A binary search over a
-    /// node with 100,000 children (a popular prefix above many tenants) costs
-    /// ~17 dependent cache misses; one probe here costs one or two.
-    wide: HashMap<u64, u32, WideHasher>,
+    /// Open-addressing slots of edge indices for every literal edge of a node
+    /// with more than [`WIDE_FANOUT`] of them. A binary search over a node with
+    /// 100,000 children (a popular prefix above many tenants) costs ~17
+    /// dependent cache misses; a probe here costs one or two.
+    wide: Array<u32>,
+    /// A delta's hidden base pairs, `base node << 32 | base subscriber id`,
+    /// strictly ascending; empty in a base ([`crate::layout`], "Deltas").
+    pub(crate) hidden: Array<u64>,
+    /// A delta's base ([`crate::layout::base_id`]); 0 in a base.
+    pub(crate) base: u64,
+    /// The SipHash key of the `wide` index (the words' index holds its own copy).
+    index_key: [u64; 2],
+    /// The bytes every array above views.
+    storage: Arc<Storage>,
     /// A number no other matcher built in this process has (a clone keeps it:
-    /// same contents), so a [`Memo`] knows whose ids it holds. Never serialized.
+    /// same contents), so a [`Memo`] knows whose ids it holds. Not in the bytes.
     id: u64,
 }
 
 /// Source of [`FrozenMatcher::id`]; starts at 1 (0: a memo serving no matcher yet).
 static NEXT_MATCHER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// Nodes with more literal children than this are probed through [`FrozenMatcher::wide`].
-const WIDE_FANOUT: u32 = 64;
-
-/// The hasher of [`FrozenMatcher::wide`]: fixed, since its keys are our own indices.
-type WideHasher = foldhash::fast::FixedState;
-
-fn wide_key(node: u32, word: u32) -> u64 {
+/// A [`Memo`]'s key of the literal child `(node, word)`.
+fn child_key(node: u32, word: u32) -> u64 {
     u64::from(node) << 32 | u64::from(word)
 }
 
@@ -545,12 +473,12 @@ impl<'a> Interner<'a> {
     }
 
     /// `(temporary id -> final id, interned texts in final order)`.
-    fn finish(self, index: Index) -> Result<(Vec<u32>, Interned), BuildError> {
+    fn finish(self) -> Result<(Vec<u32>, Texts), BuildError> {
         let order = sort_by_text(0..self.texts.len() as u32, |id| self.texts[id as usize]);
         let order: Vec<u32> = order.into_iter().map(|(_, id)| id).collect();
         let mut rank = vec![0u32; order.len()];
         let bytes = self.texts.iter().map(|t| t.len()).sum();
-        let mut interned = Interned::with_capacity(order.len(), bytes, index);
+        let mut interned = Texts::with_capacity(order.len(), bytes);
         for (final_id, &temporary) in order.iter().enumerate() {
             rank[temporary as usize] = final_id as u32;
             // Texts are unique by construction, so only the size limits can refuse.
@@ -660,9 +588,45 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
+    /// Add (pattern, subscriber) pairs, with one `(parent, word) -> child` map
+    /// for every trie edge (no per-node allocations); duplicates are harmless.
+    pub fn add_pairs<P, S>(&mut self, pairs: impl IntoIterator<Item = (&'a P, &'a S)>) -> Result<(), BuildError>
+    where
+        P: AsRef<str> + ?Sized + 'a,
+        S: AsRef<str> + ?Sized + 'a,
+    {
+        let mut edge_map: HashMap<(u32, u32), u32> = HashMap::new();
+        for (pattern, subscriber) in pairs {
+            let mut node = Builder::ROOT;
+            for word in split_words(pattern.as_ref()) {
+                let key = self.key(PatternWord::parse(word));
+                node = match edge_map.entry((node, key)) {
+                    hashbrown::hash_map::Entry::Occupied(entry) => *entry.get(),
+                    hashbrown::hash_map::Entry::Vacant(entry) => *entry.insert(self.new_child_keyed(node, key)?),
+                };
+            }
+            self.subscribe(node, subscriber.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// [`Builder::finish`] as a delta over the base `base` (its [`crate::layout::base_id`]) that
+    /// hides the base's pairs `hidden` (`node << 32 | subscriber id`, strictly ascending).
+    pub fn finish_delta(self, hidden: Vec<u64>, base: u64) -> Result<FrozenMatcher, BuildError> {
+        debug_assert!(hidden.windows(2).all(|pair| pair[0] < pair[1]));
+        let mut parts = self.finish_parts()?;
+        parts.hidden = hidden;
+        parts.base = base;
+        FrozenMatcher::assemble_parts(parts)
+    }
+
     /// Lay the trie out: final ids in text order, children and subscribers as
     /// ranges, nodes in preorder.
     pub fn finish(self) -> Result<FrozenMatcher, BuildError> {
+        FrozenMatcher::assemble_parts(self.finish_parts()?)
+    }
+
+    fn finish_parts(self) -> Result<Parts, BuildError> {
         let Builder {
             words,
             subscribers,
@@ -670,8 +634,8 @@ impl<'a> Builder<'a> {
             ends,
             node_count,
         } = self;
-        let (word_rank, words) = words.finish(Index::Hashed)?;
-        let (subscriber_rank, subscribers) = subscribers.finish(Index::Sorted)?;
+        let (word_rank, words) = words.finish()?;
+        let (subscriber_rank, subscribers) = subscribers.finish()?;
         let node_total = node_count as usize + 1;
 
         // Keep only nodes with a subscriber at or below them, so a source
@@ -742,54 +706,86 @@ impl<'a> Builder<'a> {
             node.subs_len = subs.len() as u32;
             nodes.push(node);
         }
-        Ok(FrozenMatcher::assemble(
+        Ok(Parts {
             nodes,
             edges,
-            subscriber_ids,
+            pairs: subscriber_ids,
             words,
             subscribers,
-        ))
+            ..Parts::default()
+        })
     }
 }
 
 impl FrozenMatcher {
-    /// The matcher of parts laid out with every invariant of this module (by
-    /// [`Builder::finish`], the CS-trie's freeze or the checking decoder of
-    /// [`crate::codec`]): the one place a matcher is made, which derives the
-    /// index of wide nodes.
+    /// The matcher of parts laid out with every invariant of [`crate::layout`]
+    /// (by [`Builder::finish`] or the CS-trie's freeze): written into one buffer,
+    /// indices included, and viewed in place.
     pub(crate) fn assemble(
         nodes: Vec<Node>,
         edges: Vec<Edge>,
         subscriber_ids: Vec<u32>,
-        words: Interned,
-        subscribers: Interned,
-    ) -> Self {
-        debug_assert!(!nodes.is_empty());
-        let wide_edges: usize = nodes
-            .iter()
-            .filter(|node| node.edge_count > WIDE_FANOUT)
-            .map(|node| node.edge_count as usize)
-            .sum();
-        let mut wide = HashMap::with_capacity_and_hasher(wide_edges, WideHasher::with_seed(0x5eed));
-        for (index, node) in nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, node)| node.edge_count > WIDE_FANOUT)
-        {
-            let start = node.first_edge as usize;
-            for edge in &edges[start..start + node.edge_count as usize] {
-                wide.insert(wide_key(index as u32, edge.word), edge.child);
-            }
-        }
-        FrozenMatcher {
+        words: Texts,
+        subscribers: Texts,
+    ) -> Result<Self, BuildError> {
+        FrozenMatcher::assemble_parts(Parts {
             nodes,
             edges,
-            subscriber_ids,
+            pairs: subscriber_ids,
             words,
             subscribers,
-            wide,
+            ..Parts::default()
+        })
+    }
+
+    /// [`FrozenMatcher::assemble`] of all the parts, a delta's included.
+    pub(crate) fn assemble_parts(parts: Parts) -> Result<Self, BuildError> {
+        debug_assert!(!parts.nodes.is_empty());
+        let storage = crate::layout::write(&parts)?;
+        drop(parts);
+        let layout = crate::layout::layout_of(storage.bytes()).expect("a written layout reads back");
+        Ok(FrozenMatcher::view(Arc::new(storage), &layout))
+    }
+
+    /// The matcher whose bytes `storage` holds in `layout` (which the caller
+    /// checked against them: written by [`crate::layout::write`] or validated
+    /// by [`crate::codec`]).
+    pub(crate) fn view(storage: Arc<Storage>, layout: &Layout) -> Self {
+        let views = Views::of(&storage, layout);
+        let (_, index_key, base, _) = crate::layout::read_counts(storage.bytes());
+        FrozenMatcher {
+            nodes: views.nodes,
+            edges: views.edges,
+            subscriber_ids: views.pairs,
+            words: Interned {
+                text: views.word_text,
+                ends: views.word_ends,
+                index: views.word_index,
+                key: index_key,
+            },
+            subscribers: Interned {
+                text: views.subscriber_text,
+                ends: views.subscriber_ends,
+                index: Array::view(&storage, 0, 0),
+                key: index_key,
+            },
+            wide: views.wide,
+            hidden: views.hidden,
+            base,
+            index_key,
+            storage,
             id: NEXT_MATCHER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// The matcher's bytes: its whole storage, in the layout of [`crate::layout`].
+    pub fn bytes(&self) -> &[u8] {
+        self.storage.bytes()
+    }
+
+    /// Whether the bytes are a mapped file (shared through the page cache) rather than a heap copy.
+    pub fn is_mapped(&self) -> bool {
+        self.storage.is_mapped()
     }
 
     /// The matcher with no subscriptions.
@@ -798,16 +794,16 @@ impl FrozenMatcher {
             vec![Node::EMPTY],
             Vec::new(),
             Vec::new(),
-            Interned::default(),
-            Interned::default(),
+            Texts::default(),
+            Texts::default(),
         )
+        .expect("the empty matcher fits")
     }
 
     /// Build from (pattern, subscriber) pairs; duplicates are harmless.
     ///
-    /// One pass interns the texts and records every trie edge in a single
-    /// `(parent, word) -> child` map (no per-node allocations); then
-    /// [`Builder::finish`] lays the trie out.
+    /// One pass interns the texts and records every trie edge
+    /// ([`Builder::add_pairs`]); then [`Builder::finish`] lays the trie out.
     pub fn build<P, S>(pairs: impl IntoIterator<Item = (P, S)>) -> Result<Self, BuildError>
     where
         P: AsRef<str>,
@@ -815,18 +811,7 @@ impl FrozenMatcher {
     {
         let pairs: Vec<(P, S)> = pairs.into_iter().collect();
         let mut builder = Builder::with_capacity(pairs.len());
-        let mut edge_map: HashMap<(u32, u32), u32> = HashMap::new();
-        for (pattern, subscriber) in &pairs {
-            let mut node = Builder::ROOT;
-            for word in split_words(pattern.as_ref()) {
-                let key = builder.key(PatternWord::parse(word));
-                node = match edge_map.entry((node, key)) {
-                    hashbrown::hash_map::Entry::Occupied(entry) => *entry.get(),
-                    hashbrown::hash_map::Entry::Vacant(entry) => *entry.insert(builder.new_child_keyed(node, key)?),
-                };
-            }
-            builder.subscribe(node, subscriber.as_ref())?;
-        }
+        builder.add_pairs(pairs.iter().map(|(pattern, subscriber)| (pattern, subscriber)))?;
         builder.finish()
     }
 
@@ -872,7 +857,7 @@ impl FrozenMatcher {
         if slot.1 != NONE && slot.0 == hash && self.words.get(slot.1) == text {
             return slot.1;
         }
-        let id = self.words.find_hashed(hash, text).unwrap_or(NONE);
+        let id = self.words.find(text).unwrap_or(NONE);
         if id != NONE {
             *slot = (hash, id);
         }
@@ -883,7 +868,7 @@ impl FrozenMatcher {
         let Some(memo) = memo else {
             return self.literal_child_uncached(index, node, word);
         };
-        let key = wide_key(index, word);
+        let key = child_key(index, word);
         let at = memo.child_slot(key);
         let slot = &mut memo.children[at];
         if slot.0 != key {
@@ -892,9 +877,9 @@ impl FrozenMatcher {
         (slot.1 != NONE).then_some(slot.1)
     }
 
-    fn literal_child_uncached(&self, index: u32, node: &Node, word: u32) -> Option<u32> {
-        if node.edge_count > WIDE_FANOUT {
-            return self.wide.get(&wide_key(index, word)).copied();
+    pub(crate) fn literal_child_uncached(&self, index: u32, node: &Node, word: u32) -> Option<u32> {
+        if node.edge_count > WIDE_FANOUT && !self.wide.is_empty() {
+            return self.wide_child(index, node, word);
         }
         let start = node.first_edge as usize;
         let range = &self.edges[start..start + node.edge_count as usize];
@@ -904,8 +889,35 @@ impl FrozenMatcher {
             .map(|i| range[i].child)
     }
 
+    /// The literal child of wide node `index` under `word`, through the `wide` index. A slot counts
+    /// only if its edge lies in the node's range and carries `word`, so whatever the slots hold the
+    /// walk stays on the tree; the loop ends after one pass over them at most.
+    fn wide_child(&self, index: u32, node: &Node, word: u32) -> Option<u32> {
+        let slots = self.wide.len();
+        let mask = slots - 1;
+        let range = node.first_edge as usize..node.first_edge as usize + node.edge_count as usize;
+        let mut at = home_slot(self.index_key, &wide_key(index, word), slots as u32) as usize;
+        for _ in 0..slots {
+            let edge = self.wide[at];
+            if edge == EMPTY {
+                return None;
+            }
+            if range.contains(&(edge as usize)) && self.edges[edge as usize].word == word {
+                return Some(self.edges[edge as usize].child);
+            }
+            at = (at + 1) & mask;
+        }
+        None
+    }
+
     /// Matching subscriber ids for `key`, ascending and unique, in `scratch.found`.
     pub fn lookup_ids<'s>(&self, key: &str, scratch: &'s mut Scratch) -> &'s [u32] {
+        self.lookup_ids_hiding(key, scratch, &[])
+    }
+
+    /// [`FrozenMatcher::lookup_ids`] without the pairs in `hidden` (`node << 32 | subscriber id`,
+    /// strictly ascending): a base under a delta ([`crate::layered`]).
+    pub fn lookup_ids_hiding<'s>(&self, key: &str, scratch: &'s mut Scratch, hidden: &[u64]) -> &'s [u32] {
         let Scratch {
             word_spans,
             word_ids,
@@ -935,7 +947,12 @@ impl FrozenMatcher {
             let node = &self.nodes[index as usize];
             if position == end {
                 let start = node.subs_start as usize;
-                found.extend_from_slice(&self.subscriber_ids[start..start + node.subs_len as usize]);
+                let ids = &self.subscriber_ids[start..start + node.subs_len as usize];
+                if hidden.is_empty() {
+                    found.extend_from_slice(ids);
+                } else {
+                    extend_visible(found, ids, index, hidden);
+                }
             } else {
                 let child = if node.edge_count == 0 {
                     None
@@ -996,6 +1013,11 @@ impl FrozenMatcher {
 
     /// Every (pattern, subscriber) pair, in preorder of the patterns.
     pub fn subscriptions(&self) -> Vec<(String, &str)> {
+        self.subscriptions_where(|_, _| true)
+    }
+
+    /// The (pattern, subscriber) pairs whose `(node, subscriber id)` passes `keep`, in preorder.
+    pub fn subscriptions_where(&self, keep: impl Fn(u32, u32) -> bool) -> Vec<(String, &str)> {
         let mut pairs = Vec::with_capacity(self.subscriber_ids.len());
         // (node, depth, word that led here); `path` holds the words above.
         let mut stack: Vec<(u32, usize, Option<PatternWord<'_>>)> = vec![(0, 0, None)];
@@ -1018,7 +1040,9 @@ impl FrozenMatcher {
                     .join(".");
                 let start = node.subs_start as usize;
                 for &id in &self.subscriber_ids[start..start + node.subs_len as usize] {
-                    pairs.push((pattern.clone(), self.subscribers.get(id)));
+                    if keep(index, id) {
+                        pairs.push((pattern.clone(), self.subscribers.get(id)));
+                    }
                 }
             }
             let depth = path.len();
@@ -1136,8 +1160,9 @@ pub(crate) mod tests {
     fn build_is_canonical_and_rejects_empty_subscribers() {
         let a = FrozenMatcher::build([("x.*", "s1"), ("#", "s2"), ("x.*", "s1")]).unwrap();
         let b = FrozenMatcher::build([("#", "s2"), ("x.*", "s1")]).unwrap();
-        assert_eq!(a.nodes, b.nodes);
-        assert_eq!(a.edges, b.edges);
+        assert_eq!(a.nodes[..], b.nodes[..]);
+        assert_eq!(a.edges[..], b.edges[..]);
+        assert_eq!(a.bytes(), b.bytes(), "equal pairs, equal bytes");
         assert_eq!(a.len(), 2);
         assert_eq!(a.pattern_count(), 2);
         assert_eq!(
@@ -1173,7 +1198,8 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(wide, [500, 68, 68, 67]);
         for matcher in [&built, &decoded, &frozen] {
-            assert_eq!(matcher.wide.len(), 703, "every edge of the wide nodes is indexed");
+            let indexed = matcher.wide.iter().filter(|&&slot| slot != EMPTY).count();
+            assert_eq!(indexed, 703, "every edge of the wide nodes is indexed");
             for key in [
                 "t7.orders.z",
                 "t499.orders",

@@ -58,7 +58,8 @@ pub fn decode_arbitrary(data: &[u8]) {
             }
             let pairs = matcher.subscriptions();
             assert_eq!(pairs.len(), matcher.len());
-            let again = codec::decode(&codec::encode(&matcher)).expect("re-encoded matcher decodes");
+            let again =
+                codec::decode_with(&codec::encode(&matcher), verify_checksum).expect("re-encoded matcher decodes");
             assert_eq!(again.len(), matcher.len());
         }
     }
@@ -133,6 +134,81 @@ pub fn arbitrary_keys(data: &[u8]) {
     assert_eq!(list.len(), keys.len());
 }
 
+/// A base and changes derived from the bytes: the layered matcher of the base and the builder's delta agrees
+/// with `matches` over the changed pair set. The rest of the bytes then mutate the delta's bytes (re-signed, so
+/// the structural checks and the layering's own are what must hold): an error, or a layered matcher whose
+/// lookups run, never a panic.
+pub fn deltas_agree(data: &[u8]) {
+    use std::sync::Arc;
+
+    use crate::layered::{DeltaBuilder, Layered};
+
+    let mut cursor = Cursor { data, position: 0 };
+    let pool: Vec<(String, String)> = (0..1 + cursor.below(12))
+        .map(|_| (cursor.topic(), format!("s{}", cursor.below(4))))
+        .collect();
+    let mut model: Vec<(String, String)> = pool.iter().filter(|_| cursor.below(2) == 0).cloned().collect();
+    model.sort();
+    model.dedup();
+    let base = Arc::new(FrozenMatcher::build(model.iter().map(|(p, s)| (p, s))).expect("valid pairs"));
+    let mut builder = DeltaBuilder::new(base.clone()).expect("a base");
+    for version in 1..=3u64 {
+        let mut last: Vec<(usize, bool)> = Vec::new();
+        for _ in 0..cursor.below(6) {
+            let (pair, active) = (cursor.below(pool.len() as u8), cursor.below(2) == 0);
+            last.retain(|&(other, _)| other != pair);
+            last.push((pair, active));
+        }
+        for &(pair, active) in &last {
+            let (pattern, subscriber) = &pool[pair];
+            builder.record([(pattern.as_str(), subscriber.as_str())], active, version);
+            model.retain(|held| held != &pool[pair]);
+            if active {
+                model.push(pool[pair].clone());
+            }
+        }
+    }
+    let delta = builder.freeze().expect("a delta");
+    let layered = Layered::new(base.clone(), Arc::new(delta.clone())).expect("its own base");
+    assert_eq!(layered.len(), model.len());
+    let mut keys = Vec::new();
+    while !cursor.exhausted() && keys.len() < 16 {
+        keys.push(cursor.topic());
+    }
+    for key in &keys {
+        let mut expected: Vec<&str> = model
+            .iter()
+            .filter(|(p, _)| matches(p, key))
+            .map(|(_, s)| s.as_str())
+            .collect();
+        expected.sort_unstable();
+        expected.dedup();
+        assert_eq!(layered.lookup(key), expected, "layered lookup {key:?}");
+    }
+    // Mutations of the delta's bytes, each (position, value) from what is left of the input.
+    let mut bytes = codec::encode(&delta);
+    let trailer = bytes.len() - crate::layout::TRAILER_LEN;
+    let rest = &data[cursor.position.min(data.len())..];
+    for pair in rest.chunks_exact(3).take(8) {
+        let at = u16::from_le_bytes([pair[0], pair[1]]) as usize % trailer;
+        bytes[at] = pair[2];
+    }
+    let crc = crate::layout::crc32(&bytes[..trailer]);
+    bytes[trailer..trailer + 4].copy_from_slice(&crc.to_le_bytes());
+    if let Ok(mutated) = codec::decode(&bytes) {
+        if let Ok(layered) = Layered::new(base, Arc::new(mutated)) {
+            for key in &keys {
+                let found = layered.lookup(key);
+                assert!(
+                    found.windows(2).all(|pair| pair[0] < pair[1]),
+                    "results sorted and unique"
+                );
+            }
+            let _ = layered.subscriptions();
+        }
+    }
+}
+
 #[cfg(test)]
 mod smoke {
     //! Bounded random-input runs of every fuzz body (deterministic seeds).
@@ -176,6 +252,13 @@ mod smoke {
     fn lookups_agree_smoke() {
         for data in inputs(2, 160).take(1500) {
             lookups_agree(&data);
+        }
+    }
+
+    #[test]
+    fn deltas_agree_smoke() {
+        for data in inputs(4, 200).take(1500) {
+            deltas_agree(&data);
         }
     }
 

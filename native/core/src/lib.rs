@@ -14,12 +14,18 @@
 //! fails on a `use` that runs back up):
 //!
 //! 1. leaves: [`errors`], [`topic`] (the key grammar), `short_text`,
-//!    `word_hash` (the one text hash), `prefetch`, `rng`;
-//! 2. [`frozen`]: the compact read-only matcher;
-//! 3. [`codec`] (its bytes) and [`batch`] (its Arrow batches);
-//! 4. [`cstrie`]: the live trie, whose snapshots freeze into [`frozen`];
-//! 5. [`bulk`]: Arrow columns loaded into a [`cstrie`] or a [`frozen`] matcher;
-//! 6. `fuzzing`: the fuzz bodies (test and cargo-fuzz builds only).
+//!    `word_hash` (the one text hash of a process), [`siphash`] (the format's
+//!    keyed hash), [`storage`] (aligned or mapped bytes and typed views),
+//!    `prefetch`, `rng`;
+//! 2. [`layout`]: the frozen matcher's bytes, which are its memory;
+//! 3. [`frozen`]: the compact read-only matcher, read in place;
+//! 4. [`codec`] (validating reads of bytes and files) and [`layered`] (a
+//!    base and a delta of the changes since, matched as one, and the delta's
+//!    builder);
+//! 5. [`batch`]: Arrow batches through either;
+//! 6. [`cstrie`]: the live trie, whose snapshots freeze into [`frozen`];
+//! 7. [`bulk`]: Arrow columns loaded into a [`cstrie`], a [`frozen`] matcher or a delta;
+//! 8. `fuzzing`: the fuzz bodies (test and cargo-fuzz builds only).
 
 pub mod batch;
 pub mod bulk;
@@ -27,10 +33,14 @@ pub mod codec;
 pub mod cstrie;
 pub mod errors;
 pub mod frozen;
+pub mod layered;
+pub mod layout;
 mod prefetch;
 #[doc(hidden)]
 pub mod rng;
 mod short_text;
+pub mod siphash;
+pub mod storage;
 // Only in test builds and cargo-fuzz builds (which pass `--cfg fuzzing`).
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]

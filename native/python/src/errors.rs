@@ -5,6 +5,7 @@
 //! | variant             | Python exception                              |
 //! |---------------------|-----------------------------------------------|
 //! | `Format`            | `routing._native.FrozenFormatError(ValueError)` |
+//! | `Io`                | `OSError` (a snapshot file that cannot be opened or mapped) |
 //! | `BatchTooLarge`     | `routing._native.BatchLimitError(ValueError)`   |
 //! | `ResultTooLarge`    | `routing._native.BatchLimitError(ValueError)`   |
 //! | `UnsupportedArray`  | `TypeError`                                   |
@@ -22,7 +23,7 @@
 //! [`BuildError`]: spark_topic_router_core::errors::BuildError
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use spark_topic_router_core::errors::{NativeError, RowError};
 
@@ -51,6 +52,7 @@ pub(crate) fn raise(error: impl Into<NativeError>) -> PyErr {
     let message = error.to_string();
     match error {
         NativeError::Format(_) => FrozenFormatError::new_err(message),
+        NativeError::Io(_) => PyOSError::new_err(message),
         NativeError::BatchTooLarge { .. } | NativeError::ResultTooLarge(_) => BatchLimitError::new_err(message),
         NativeError::UnsupportedArray(_) => PyTypeError::new_err(message),
         NativeError::InvalidArray(_) | NativeError::EmptySubscriber => PyValueError::new_err(message),

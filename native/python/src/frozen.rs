@@ -11,12 +11,59 @@ use arrow_pyarrow::{FromPyArrowUnchecked, ToPyArrow};
 use arrow_schema::{DataType, Field};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFrozenSet};
+use spark_topic_router_core::batch::Matches;
 use spark_topic_router_core::errors::NativeError;
 use spark_topic_router_core::frozen::{FrozenMatcher, Scratch};
 use spark_topic_router_core::{batch, bulk, codec};
 
 use crate::columns::{BulkColumns, LimitsTuple};
 use crate::errors::raise;
+
+/// `batch::match_batch` of a pyarrow array (validated with the GIL released) with any matcher.
+pub(crate) fn match_batch_of<'py, M: Matches + Sync>(
+    py: Python<'py>,
+    matcher: &M,
+    keys: &Bound<'py, PyAny>,
+    max_rows: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the imported buffers are validated by `validate_full` below
+    // (with the GIL released) before any value is read.
+    let data = unsafe { ArrayData::from_pyarrow_bound_unchecked(keys)? };
+    let result = py.detach(|| -> Result<ArrayData, NativeError> {
+        data.validate_full()
+            .map_err(|error| NativeError::InvalidArray(error.to_string()))?;
+        let array = make_array(data);
+        let (list, _) = batch::match_batch(matcher, array.as_ref(), max_rows)?;
+        Ok(list.to_data())
+    });
+    result.map_err(raise)?.to_pyarrow(py)
+}
+
+/// `batch::route_batch` of a pyarrow array with any matcher, as a `struct<subscribers, fanout>` array.
+pub(crate) fn route_batch_of<'py, M: Matches + Sync>(
+    py: Python<'py>,
+    matcher: &M,
+    keys: &Bound<'py, PyAny>,
+    limits: batch::RouteLimits,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: validated by `validate_full` below before any value is read.
+    let data = unsafe { ArrayData::from_pyarrow_bound_unchecked(keys)? };
+    let result = py.detach(|| -> Result<ArrayData, NativeError> {
+        data.validate_full()
+            .map_err(|error| NativeError::InvalidArray(error.to_string()))?;
+        let array = make_array(data);
+        let routed = batch::route_batch(matcher, array.as_ref(), limits)?;
+        let fields = vec![
+            Field::new("subscribers", routed.subscribers.data_type().clone(), true),
+            Field::new("fanout", DataType::Int32, true),
+        ];
+        let columns: Vec<ArrayRef> = vec![Arc::new(routed.subscribers), Arc::new(routed.fanout)];
+        let routed = StructArray::try_new(fields.into(), columns, None)
+            .map_err(|error| NativeError::ResultTooLarge(error.to_string()))?;
+        Ok(routed.to_data())
+    });
+    result.map_err(raise)?.to_pyarrow(py)
+}
 
 thread_local! {
     /// Lookup buffers reused across calls on this thread.
@@ -85,6 +132,17 @@ impl PyFrozenMatcher {
         Ok(PyFrozenMatcher::wrap(matcher))
     }
 
+    /// Validate and map the matcher stored in the file at `path` from byte `offset` (a multiple of 8)
+    /// to its end (GIL released). The matcher is read in place from a read-only shared mapping, so
+    /// every process that opens one file shares its pages; raises FrozenFormatError on bytes that are
+    /// not an intact matcher and OSError on a file that cannot be opened or mapped.
+    #[staticmethod]
+    #[pyo3(signature = (path, offset = 0))]
+    fn open(py: Python<'_>, path: std::path::PathBuf, offset: u64) -> PyResult<Self> {
+        let matcher = py.detach(|| codec::open(&path, offset)).map_err(raise)?;
+        Ok(PyFrozenMatcher::wrap(matcher))
+    }
+
     /// `(pairs, words, subscribers, nodes)` as the header of `to_bytes` output declares them, after the
     /// checks the header alone allows (codec `header`): no checksum, no section read, so O(1).
     #[staticmethod]
@@ -98,9 +156,15 @@ impl PyFrozenMatcher {
         ))
     }
 
+    /// The matcher's bytes: the format is its memory, so this is one copy.
     fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let bytes = py.detach(|| codec::encode(&self.inner));
-        PyBytes::new(py, &bytes)
+        PyBytes::new(py, self.inner.bytes())
+    }
+
+    /// Whether the matcher is read from a mapped file (`open`) rather than from its own heap copy.
+    #[getter]
+    fn is_mapped(&self) -> bool {
+        self.inner.is_mapped()
     }
 
     fn lookup<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyFrozenSet>> {
@@ -116,17 +180,7 @@ impl PyFrozenMatcher {
         keys: &Bound<'py, PyAny>,
         max_rows: Option<usize>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        // SAFETY: the imported buffers are validated by `validate_full` below
-        // (with the GIL released) before any value is read.
-        let data = unsafe { ArrayData::from_pyarrow_bound_unchecked(keys)? };
-        let result = py.detach(|| -> Result<ArrayData, NativeError> {
-            data.validate_full()
-                .map_err(|error| NativeError::InvalidArray(error.to_string()))?;
-            let array = make_array(data);
-            let (list, _) = batch::match_batch(&self.inner, array.as_ref(), max_rows)?;
-            Ok(list.to_data())
-        });
-        result.map_err(raise)?.to_pyarrow(py)
+        match_batch_of(py, self.inner.as_ref(), keys, max_rows)
     }
 
     /// The router's form of `match_batch` (see `batch::route_batch`): a
@@ -142,28 +196,12 @@ impl PyFrozenMatcher {
         max_fanout: Option<usize>,
         max_bytes: Option<usize>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        // SAFETY: validated by `validate_full` below before any value is read.
-        let data = unsafe { ArrayData::from_pyarrow_bound_unchecked(keys)? };
         let limits = batch::RouteLimits {
             max_rows,
             max_fanout,
             max_bytes,
         };
-        let result = py.detach(|| -> Result<ArrayData, NativeError> {
-            data.validate_full()
-                .map_err(|error| NativeError::InvalidArray(error.to_string()))?;
-            let array = make_array(data);
-            let routed = batch::route_batch(&self.inner, array.as_ref(), limits)?;
-            let fields = vec![
-                Field::new("subscribers", routed.subscribers.data_type().clone(), true),
-                Field::new("fanout", DataType::Int32, true),
-            ];
-            let columns: Vec<ArrayRef> = vec![Arc::new(routed.subscribers), Arc::new(routed.fanout)];
-            let routed = StructArray::try_new(fields.into(), columns, None)
-                .map_err(|error| NativeError::ResultTooLarge(error.to_string()))?;
-            Ok(routed.to_data())
-        });
-        result.map_err(raise)?.to_pyarrow(py)
+        route_batch_of(py, self.inner.as_ref(), keys, limits)
     }
 
     /// Benchmark hook: look up every key `rounds` times (GIL released), so

@@ -14,6 +14,7 @@ mod allocator;
 mod columns;
 mod errors;
 mod frozen;
+mod layered;
 mod trie;
 
 use pyo3::prelude::*;
@@ -21,6 +22,7 @@ use spark_topic_router_core::codec;
 
 use crate::errors::{BatchLimitError, BulkRowError, FrozenFormatError};
 use crate::frozen::PyFrozenMatcher;
+use crate::layered::{PyDeltaBuilder, PyLayeredMatcher};
 use crate::trie::{PyCsTrie, PySnapshot};
 
 /// Register every class, exception and constant of `routing._native`.
@@ -32,6 +34,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyCsTrie>()?;
     module.add_class::<PySnapshot>()?;
     module.add_class::<PyFrozenMatcher>()?;
+    module.add_class::<PyLayeredMatcher>()?;
+    module.add_class::<PyDeltaBuilder>()?;
     module.add("FrozenFormatError", py.get_type::<FrozenFormatError>())?;
     module.add("BatchLimitError", py.get_type::<BatchLimitError>())?;
     module.add("BulkRowError", py.get_type::<BulkRowError>())?;

@@ -32,7 +32,8 @@ use super::gcas::{gcas_read, Ctx};
 use super::node::{Branch, CNode, Child, INode, SubscriberSet, Tail};
 use super::sync::epoch::Guard;
 use crate::errors::BuildError;
-use crate::frozen::{sort_by_text, Edge, FrozenMatcher, Index, Interned, Node, NONE, PREFETCH_AHEAD};
+use crate::frozen::{sort_by_text, Edge, FrozenMatcher, Node, NONE, PREFETCH_AHEAD};
+use crate::layout::Texts as Interned;
 use crate::prefetch::prefetch;
 use crate::short_text::same_text;
 use crate::word_hash::hash_word;
@@ -91,11 +92,11 @@ impl<'g> Texts<'g> {
 
     /// The texts flagged in `used`, ranked in text order: `(rank of each id
     /// (unused ids: none; equal texts: one rank), the interned table)`.
-    fn rank(&self, used: &[bool], index: Index) -> Result<(Vec<u32>, Interned), BuildError> {
+    fn rank(&self, used: &[bool]) -> Result<(Vec<u32>, Interned), BuildError> {
         let used_ids = (0..self.texts.len() as u32).filter(|&id| used[id as usize]);
         let order = sort_by_text(used_ids, |id| self.texts[id as usize].0);
         let mut rank = vec![NONE; self.texts.len()];
-        let mut distinct: Vec<(&str, u64)> = Vec::with_capacity(order.len());
+        let mut distinct: Vec<&str> = Vec::with_capacity(order.len());
         for (at, &(prefix, id)) in order.iter().enumerate() {
             // In text order the ids (and so their texts and ranks) are anywhere in their arrays.
             if let Some(&(_, ahead)) = order.get(at + PREFETCH_AHEAD) {
@@ -104,13 +105,13 @@ impl<'g> Texts<'g> {
             }
             let text = self.texts[id as usize];
             let repeat =
-                at > 0 && order[at - 1].0 == prefix && distinct.last().is_some_and(|last| same_text(last.0, text.0));
+                at > 0 && order[at - 1].0 == prefix && distinct.last().is_some_and(|last| same_text(last, text.0));
             if !repeat {
-                distinct.push(text);
+                distinct.push(text.0);
             }
             rank[id as usize] = distinct.len() as u32 - 1;
         }
-        let interned = Interned::from_sorted(&distinct, index)?;
+        let interned = Interned::from_sorted(&distinct)?;
         Ok((rank, interned))
     }
 }
@@ -315,8 +316,8 @@ impl<'g> Walk<'g> {
                 live_pairs += 1;
             }
         }
-        let (word_rank, words) = self.words.rank(&word_used, Index::Hashed)?;
-        let (subscriber_rank, subscribers) = self.subscribers.rank(&subscriber_used, Index::Sorted)?;
+        let (word_rank, words) = self.words.rank(&word_used)?;
+        let (subscriber_rank, subscribers) = self.subscribers.rank(&subscriber_used)?;
 
         // Preorder indices without a traversal: parents come before their
         // children in temporary order, so when a node is reached its own
@@ -375,13 +376,7 @@ impl<'g> Walk<'g> {
             node.subs_len = subs.len() as u32;
             nodes[at as usize] = node;
         }
-        Ok(FrozenMatcher::assemble(
-            nodes,
-            edges,
-            subscriber_ids,
-            words,
-            subscribers,
-        ))
+        FrozenMatcher::assemble(nodes, edges, subscriber_ids, words, subscribers)
     }
 }
 
@@ -448,6 +443,10 @@ mod tests {
         trie.subscribe_many(pairs.iter().map(|(p, s)| (p.as_str(), s.as_str())));
         let frozen = trie.snapshot().freeze().unwrap();
         let built = FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap();
-        assert_eq!(crate::codec::encode(&frozen), crate::codec::encode(&built));
+        assert_eq!(
+            crate::codec::encode(&frozen),
+            crate::codec::encode(&built),
+            "equal pairs, equal bytes"
+        );
     }
 }

@@ -25,13 +25,15 @@ import org.apache.hadoop.fs.Path;
 /**
  * The snapshot files of one subscription table, read the way {@code routing/router/snapshot_files.py} writes
  * them and trusting nothing: {@code <version>-<sha256>.frozen} files in the table's directory, each the
- * frozen matcher sealed with a claim ({@code STRSNAP1}, a u16 little-endian length, the JSON
- * {@code {"table_id", "version"}}, then the matcher's bytes). A file is used only if its bytes hash to the
- * digest in its name and its claim names this table and the version in its name; the native decoder then
- * validates the matcher itself. Anything else is refused with a reason, never half-used.
+ * frozen matcher sealed with a claim ({@code STRSNAP2}, a u16 little-endian length, the JSON
+ * {@code {"table_id", "version"}}, zeros up to a multiple of 8, then the matcher's bytes). A file is used only
+ * if its bytes hash to the digest in its name and its claim names this table and the version in its name; the
+ * native decoder then validates the matcher itself. Anything else is refused with a reason, never half-used.
+ * Only whole snapshots ({@code .frozen}) are read here: the micro-batch lane's deltas ({@code .delta}, over a
+ * base) need their base, and the real-time lane's publisher writes whole snapshots only.
  */
 final class SnapshotFiles {
-    static final byte[] MAGIC = "STRSNAP1".getBytes(StandardCharsets.US_ASCII);
+    static final byte[] MAGIC = "STRSNAP2".getBytes(StandardCharsets.US_ASCII);
     static final int MAX_CLAIM_BYTES = 1024;
     /** A Java array's reach: a larger file is refused (no snapshot within the table limits comes close). */
     static final long MAX_FILE_BYTES = Integer.MAX_VALUE - 8;
@@ -115,12 +117,19 @@ final class SnapshotFiles {
     int unsealedStart(byte[] sealed, long version) throws RefusedException {
         int head = MAGIC.length + 2;
         if (sealed.length < head || !Arrays.equals(sealed, 0, MAGIC.length, MAGIC, 0, MAGIC.length)) {
-            throw new RefusedException("not a sealed snapshot file (no STRSNAP1 magic)");
+            throw new RefusedException("not a sealed snapshot file (no STRSNAP2 magic)");
         }
         int length = ByteBuffer.wrap(sealed, MAGIC.length, 2).order(ByteOrder.LITTLE_ENDIAN).getShort() & 0xffff;
-        if (length > MAX_CLAIM_BYTES || head + length > sealed.length) {
+        // The matcher starts at the next multiple of 8 after the claim.
+        int padded = head + length + Math.floorMod(-(head + length), 8);
+        if (length > MAX_CLAIM_BYTES || padded > sealed.length) {
             throw new RefusedException("its claim length " + length + " is over " + MAX_CLAIM_BYTES
                     + " or past the file's end");
+        }
+        for (int at = head + length; at < padded; at++) {
+            if (sealed[at] != 0) {
+                throw new RefusedException("the padding after its claim is not zero");
+            }
         }
         JsonNode claim;
         try {
@@ -146,7 +155,7 @@ final class SnapshotFiles {
             throw new RefusedException("it holds another table's or version's snapshot, not table " + tableId
                     + " version " + version);
         }
-        return head + length;
+        return padded;
     }
 
     static byte[] sha256(byte[] bytes) {
