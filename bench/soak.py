@@ -356,7 +356,8 @@ def log_entries(directory: Path) -> int:
     return sum(1 for entry in directory.iterdir() if entry.name.isdigit()) if directory.is_dir() else 0
 
 
-SNAPSHOT_NAME = re.compile(r"^(\d+)-[0-9a-f]{64}\.frozen$")
+#: A base (``<version>-<sha256>.frozen``) or a delta (``<version>-from-<base>-<sha256>.delta``).
+SNAPSHOT_NAME = re.compile(r"^(\d+)-(?:from-\d+-)?[0-9a-f]{64}\.(?:frozen|delta)$")
 
 
 def snapshot_versions(directory: Path) -> tuple[int, int]:
