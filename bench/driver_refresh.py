@@ -385,7 +385,9 @@ def run(
             raise RuntimeError(f"the refresh job rejected changes: {summary.rejected}")
 
         expected = read_active_arrow(spark, table, version)
-        independent = _native.FrozenMatcher.from_arrow(expected.column("pattern"), expected.column("subscriber_id"))
+        independent = _native.FrozenMatcher.from_arrow(
+            expected.column("pattern").combine_chunks(), expected.column("subscriber_id").combine_chunks()
+        )
         probe = [f"{pattern_of(i).replace('#', 'a').replace('*', 'b')}" for i in range(0, rows + changes, 97)]
         verified = set(routed.subscriptions()) == set(independent.subscriptions()) and all(
             routed.lookup(key) == independent.lookup(key) for key in probe

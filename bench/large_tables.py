@@ -458,7 +458,9 @@ def run(*, rows: int, changes: int, root: Path, driver_memory: str) -> Result:
         expected = read_active_arrow(spark, table, version)
         from routing import _native
 
-        oracle = _native.FrozenMatcher.from_arrow(expected.column("pattern"), expected.column("subscriber_id"))
+        oracle = _native.FrozenMatcher.from_arrow(
+            expected.column("pattern").combine_chunks(), expected.column("subscriber_id").combine_chunks()
+        )
         layered = delta_ref.open_matcher()
         verified = len(layered) == len(oracle) and all(
             layered.lookup(key) == oracle.lookup(key)

@@ -17,6 +17,7 @@ FLAGS = {
     "chaos": ("--seed", "--router-kills", "--broker-kills", "--refresh-kills", "--output", "--work"),
     "driver_refresh": ("--rows", "--changes", "--keys", "--baseline-batches", "--results-dir", "--no-write"),
     "fuzz": ("--minutes", "--targets", "--max-len", "--timeout", "--no-minimize", "--output", "Exit status"),
+    "large_tables": ("--rows", "--changes", "--driver-memory", "--results-dir", "--no-write"),
     "latency": ("--rates", "--step-seconds", "--warmup-seconds", "--trigger-seconds", "--drain-seconds", "--set"),
     "match_cost": ("--patterns", "--keys", "--repeats", "--results-dir", "--no-write"),
     "matchers": ("--quick", "--seed", "--sizes", "--budget", "--results-dir", "--no-write"),
