@@ -42,6 +42,8 @@ pub trait Matches {
     fn lookup_ids<'s>(&self, key: &str, scratch: &'s mut Self::Scratch) -> &'s [u32];
     /// The text of an id from [`Matches::lookup_ids`].
     fn subscriber(&self, id: u32) -> &str;
+    /// Every (pattern, subscriber) pair the matcher holds.
+    fn subscriptions(&self) -> Vec<(String, &str)>;
 }
 
 impl Matches for FrozenMatcher {
@@ -58,6 +60,10 @@ impl Matches for FrozenMatcher {
     fn subscriber(&self, id: u32) -> &str {
         FrozenMatcher::subscriber(self, id)
     }
+
+    fn subscriptions(&self) -> Vec<(String, &str)> {
+        FrozenMatcher::subscriptions(self)
+    }
 }
 
 impl Matches for Layered {
@@ -73,6 +79,10 @@ impl Matches for Layered {
 
     fn subscriber(&self, id: u32) -> &str {
         Layered::subscriber(self, id)
+    }
+
+    fn subscriptions(&self) -> Vec<(String, &str)> {
+        Layered::subscriptions(self)
     }
 }
 

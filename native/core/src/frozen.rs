@@ -89,13 +89,7 @@ impl Interned {
 
     /// Text of id `id` (`id < len()`).
     pub fn get(&self, id: u32) -> &str {
-        let end = self.ends[id as usize] as usize;
-        let start = if id == 0 {
-            0
-        } else {
-            self.ends[id as usize - 1] as usize
-        };
-        let bytes = &self.text[start..end];
+        let bytes = &self.text[crate::layout::text_range(&self.ends, id)];
         // SAFETY: `text` is UTF-8 and both ends are char boundaries (field invariants), so the range
         // between them is UTF-8.
         unsafe { std::str::from_utf8_unchecked(bytes) }

@@ -67,6 +67,19 @@ pub fn decode_arbitrary(data: &[u8]) {
 
 /// Pairs and keys derived from the bytes: the CS-trie (live and snapshot), the
 /// frozen matcher, its decoded bytes and a batch all agree with `matches`.
+/// The model's answer: the distinct subscribers of the pairs whose pattern matches `key` (the regex
+/// oracle), ascending.
+fn expected<'a>(pairs: impl IntoIterator<Item = &'a (String, String)>, key: &str) -> Vec<&'a str> {
+    let mut found: Vec<&str> = pairs
+        .into_iter()
+        .filter(|(pattern, _)| matches(pattern, key))
+        .map(|(_, subscriber)| subscriber.as_str())
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    found
+}
+
 pub fn lookups_agree(data: &[u8]) {
     let mut cursor = Cursor { data, position: 0 };
     let pair_count = cursor.below(16);
@@ -96,13 +109,7 @@ pub fn lookups_agree(data: &[u8]) {
     }
     keys.push(String::new());
     for key in &keys {
-        let mut expected: Vec<&str> = held
-            .iter()
-            .filter(|(p, _)| matches(p, key))
-            .map(|(_, s)| s.as_str())
-            .collect();
-        expected.sort_unstable();
-        expected.dedup();
+        let expected = expected(held.iter().copied(), key);
         assert_eq!(frozen.lookup(key), expected, "frozen lookup {key:?}");
         assert_eq!(thawed.lookup(key), expected, "decoded lookup {key:?}");
         let from_snapshot: Vec<String> = snapshot.lookup(key).iter().map(|s| s.to_string()).collect();
@@ -176,13 +183,7 @@ pub fn deltas_agree(data: &[u8]) {
         keys.push(cursor.topic());
     }
     for key in &keys {
-        let mut expected: Vec<&str> = model
-            .iter()
-            .filter(|(p, _)| matches(p, key))
-            .map(|(_, s)| s.as_str())
-            .collect();
-        expected.sort_unstable();
-        expected.dedup();
+        let expected = expected(&model, key);
         assert_eq!(layered.lookup(key), expected, "layered lookup {key:?}");
     }
     // Mutations of the delta's bytes, each (position, value) from what is left of the input.

@@ -246,6 +246,13 @@ pub fn base_id(bytes: &[u8]) -> u64 {
     u64::from(crc) << 32 | (bytes.len() as u64 & 0xFFFF_FFFF)
 }
 
+/// Where text `id` lies in a concatenation whose text `i` ends at `ends[i]` (text 0 starts at 0).
+pub(crate) fn text_range(ends: &[u32], id: u32) -> std::ops::Range<usize> {
+    let id = id as usize;
+    let start = if id == 0 { 0 } else { ends[id - 1] as usize };
+    start..ends[id] as usize
+}
+
 /// Texts in id order as they are laid out: the concatenation and the end offset of each.
 #[derive(Debug, Clone, Default)]
 pub struct Texts {
@@ -263,13 +270,7 @@ impl Texts {
     }
 
     pub fn get(&self, id: u32) -> &str {
-        let end = self.ends[id as usize] as usize;
-        let start = if id == 0 {
-            0
-        } else {
-            self.ends[id as usize - 1] as usize
-        };
-        &self.text[start..end]
+        &self.text[text_range(&self.ends, id)]
     }
 
     /// Room for `count` texts of `bytes` bytes in all.

@@ -20,6 +20,17 @@ use crate::columns::{BulkColumns, LimitsTuple};
 use crate::errors::raise;
 
 /// `batch::match_batch` of a pyarrow array (validated with the GIL released) with any matcher.
+/// Every (pattern, subscriber) pair of `matcher`, collected with the GIL released.
+pub(crate) fn subscriptions_of<M: Matches + Sync>(py: Python<'_>, matcher: &M) -> Vec<(String, String)> {
+    py.detach(|| {
+        matcher
+            .subscriptions()
+            .into_iter()
+            .map(|(pattern, subscriber)| (pattern, subscriber.to_string()))
+            .collect()
+    })
+}
+
 pub(crate) fn match_batch_of<'py, M: Matches + Sync>(
     py: Python<'py>,
     matcher: &M,
@@ -232,13 +243,7 @@ impl PyFrozenMatcher {
 
     /// Every (pattern, subscriber) pair.
     fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
-        py.detach(|| {
-            self.inner
-                .subscriptions()
-                .into_iter()
-                .map(|(p, s)| (p, s.to_string()))
-                .collect()
-        })
+        subscriptions_of(py, &*self.inner)
     }
 
     fn __len__(&self) -> usize {

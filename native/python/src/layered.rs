@@ -10,7 +10,7 @@ use spark_topic_router_core::{batch, bulk};
 
 use crate::columns::{BulkColumns, LimitsTuple};
 use crate::errors::raise;
-use crate::frozen::{match_batch_of, route_batch_of, PyFrozenMatcher};
+use crate::frozen::{match_batch_of, route_batch_of, subscriptions_of, PyFrozenMatcher};
 
 /// A base and a delta of it (see `routing.matchers.native.LayeredMatcher`).
 #[pyclass(frozen, module = "routing._native", name = "LayeredMatcher")]
@@ -63,13 +63,7 @@ impl PyLayeredMatcher {
 
     /// Every (pattern, subscriber) pair of the layered set.
     fn subscriptions(&self, py: Python<'_>) -> Vec<(String, String)> {
-        py.detach(|| {
-            self.inner
-                .subscriptions()
-                .into_iter()
-                .map(|(p, s)| (p, s.to_string()))
-                .collect()
-        })
+        subscriptions_of(py, &self.inner)
     }
 
     #[getter]
