@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import statistics
 import sys
@@ -51,12 +50,13 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from subscription_tables import Shape, bench_settings, build_table, changes_file, import_and_publish
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from harness import RunRecord
     from pyspark.sql import DataFrame, SparkSession
 
-    from routing.settings import Settings
 
 #: Issue 9's target: per-batch p99 during the refresh within this factor of the p99 without.
 MAX_P99_RATIO = 1.5
@@ -129,10 +129,6 @@ def _key_sql(id_column: str) -> str:
     )
 
 
-def _subscriber_sql(id_column: str) -> str:
-    return f"concat('sub-', {id_column} % 100000)"
-
-
 def pattern_of(i: int) -> str:
     third = "#" if i % 20 == 0 else "*" if i % 20 == 10 else f"w{i % 97}"
     return f"w{i % 300}.w{(i // 300) % 300}.{third}.x{i}"
@@ -142,39 +138,13 @@ def subscriber_of(i: int) -> str:
     return f"sub-{i % 100000}"
 
 
-def build_table(spark: SparkSession, path: str, rows: int) -> int:
-    """The subscription table with ``rows`` active pairs (change feed on), written in one commit."""
-    from routing.subscriptions.table import create_table_if_absent, latest_version
-
-    create_table_if_absent(spark, path)
-    epoch = "timestamp_millis(0)"  # older than every event, so the job's changes always win
-    frame = spark.range(rows).selectExpr(
-        f"{_subscriber_sql('id')} AS subscriber_id",
-        f"{_pattern_sql('id')} AS pattern",
-        "true AS active",
-        f"{epoch} AS updated_at",
-        "concat('bench:', id) AS change_id",
-        "'import' AS source",
-        f"{epoch} AS applied_at",
-        "4 AS pattern_word_count",
-        "(id % 20 = 0 OR id % 20 = 10) AS has_wildcard",
-    )
-    frame.write.format("delta").mode("append").save(path)
-    return latest_version(spark, path)
-
-
-def changes_file(path: Path, rows: int, changes: int) -> None:
-    """``changes`` events: half unsubscribes of existing pairs, half subscribes of new ones."""
-    now = int(time.time() * 1000)
-    lines = []
-    removed = changes // 2
-    for j in range(removed):
-        i = (j * 7919) % rows
-        lines.append({"op": "unsubscribe", "subscriber": subscriber_of(i), "pattern": pattern_of(i), "ts": now})
-    for j in range(changes - removed):
-        i = rows + j
-        lines.append({"op": "subscribe", "subscriber": subscriber_of(i), "pattern": pattern_of(i), "ts": now})
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+#: The table: 100,000 subscribers over distinct 4-word patterns.
+SHAPE = Shape(
+    subscriber_sql="concat('sub-', id % 100000)",
+    pattern_sql=_pattern_sql("id"),
+    has_wildcard_sql="(id % 20 = 0 OR id % 20 = 10)",
+    pair_of=lambda i: (subscriber_of(i), pattern_of(i)),
+)
 
 
 # -- the batch loop -------------------------------------------------------------------------------------
@@ -263,28 +233,6 @@ class BatchLoop:
 # -- the run --------------------------------------------------------------------------------------------
 
 
-def bench_settings(root: Path) -> Settings:
-    """The repository's settings with every table and checkpoint under ``root``."""
-    from routing.settings import load_settings
-
-    return load_settings(
-        overrides={
-            "spark": {
-                "conf": {
-                    "spark.sql.warehouse.dir": str(root / "warehouse"),
-                    "spark.local.dir": str(root / "spark-local"),
-                }
-            },
-            "subscriptions": {
-                "table_path": str(root / "subscriptions"),
-                "rejects_path": str(root / "subscription_rejects"),
-                "checkpoint_path": str(root / "refresh_checkpoint"),
-            },
-            "router": {"snapshot_files_path": str(root / "snapshot_files")},
-        }
-    )
-
-
 def progress(message: str) -> None:
     print(f"[driver refresh] {message}", file=sys.stderr, flush=True)
 
@@ -302,7 +250,6 @@ def run(
 ) -> RefreshResult:
     import pyspark.cloudpickle
 
-    from jobs.refresh_subscriptions import import_files
     from routing import _native, delta_tables
     from routing.router.pipeline import REFRESH_THREAD_NICE
     from routing.router.snapshot_files import SnapshotFileRef, open_snapshot_files
@@ -319,7 +266,7 @@ def run(
     spark = get_spark(settings, app_name="bench-driver-refresh")
     table = settings.subscriptions.table_path
     progress(f"writing a {rows:,}-row subscription table")
-    first = build_table(spark, table, rows)
+    first = build_table(spark, table, SHAPE, rows)
     keys = (
         spark.range(keys_per_batch).selectExpr(f"{_key_sql(f'(id * 104729) % {rows}')} AS key").repartition(2).cache()
     )
@@ -356,15 +303,11 @@ def run(
         loop.wait_for(warmup_batches + baseline_batches)
         job_started = time.perf_counter()
         path = root / "changes.jsonl"
-        changes_file(path, rows, changes)
+        changes_file(path, SHAPE, rows, changes)
         progress(f"{len(loop.batches)} batches without a refresh; the refresh job applies {changes:,} changes")
-        summary = import_files(spark, settings, [str(path)])
-        committed = time.perf_counter()
-        snapshots.request_refresh()
-        version = summary.table_version
-        published = snapshots.wait_published(version, WAIT_S)
-        published_at = time.perf_counter()
-        refresh = next(entry for entry in reversed(snapshots.history) if entry.get("version") == version)
+        change = import_and_publish(spark, settings, snapshots, path, WAIT_S)
+        version, published, refresh = change.summary.table_version, change.published, change.entry
+        committed, published_at = change.committed_at, change.published_at
         loaded = time.perf_counter()
         routed = (
             published.broadcast.open_matcher()
@@ -381,8 +324,6 @@ def run(
         loop.stop()
         batches = list(loop.batches)
         loop = None
-        if summary.rejected:
-            raise RuntimeError(f"the refresh job rejected changes: {summary.rejected}")
 
         expected = read_active_arrow(spark, table, version)
         independent = _native.FrozenMatcher.from_arrow(
@@ -398,9 +339,9 @@ def run(
             rows=rows,
             changes=changes,
             keys_per_batch=keys_per_batch,
-            commit_to_published_s=published_at - committed,
+            commit_to_published_s=change.commit_to_published_s,
             worker_load_s=worker_load_s,
-            job_s=committed - job_started,
+            job_s=change.job_s,
             initial_load_s=initial_load_s,
             refresh=refresh,
             thread_nice=nice,

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import multiprocessing
 import os
 import sys
@@ -50,11 +49,12 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from subscription_tables import Shape, bench_settings, build_table, changes_file, import_and_publish
+
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
     from harness import RunRecord
-    from pyspark.sql import SparkSession
 
     from routing.router.snapshot_files import SnapshotFileRef
 
@@ -100,6 +100,12 @@ def pair_of(i: int, rows: int) -> tuple[str, str]:
     return f"user-{i}", f"u.{i}.*.alerts"
 
 
+def shape(rows: int) -> Shape:
+    """The table of ``rows`` pairs: :func:`shape_sql` and :func:`pair_of`."""
+    subscriber, pattern = shape_sql(rows)
+    return Shape(subscriber, pattern, "true", lambda i: pair_of(i, rows))
+
+
 def key_of(i: int) -> str:
     """A routing key that pair ``i``'s pattern matches (tenant and user shapes)."""
     if i % 10 <= 5:
@@ -114,41 +120,6 @@ def bench_keys(count: int) -> list[str]:
     for j in range(0, count, 10):
         keys[j] = f"none.{j}.x"
     return keys
-
-
-def build_table(spark: SparkSession, path: str, rows: int) -> int:
-    from routing.subscriptions.table import create_table_if_absent, latest_version
-
-    create_table_if_absent(spark, path)
-    subscriber, pattern = shape_sql(rows)
-    epoch = "timestamp_millis(0)"  # older than every event, so the job's changes always win
-    frame = spark.range(rows).selectExpr(
-        f"{subscriber} AS subscriber_id",
-        f"{pattern} AS pattern",
-        "true AS active",
-        f"{epoch} AS updated_at",
-        "concat('bench:', id) AS change_id",
-        "'import' AS source",
-        f"{epoch} AS applied_at",
-        "CAST(4 AS INT) AS pattern_word_count",
-        "true AS has_wildcard",
-    )
-    frame.write.format("delta").mode("append").save(path)
-    return latest_version(spark, path)
-
-
-def changes_file(path: Path, rows: int, changes: int) -> None:
-    """``changes`` events: half unsubscribes of existing pairs, half subscribes of new ones."""
-    now = int(time.time() * 1000)
-    lines = []
-    removed = changes // 2
-    for j in range(removed):
-        subscriber, pattern = pair_of((j * 7919 + 1) % rows, rows)
-        lines.append({"op": "unsubscribe", "subscriber": subscriber, "pattern": pattern, "ts": now})
-    for j in range(changes - removed):
-        subscriber, pattern = pair_of(rows + j, rows)
-        lines.append({"op": "subscribe", "subscriber": subscriber, "pattern": pattern, "ts": now})
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
 # -- memory --------------------------------------------------------------------------------------------------
@@ -302,28 +273,6 @@ def progress(message: str) -> None:
     line(f"[large tables] {message}")
 
 
-def bench_settings(root: Path, driver_memory: str) -> Any:
-    from routing.settings import load_settings
-
-    return load_settings(
-        overrides={
-            "spark": {
-                "conf": {
-                    "spark.sql.warehouse.dir": str(root / "warehouse"),
-                    "spark.local.dir": str(root / "spark-local"),
-                    "spark.driver.memory": driver_memory,
-                }
-            },
-            "subscriptions": {
-                "table_path": str(root / "subscriptions"),
-                "rejects_path": str(root / "subscription_rejects"),
-                "checkpoint_path": str(root / "refresh_checkpoint"),
-            },
-            "router": {"snapshot_files_path": str(root / "snapshot_files")},
-        }
-    )
-
-
 def file_bytes(reference: SnapshotFileRef) -> int:
     total = Path(reference.directory, reference.name).stat().st_size
     if reference.base is not None:
@@ -371,14 +320,14 @@ def run(*, rows: int, changes: int, root: Path, driver_memory: str) -> Result:
     from routing.router.snapshot_files import SnapshotFileRef, open_snapshot_files
     from routing.router.snapshots import SnapshotBroadcasts
     from routing.spark import get_spark
-    from routing.subscriptions.refresh import import_files
     from routing.subscriptions.table import read_active_arrow
 
-    settings = bench_settings(root, driver_memory)
+    settings = bench_settings(root, {"spark.driver.memory": driver_memory})
     spark = get_spark(settings, app_name="bench-large-tables")
     table = settings.subscriptions.table_path
     progress(f"writing a {rows:,}-row subscription table")
-    first = build_table(spark, table, rows)
+    table_shape = shape(rows)
+    first = build_table(spark, table, table_shape, rows)
     files = open_snapshot_files(settings.router, table, delta_tables.table_id(spark, table))
     assert files is not None
     router = settings.router
@@ -411,22 +360,14 @@ def run(*, rows: int, changes: int, root: Path, driver_memory: str) -> Result:
         progress(f"a fresh worker maps and validates the base in {base_load['load_s'] * 1e3:,.0f} ms")
 
         path = root / "changes.jsonl"
-        changes_file(path, rows, changes)
-        job_started = time.perf_counter()
-        summary = import_files(spark, settings, [str(path)])
-        committed = time.perf_counter()
-        snapshots.request_refresh()
-        version = summary.table_version
-        published = snapshots.wait_published(version, WAIT_S)
-        published_at = time.perf_counter()
-        publish = next(entry for entry in reversed(snapshots.history) if entry.get("version") == version)
-        if summary.rejected:
-            raise RuntimeError(f"the refresh job rejected changes: {summary.rejected}")
-        assert isinstance(published.broadcast, SnapshotFileRef)
-        delta_ref = published.broadcast
+        changes_file(path, table_shape, rows, changes)
+        change = import_and_publish(spark, settings, snapshots, path, WAIT_S)
+        version, publish = change.summary.table_version, change.entry
+        assert isinstance(change.published.broadcast, SnapshotFileRef)
+        delta_ref = change.published.broadcast
         delta_load = runner.open(delta_ref)
         progress(
-            f"version {version} published {published_at - committed:.2f} s after the commit ({publish}); "
+            f"version {version} published {change.commit_to_published_s:.2f} s after the commit ({publish}); "
             f"a running worker loads it in {delta_load['load_s'] * 1e3:,.1f} ms"
         )
 
@@ -478,8 +419,8 @@ def run(*, rows: int, changes: int, root: Path, driver_memory: str) -> Result:
             driver_rss=driver_rss,
             base_bytes=file_bytes(base_ref),
             base_load_s=base_load["load_s"],
-            job_s=committed - job_started,
-            commit_to_published_s=published_at - committed,
+            job_s=change.job_s,
+            commit_to_published_s=change.commit_to_published_s,
             publish=publish,
             delta_bytes=Path(delta_ref.directory, delta_ref.name).stat().st_size,
             delta_load_s=delta_load["load_s"],
