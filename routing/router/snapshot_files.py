@@ -145,6 +145,23 @@ def head_length(sealed: bytes, table_id: str, version: int, base: str | None = N
     """Where the matcher starts in a file whose first bytes are ``sealed`` (at least its whole head), if it
     claims ``table_id`` at ``version`` and the base ``base`` (None: a base itself); else
     :class:`SnapshotFileRefused`."""
+    claim, padded = _read_claim(sealed)
+    claimed_table, claimed_version, claimed_base = claim["table_id"], claim["version"], claim.get("base")
+    if claimed_table != table_id or claimed_version != version:
+        raise SnapshotFileRefused(
+            f"it holds table {str(claimed_table)[:80]!r} version {str(claimed_version)[:20]}, "
+            f"not table {table_id!r} version {version}"
+        )
+    if claimed_base != base:
+        held = "a base" if claimed_base is None else f"a delta over {str(claimed_base)[:100]!r}"
+        wanted = "a base" if base is None else f"a delta over {base!r}"
+        raise SnapshotFileRefused(f"it holds {held}, not {wanted}")
+    return padded
+
+
+def _read_claim(sealed: bytes) -> tuple[dict[str, Any], int]:
+    """The claim of a file whose first bytes are ``sealed``, with its fields' types checked, and where the
+    matcher starts; else :class:`SnapshotFileRefused`."""
     head = len(MAGIC) + _CLAIM_LENGTH.size
     if sealed.startswith(OLD_MAGIC):
         raise SnapshotFileRefused("it is sealed in format 1, written by an earlier build (its matcher is format 1)")
@@ -162,21 +179,35 @@ def head_length(sealed: bytes, table_id: str, version: int, base: str | None = N
         raise SnapshotFileRefused("its claim is not JSON") from None
     if not isinstance(claim, dict) or set(claim) - {"base"} != {"table_id", "version"}:
         raise SnapshotFileRefused("its claim is not {table_id, version} or {table_id, version, base}")
-    claimed_table, claimed_version, claimed_base = claim["table_id"], claim["version"], claim.get("base")
-    if type(claimed_version) is not int or type(claimed_table) is not str:  # not True, 9.0 or a list
+    if type(claim["version"]) is not int or type(claim["table_id"]) is not str:  # not True, 9.0 or a list
         raise SnapshotFileRefused("its claim's table id is not text or its version not an integer")
-    if "base" in claim and type(claimed_base) is not str:
+    if "base" in claim and type(claim["base"]) is not str:
         raise SnapshotFileRefused("its claim's base is not a file name")
-    if claimed_table != table_id or claimed_version != version:
-        raise SnapshotFileRefused(
-            f"it holds table {str(claimed_table)[:80]!r} version {str(claimed_version)[:20]}, "
-            f"not table {table_id!r} version {version}"
-        )
-    if claimed_base != base:
-        held = "a base" if claimed_base is None else f"a delta over {str(claimed_base)[:100]!r}"
-        wanted = "a base" if base is None else f"a delta over {base!r}"
-        raise SnapshotFileRefused(f"it holds {held}, not {wanted}")
-    return padded
+    return claim, padded
+
+
+def _read_sealed(
+    filesystem: Any, path: str, file: SnapshotFile, table_id: str, version: int, base: str | None
+) -> bytes:
+    """The matcher bytes of the file ``file`` at ``path``, read whole, if it is within MAX_FILE_BYTES, hashes
+    to the digest in its name and claims ``table_id`` at ``version`` over ``base``; else
+    :class:`SnapshotFileMissing` (the message names the file and what is wrong)."""
+    try:
+        size = filesystem.get_file_info(path).size
+        if size is None:
+            raise SnapshotFileMissing(f"cannot read snapshot file {path}: it does not exist")
+        if size > MAX_FILE_BYTES:
+            raise SnapshotFileMissing(f"snapshot file {path}: size {size} (limit {MAX_FILE_BYTES} bytes)")
+        with filesystem.open_input_stream(path) as stream:
+            data = bytes(stream.read())
+    except OSError as error:
+        raise SnapshotFileMissing(f"cannot read snapshot file {path}: {error}") from error
+    if hashlib.sha256(data).hexdigest() != file.digest:
+        raise SnapshotFileMissing(f"snapshot file {path} does not match the digest in its name")
+    try:
+        return unseal(data, table_id, version, base)
+    except SnapshotFileRefused as why:
+        raise SnapshotFileMissing(f"refusing snapshot file {path}: {why}") from None
 
 
 # -- names ---------------------------------------------------------------------------------------------------
@@ -309,26 +340,14 @@ class SnapshotFiles:
         return sorted(found, key=lambda file: (-file.version, file.is_delta, file.name))
 
     def _read_whole(self, file: SnapshotFile, base: str | None) -> bytes | None:
-        """The matcher bytes of ``file`` if its digest and claim hold (each refusal logged), else None."""
-        path = self._path(file.name)
+        """The matcher bytes of ``file`` if its size, digest and claim hold (each refusal logged), else None."""
         try:
-            size = self._fs.get_file_info(path).size
-            if size is None or size > MAX_FILE_BYTES:
-                log.warning("ignoring snapshot file %s: size %s is over %d bytes", path, size, MAX_FILE_BYTES)
-                return None
-            with self._fs.open_input_stream(path) as stream:
-                data = bytes(stream.read())
-        except Exception as error:
-            log.warning("cannot read snapshot file %s (%s); trying the next one", path, error)
-            return None
-        if hashlib.sha256(data).hexdigest() != file.digest:
-            log.warning("ignoring snapshot file %s: its contents do not match the digest in its name", path)
-            return None
-        try:
-            return unseal(data, self.table_id, file.version, base)
-        except SnapshotFileRefused as why:
-            log.warning("refusing snapshot file %s: %s", path, why)
-            return None
+            return _read_sealed(self._fs, self._path(file.name), file, self.table_id, file.version, base)
+        except SnapshotFileMissing as why:
+            log.warning("ignoring it: %s", why)
+        except Exception as error:  # a filesystem's own error type: the next file may do
+            log.warning("cannot read snapshot file %s (%s); trying the next one", file.name, error)
+        return None
 
     def read(self, version: int) -> bytes | None:
         """The bytes of a valid base of ``version``, or None when there is none (each bad file is logged)."""
@@ -361,9 +380,8 @@ class SnapshotFiles:
         try:
             with self._fs.open_input_stream(path) as stream:
                 prefix = bytes(stream.read(MAX_HEAD_BYTES))
-            length = _CLAIM_LENGTH.unpack_from(prefix, len(MAGIC))[0] if len(prefix) >= 10 else 0
-            claimed = json.loads(prefix[10 : 10 + length].decode("utf-8")).get("base")
-        except Exception as error:
+            claimed = _read_claim(prefix)[0].get("base")
+        except (OSError, SnapshotFileRefused) as error:
             log.warning("cannot read the claim of snapshot file %s (%s)", path, error)
             return None
         base = bases.get(claimed) if isinstance(claimed, str) else None
@@ -482,16 +500,7 @@ def _open_file(directory: str, name: str, table_id: str, version: int, base: str
             with open(path, "rb") as opened:
                 prefix = opened.read(MAX_HEAD_BYTES)
             return _native.FrozenMatcher.open(path, head_length(prefix, table_id, version, base))
-        size = filesystem.get_file_info(path).size
-        if size is None:
-            raise SnapshotFileMissing(f"cannot read snapshot file {path}: it does not exist")
-        if size > MAX_FILE_BYTES:
-            raise SnapshotFileMissing(f"snapshot file {path}: size {size} (limit {MAX_FILE_BYTES} bytes)")
-        with filesystem.open_input_stream(path) as stream:
-            data = bytes(stream.read())
-        if hashlib.sha256(data).hexdigest() != file.digest:
-            raise SnapshotFileMissing(f"snapshot file {path} does not match the digest in its name")
-        return _native.FrozenMatcher.from_bytes(unseal(data, table_id, version, base))
+        return _native.FrozenMatcher.from_bytes(_read_sealed(filesystem, path, file, table_id, version, base))
     except OSError as error:
         raise SnapshotFileMissing(
             f"cannot read snapshot file {path}: {error} (executors that cannot open the snapshot directory with "
@@ -546,30 +555,15 @@ class SnapshotFileRef:
         if self.base is not None:
             raise SnapshotFileMissing(f"{self.name} is a delta: its matcher needs its base (open_matcher)")
         filesystem, root = _filesystem(self.directory)
-        path = f"{root.rstrip('/')}/{self.name}"
-        try:
-            size = filesystem.get_file_info(path).size
-            if size is None:
-                raise SnapshotFileMissing(f"cannot read snapshot file {path}: it does not exist")
-            if size > MAX_FILE_BYTES:
-                raise SnapshotFileMissing(f"snapshot file {path}: size {size} (limit {MAX_FILE_BYTES} bytes)")
-            with filesystem.open_input_stream(path) as stream:
-                data = bytes(stream.read())
-        except OSError as error:
-            raise SnapshotFileMissing(f"cannot read snapshot file {path}: {error}") from error
-        if hashlib.sha256(data).hexdigest() != file.digest:
-            raise SnapshotFileMissing(f"snapshot file {path} does not match the digest in its name")
-        try:
-            return unseal(data, self.table_id, self.version)
-        except SnapshotFileRefused as why:
-            raise SnapshotFileMissing(f"refusing snapshot file {path}: {why}") from None
+        return _read_sealed(filesystem, f"{root.rstrip('/')}/{self.name}", file, self.table_id, self.version, None)
 
     def open_matcher(self) -> _native.FrozenMatcher | _native.LayeredMatcher:
         """The file's matcher for the UDF: a base mapped in place (shared by the machine's workers through the
         page cache), or a delta layered over its base, which the worker maps once and keeps for the next
         deltas; :class:`SnapshotFileMissing` when a file is gone or refused."""
         if self.base is None:
-            return _open_file(self.directory, self.name, self.table_id, self.version, None)
+            # Kept: the deltas that follow this version are over it, and map only themselves.
+            return _worker_base(self.directory, self.name, self.table_id)
         base = _worker_base(self.directory, self.base, self.table_id)
         delta = _open_file(self.directory, self.name, self.table_id, self.version, self.base)
         try:
