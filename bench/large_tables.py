@@ -19,7 +19,8 @@ Measured, in order:
    freeze, the base file; the driver's RSS before and after the trie holds the table (bytes a subscription);
 2. **worker load of the base**: a fresh worker process mapping and validating the base file;
 3. **a ``--changes``-row publish** (default 10,000): from the refresh job's commit to published, plus a running
-   worker's load of the new version (its base already mapped): *routable*;
+   worker's load of the new version (its base already mapped): *routable*; after a warm-up publish of 200 other
+   changes, as a router in its steady state has made (``subscription_tables.warm_up``);
 4. **matcher memory per machine**: 2 and 8 worker processes that each map the current version and match a batch;
    their summed proportional set size (PSS, shared pages split among the processes that map them) beside one
    copy (the files' bytes);
@@ -49,7 +50,15 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `routing` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from subscription_tables import Shape, bench_settings, build_table, changes_file, import_and_publish
+from subscription_tables import (
+    WARM_UP_CHANGES,
+    Shape,
+    bench_settings,
+    build_table,
+    changes_file,
+    import_and_publish,
+    warm_up,
+)
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -358,6 +367,10 @@ def run(*, rows: int, changes: int, root: Path, driver_memory: str) -> Result:
         workers.append(runner)
         base_load = runner.open(base_ref)
         progress(f"a fresh worker maps and validates the base in {base_load['load_s'] * 1e3:,.0f} ms")
+        warmed = warm_up(spark, settings, snapshots, table_shape, rows, root)
+        assert isinstance(warmed.published.broadcast, SnapshotFileRef)
+        runner.open(warmed.published.broadcast)
+        progress(f"warm-up: {WARM_UP_CHANGES} changes published {warmed.commit_to_published_s:.2f} s after the commit")
 
         path = root / "changes.jsonl"
         changes_file(path, table_shape, rows, changes)
