@@ -61,7 +61,15 @@ impl BulkColumns {
         let result = py.detach(|| -> Result<T, NativeError> {
             let patterns = bulk::checked_column(self.patterns, Column::Patterns)?;
             let subscribers = bulk::checked_column(self.subscribers, Column::Subscribers)?;
-            op(patterns.as_ref(), subscribers.as_ref(), self.limits.as_ref())
+            #[cfg(feature = "extension-module")]
+            let rows = patterns.len();
+            let done = op(patterns.as_ref(), subscribers.as_ref(), self.limits.as_ref());
+            drop((patterns, subscribers));
+            #[cfg(feature = "extension-module")]
+            if rows > crate::allocator::RELEASE_AFTER_ROWS {
+                crate::allocator::release_freed();
+            }
+            done
         });
         result.map_err(raise)
     }
