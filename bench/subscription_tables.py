@@ -75,12 +75,17 @@ def changes_file(
     path.write_text("".join(lines), encoding="utf-8")
 
 
-def bench_settings(root: Path, spark_conf: dict[str, str] | None = None) -> Settings:
-    """The repository's settings with every table, checkpoint and snapshot file under ``root``."""
+def bench_settings(
+    root: Path, spark_conf: dict[str, str] | None = None, *, max_subscriptions: int | None = None
+) -> Settings:
+    """The repository's settings with every table, checkpoint and snapshot file under ``root``; a table may
+    hold ``max_subscriptions`` (``limits.max_subscriptions_per_table``, as a deployer of a larger table sets it)."""
     from routing.settings import load_settings
 
+    limits = {} if max_subscriptions is None else {"limits": {"max_subscriptions_per_table": max_subscriptions}}
     return load_settings(
         overrides={
+            **limits,
             "spark": {
                 "conf": {
                     "spark.sql.warehouse.dir": str(root / "warehouse"),

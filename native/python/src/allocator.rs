@@ -78,13 +78,19 @@ pub(crate) fn configure() {
 /// Rows of a bulk call above which its freed scratch is handed back to the OS ([`release_freed`]).
 pub(crate) const RELEASE_AFTER_ROWS: usize = 100_000;
 
-/// Decommit the pages this thread's heap has freed, so the process's RSS drops by them now.
+/// Free what a bulk call left behind and decommit the pages this thread's heap has free, so the process's
+/// RSS drops by them now.
 ///
-/// A bulk load of millions of pairs frees scratch vectors of hundreds of megabytes. mimalloc purges freed
-/// pages only on a later allocation, and by reset (`MADV_FREE`, above), which the kernel counts in the
-/// RSS until it needs the pages: a driver that loaded 1M pairs kept ~2x the trie's live bytes resident.
-/// This decommits once, for this call, and leaves the option as it was for every other purge.
+/// A bulk load of millions of pairs frees scratch vectors of hundreds of megabytes, and one into a large
+/// trie retires the tables it path-copied (garbage the epoch frees only over later pins). mimalloc purges
+/// freed pages only on a later allocation, and by reset (`MADV_FREE`, above), which the kernel counts in
+/// the RSS until it needs the pages: a driver that loaded 1M pairs kept ~2x the trie's live bytes
+/// resident. This runs the retired nodes' destructors this thread can ([`cstrie::reclaim`]), then
+/// decommits once, for this call, and leaves the option as it was for every other purge.
+///
+/// [`cstrie::reclaim`]: spark_topic_router_core::cstrie::reclaim
 pub(crate) fn release_freed() {
+    spark_topic_router_core::cstrie::reclaim();
     // SAFETY: mi_option_get/set read and store an option value (see `configure`); mi_collect(true) frees
     // and purges the calling thread's heap's empty pages and abandoned segments, touching no live block.
     unsafe {
