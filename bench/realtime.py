@@ -501,10 +501,18 @@ def measure_change(
     finally:
         done.set()
         producer.join(CHANGE_SECONDS + 60)
-        # Gone again before the steps, so they route the table they were given.
+        # Gone again before the steps, so they route the table they were given: published by the driver, then
+        # two of the executors' checks for a newer file (a step that began sooner routed the first seconds of a
+        # large table with one more delivery a message).
         event = {"op": "unsubscribe", "subscriber": LATE_SUBSCRIBER, "pattern": "#", "ts": time.time_ns() // 1_000_000}
         events.write_text(json.dumps(event) + "\n", encoding="utf-8")
-        import_files(spark, settings, [str(events)])
+        gone = import_files(spark, settings, [str(events)]).table_version
+        deadline = time.monotonic() + CHANGE_SECONDS
+        while time.monotonic() < deadline and not any(
+            entry.get("version", -1) >= gone for entry in list(snapshots.history)
+        ):
+            time.sleep(0.05)
+        time.sleep(2 * plan.refresh_seconds)
 
 
 def run_variant(
