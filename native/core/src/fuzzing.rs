@@ -65,11 +65,9 @@ pub fn decode_arbitrary(data: &[u8]) {
     }
 }
 
-/// Pairs and keys derived from the bytes: the CS-trie (live and snapshot), the
-/// frozen matcher, its decoded bytes and a batch all agree with `matches`.
 /// The model's answer: the distinct subscribers of the pairs whose pattern matches `key` (the regex
 /// oracle), ascending.
-fn expected<'a>(pairs: impl IntoIterator<Item = &'a (String, String)>, key: &str) -> Vec<&'a str> {
+pub(crate) fn expected<'a>(pairs: impl IntoIterator<Item = &'a (String, String)>, key: &str) -> Vec<&'a str> {
     let mut found: Vec<&str> = pairs
         .into_iter()
         .filter(|(pattern, _)| matches(pattern, key))
@@ -80,6 +78,8 @@ fn expected<'a>(pairs: impl IntoIterator<Item = &'a (String, String)>, key: &str
     found
 }
 
+/// Pairs and keys derived from the bytes: the CS-trie (live and snapshot), the
+/// frozen matcher, its decoded bytes and a batch all agree with `matches`.
 pub fn lookups_agree(data: &[u8]) {
     let mut cursor = Cursor { data, position: 0 };
     let pair_count = cursor.below(16);
