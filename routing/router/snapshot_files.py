@@ -344,7 +344,7 @@ class SnapshotFiles:
         try:
             return _read_sealed(self._fs, self._path(file.name), file, self.table_id, file.version, base)
         except SnapshotFileMissing as why:
-            log.warning("ignoring it: %s", why)
+            log.warning("%s; trying the next one", why)
         except Exception as error:  # a filesystem's own error type: the next file may do
             log.warning("cannot read snapshot file %s (%s); trying the next one", file.name, error)
         return None
@@ -381,7 +381,7 @@ class SnapshotFiles:
             with self._fs.open_input_stream(path) as stream:
                 prefix = bytes(stream.read(MAX_HEAD_BYTES))
             claimed = _read_claim(prefix)[0].get("base")
-        except (OSError, SnapshotFileRefused) as error:
+        except Exception as error:  # refused, or a filesystem's own error type: the next file may do
             log.warning("cannot read the claim of snapshot file %s (%s)", path, error)
             return None
         base = bases.get(claimed) if isinstance(claimed, str) else None

@@ -19,7 +19,6 @@ use spark_topic_router_core::{batch, bulk, codec};
 use crate::columns::{BulkColumns, LimitsTuple};
 use crate::errors::raise;
 
-/// `batch::match_batch` of a pyarrow array (validated with the GIL released) with any matcher.
 /// Every (pattern, subscriber) pair of `matcher`, collected with the GIL released.
 pub(crate) fn subscriptions_of<M: Matches + Sync>(py: Python<'_>, matcher: &M) -> Vec<(String, String)> {
     py.detach(|| {
@@ -31,6 +30,7 @@ pub(crate) fn subscriptions_of<M: Matches + Sync>(py: Python<'_>, matcher: &M) -
     })
 }
 
+/// `batch::match_batch` of a pyarrow array (validated with the GIL released) with any matcher.
 pub(crate) fn match_batch_of<'py, M: Matches + Sync>(
     py: Python<'py>,
     matcher: &M,
