@@ -289,10 +289,15 @@ def test_a_delta_file_names_its_base_and_a_worker_layers_it_over_the_base_it_kee
     assert delta_name is not None and re.fullmatch(r"2-from-1-[0-9a-f]{64}\.delta", delta_name)
     # keep=1 keeps version 2, and the base its delta needs.
     assert names(own) == sorted([base_name, delta_name])
-    stored = files.read_snapshot(2)
-    assert stored is not None and (stored.data, stored.name, stored.base) == (delta, delta_name, base_name)
+    # The driver opens the version as a worker does: the delta over its base, mapped.
+    opened = files.open_snapshot(2)
+    assert opened is not None and (opened.name, opened.base, opened.matcher_bytes) == (
+        delta_name,
+        base_name,
+        len(delta),
+    )
+    assert opened.matcher.lookup("a.x") == {"s1"} and len(opened.matcher) == 2
     assert files.read(2) is None, "a delta is no whole snapshot"
-    assert files.read_snapshot(2, deltas=False) is None
 
     # A worker that routed the base's own version keeps it mapped for the deltas after it: once the file is
     # gone (only to show no second map happens), the delta still layers over the mapping it holds.
@@ -323,4 +328,29 @@ def test_a_delta_file_names_its_base_and_a_worker_layers_it_over_the_base_it_kee
         unseal(seal(TABLE, 2, delta), TABLE, 2, base=base_name)
     # A delta whose base is gone is not offered to a restart.
     (own / base_name).unlink()
-    assert files.read_snapshot(2) is None
+    assert files.open_snapshot(2) is None
+
+
+def test_the_driver_opens_a_base_mapped_and_refuses_one_whose_matcher_does_not_validate(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files, own = open_files(tmp_path, 2)
+    data = frozen_bytes(("a.*", "s1"), ("#", "s2"))
+    name = files.write(3, data)
+    assert name is not None
+    opened = files.open_snapshot(3)
+    assert opened is not None and (opened.name, opened.base, opened.matcher_bytes) == (name, None, len(data))
+    assert isinstance(opened.matcher, FrozenMatcher) and opened.matcher.is_mapped
+    assert opened.matcher.lookup("a.b") == {"s1", "s2"}
+    assert files.open_snapshot(4) is None, "no file of that version"
+    # One flipped byte in the matcher (not in the seal): its name no longer fits, yet only the native
+    # validation reads those bytes here, and it refuses them.
+    sealed = bytearray((own / name).read_bytes())
+    sealed[-20] ^= 0xFF
+    (own / name).write_bytes(bytes(sealed))
+    with caplog.at_level(logging.WARNING):
+        assert files.open_snapshot(3) is None
+    assert "refusing snapshot file" in caplog.text
+    # Another table's file under this table's name is refused by its claim.
+    (own / name).write_bytes(seal(OTHER, 3, data))
+    assert files.open_snapshot(3) is None

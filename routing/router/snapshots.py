@@ -33,8 +33,8 @@ How a new subscription-table version reaches the stream, off the batch path:
   content-addressed file beside the table (:mod:`routing.router.snapshot_files`,
   ``router.snapshot_files_path``). A trie in an unknown state (the first load) first
   looks for the version's file: a router restarting at a million subscriptions
-  then publishes in a read, a digest check and a header check (``mode="file"``;
-  the workers' decode checks the rest, as it does for every broadcast) instead
+  then publishes by mapping and validating it as a worker does (``mode="file"``;
+  with broadcasts: a read, a digest check and a header check) instead
   of a full build, and loads the trie whole only when the table next
   changes. Replays read the file of their version before falling back to time
   travel.
@@ -80,7 +80,6 @@ from routing.matchers.native import (
     CSTrieMatcher,
     DeltaBuilder,
     FrozenFormatError,
-    FrozenHeader,
     FrozenMatcher,
     LayeredMatcher,
 )
@@ -120,6 +119,20 @@ class Published:
     subscriptions: int
     serialized_bytes: int
     users: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FromFile:
+    """A version's snapshot found in its file: what carries it to the UDF, and what the publish records."""
+
+    carrier: Carrier
+    pairs: int
+    #: Subscribers, where the file tells them without a pass over its pairs (a base).
+    subscribers: int | None
+    #: The matcher's bytes (a delta's own, without its base's).
+    size: int
+    #: A delta's base file, else None.
+    base: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,12 +276,12 @@ class SnapshotBroadcasts:
             if published is not None:
                 published.users += 1
                 return published
-        data, pairs, base = self._time_travel(version)
-        broadcast = self._ship(version, data, written=base is not None, base=base)
+        loaded = self._time_travel(version)
+        broadcast = loaded.carrier
         with self._cond:
             published = self._published.get(version)
             if published is None:
-                published = Published(version, broadcast, pairs, len(data))
+                published = Published(version, broadcast, loaded.pairs, loaded.size)
                 self._published[version] = published
                 log.info("rebuilt snapshot version %s from time travel for a replayed batch", version)
             else:  # published meanwhile by the refresh thread: use that one
@@ -397,11 +410,8 @@ class SnapshotBroadcasts:
         base_name: str | None = None
         frozen: FrozenMatcher | None = None
         if loaded is not None:
-            data, header, base_name = loaded
-            # The header does not count patterns, and the decode that would is what a file load saves.
-            subscriptions, patterns, subscribers = header.pairs, None, header.subscribers
-            if base_name is not None:
-                subscriptions, subscribers = self._layered_size(version, data, base_name), None
+            # Patterns are not counted: the pass over the nodes that would is what a file load saves.
+            subscriptions, patterns, subscribers, size = loaded.pairs, None, loaded.subscribers, loaded.size
             self._base = self._delta = None  # the trie is unknown: its next load publishes a base
             applied = time.perf_counter()
             if self.before_publish is not None:
@@ -427,8 +437,9 @@ class SnapshotBroadcasts:
                 frozen = self._trie.snapshot().freeze()
                 data = frozen.to_bytes()
                 subscriptions, patterns, subscribers = len(frozen), frozen.pattern_count, frozen.subscriber_count
+            size = len(data)
         frozen_at = time.perf_counter()
-        broadcast = self._ship(version, data, written=loaded is not None, base=base_name)
+        broadcast = loaded.carrier if loaded is not None else self._ship(version, data, base=base_name)
         if frozen is not None:
             self._start_deltas(version, broadcast, frozen)
         self._maybe_merge(version)  # before the publish, so whoever sees the version sees its merge
@@ -441,7 +452,7 @@ class SnapshotBroadcasts:
                 broadcast.destroy()
                 published = existing
             else:
-                published = Published(version, broadcast, subscriptions, len(data))
+                published = Published(version, broadcast, subscriptions, size)
                 self._published[version] = published
             if self._current is not published:
                 self._previous, self._current = self._current, published
@@ -451,7 +462,7 @@ class SnapshotBroadcasts:
                 subscriptions=subscriptions,
                 patterns=patterns,
                 subscribers=subscribers,
-                serialized_bytes=len(data),
+                serialized_bytes=size,
                 apply_s=round(applied - started - entry.get("read_s", 0.0), 3),
                 freeze_s=round(frozen_at - applied, 3),
                 seconds=round(time.perf_counter() - started, 3),
@@ -539,24 +550,14 @@ class SnapshotBroadcasts:
         self._base = base
         entry["rebased_onto"] = base.version
 
-    def _layered_size(self, version: int, data: bytes, base_name: str) -> int:
-        """Pairs of a stored delta over its base (both validated here, as the workers will)."""
-        assert self._files is not None
-        base_file = base_name.split("-", 1)[0]
-        base = self._files.open_base(base_name, int(base_file))
-        return len(LayeredMatcher(base, FrozenMatcher.from_bytes(data)))
-
-    def _ship(self, version: int, data: bytes, *, written: bool, base: str | None = None) -> Carrier:
+    def _ship(self, version: int, data: bytes, *, base: str | None = None) -> Carrier:
         """What carries ``data`` to the UDF: a broadcast, or (Spark Connect) the version's snapshot file.
 
-        A file is written first unless it was just read and verified (``written``). One that cannot be written
-        fails the refresh (or the replay) on Spark Connect, as a failed broadcast would; a classic session
-        broadcasts that version instead (logged).
+        A file is written first. One that cannot be written fails the refresh (or the replay) on Spark Connect,
+        as a failed broadcast would; a classic session broadcasts that version instead (logged).
         """
         if self._files_carry:
             assert self._files is not None
-            if written:
-                return self._files.ref(version, self._files.name_of(version, data, base), base)
             with self._cond:
                 protect = {version, *self._published}
             name = self._files.write(version, data, base=base, protect=protect, verify=True)
@@ -571,30 +572,44 @@ class SnapshotBroadcasts:
             log.warning("broadcasting snapshot version %s: its file could not be written", version)
         return self._spark.sparkContext.broadcast(data)
 
-    def _read_file(self, version: int, entry: dict[str, Any]) -> tuple[bytes, FrozenHeader, str | None] | None:
-        """The bytes, header and (a delta's) base file name of ``version``'s snapshot file, if a valid one exists
-        (see ``self._files``). Deltas only when the files carry the snapshots: a broadcast ships a whole one.
+    def _read_file(self, version: int, entry: dict[str, Any]) -> FromFile | None:
+        """``version``'s snapshot from its file, if a valid one exists (see ``self._files``), with what carries it.
 
-        Valid is the SHA-256 in the file's name (checked by ``SnapshotFiles.read_snapshot``) and a header this
-        build reads; a base's bytes are not decoded here. The digest proves they are the bytes a router wrote,
-        and a router writes only ``to_bytes()`` of a matcher it froze; every Python worker validates them,
-        trusting nothing. The decode here took 0.4 s at a million subscriptions, all of it before a restarted
-        router's first batch could run.
+        When the files carry the snapshots, the file itself does: it is opened here as a worker opens it (mapped,
+        its claim checked, its matcher validated), never read into Python, and a delta is matched over its base.
+        At a million subscriptions that is 0.08 s; reading, hashing and naming the 150 MB took 0.48 s, all of
+        it before a restarted router's first batch could run. A broadcast ships a base's bytes: those are read
+        whole and checked against the digest in the file's name, and their header against this build's format.
         """
         if self._files is None:
             return None
         started = time.perf_counter()
-        stored = self._files.read_snapshot(version, deltas=self._files_carry)
-        if stored is None:
-            return None
-        try:
-            header = FrozenMatcher.header(stored.data)
-        except FrozenFormatError as error:  # a file of another codec version
-            log.warning("snapshot file of version %s is unreadable here (%s); building from the table", version, error)
-            return None
+        loaded: FromFile
+        if self._files_carry:
+            opened = self._files.open_snapshot(version)
+            if opened is None:
+                return None
+            subscribers = opened.matcher.subscriber_count if isinstance(opened.matcher, FrozenMatcher) else None
+            carrier = self._files.ref(version, opened.name, opened.base)
+            loaded = FromFile(carrier, len(opened.matcher), subscribers, opened.matcher_bytes, opened.base)
+        else:
+            data = self._files.read(version)
+            if data is None:
+                return None
+            try:
+                header = FrozenMatcher.header(data)
+            except FrozenFormatError as error:  # a file of another codec version
+                log.warning(
+                    "snapshot file of version %s is unreadable here (%s); building from the table",
+                    version,
+                    error,
+                )
+                return None
+            broadcast = self._spark.sparkContext.broadcast(data)
+            loaded = FromFile(broadcast, header.pairs, header.subscribers, len(data), None)
         entry.update(mode="file", after_version=self._trie_version, changed_rows=0, added=0, removed=0, skipped_rows=0)
         entry["read_s"] = round(time.perf_counter() - started, 3)
-        return stored.data, header, stored.base
+        return loaded
 
     def _bring_trie_to(self, version: int, entry: dict[str, Any]) -> tuple[pa.Table, pa.Table] | None:
         """Update the live trie to ``version``: the changed rows when possible, else the whole table.
@@ -648,15 +663,12 @@ class SnapshotBroadcasts:
         )
         return None
 
-    def _time_travel(self, version: int) -> tuple[bytes, int, str | None]:
-        """The matcher bytes, pair count and (a delta's) base file of ``version``: its snapshot file, else built
-        whole from the table as of then."""
+    def _time_travel(self, version: int) -> FromFile:
+        """``version``'s snapshot from its file, else built whole from the table as of then (and shipped)."""
         loaded = self._read_file(version, {})
         if loaded is not None:
-            data, header, base = loaded
             self.history.append({"event": "replay_rebuild", "version": version, "source": "file"})
-            pairs = header.pairs if base is None else self._layered_size(version, data, base)
-            return data, pairs, base
+            return loaded
         try:
             table = read_active_arrow(self._spark, self._table_path, version)
         except Exception as error:  # Spark's FileNotFound of a vacuumed file, or Delta's own refusal
@@ -668,7 +680,8 @@ class SnapshotBroadcasts:
             kept = _without_rows(table, error)
             frozen = FrozenMatcher.from_arrow(kept.column("pattern"), kept.column("subscriber_id"))
         self.history.append({"event": "replay_rebuild", "version": version, "source": "table"})
-        return frozen.to_bytes(), len(frozen), None
+        data = frozen.to_bytes()
+        return FromFile(self._ship(version, data), len(frozen), frozen.subscriber_count, len(data), None)
 
     def _destroy_unused_locked(self, keep: tuple[Published | None, ...]) -> None:
         for version, candidate in list(self._published.items()):
