@@ -345,6 +345,14 @@ class SnapshotFiles:
                 found.append(file)
         return sorted(found, key=lambda file: (-file.version, file.is_delta, file.name))
 
+    def _listed(self) -> list[SnapshotFile] | None:
+        """:meth:`files`, or None when the directory cannot be listed (logged: the caller builds from the table)."""
+        try:
+            return self.files()
+        except Exception:
+            log.warning("cannot list the snapshot files in %s; building from the table", self.directory, exc_info=True)
+            return None
+
     def _read_whole(self, file: SnapshotFile, base: str | None) -> bytes | None:
         """The matcher bytes of ``file`` if its size, digest and claim hold (each refusal logged), else None."""
         try:
@@ -358,10 +366,8 @@ class SnapshotFiles:
     def read(self, version: int) -> bytes | None:
         """The matcher bytes of a valid base of ``version``, read whole and checked against the digest in its
         name, or None when there is none (each bad file is logged)."""
-        try:
-            files = self.files()
-        except Exception:
-            log.warning("cannot list the snapshot files in %s; building from the table", self.directory, exc_info=True)
+        files = self._listed()
+        if files is None:
             return None
         for file in (file for file in files if file.version == version and not file.is_delta):
             data = self._read_whole(file, None)
@@ -373,10 +379,8 @@ class SnapshotFiles:
         """A valid file of ``version`` (a base, else a delta over a base that is listed and claims its version),
         opened as a worker opens it: mapped and validated when local, never read into Python. None when there
         is none; each bad file is logged."""
-        try:
-            files = self.files()
-        except Exception:
-            log.warning("cannot list the snapshot files in %s; building from the table", self.directory, exc_info=True)
+        files = self._listed()
+        if files is None:
             return None
         bases = {file.name: file for file in files if not file.is_delta}
         for file in (file for file in files if file.version == version):
