@@ -455,7 +455,7 @@ fn build_fresh(batch: &Batch<'_>, items: &mut [u32], depth: usize, gen: Generati
                 Some(child)
             }
         };
-        let branch = Branch { subscribers, child };
+        let branch = Branch::new(subscribers, child);
         match word {
             PatternWord::Literal(literal) => literals.push(Leaf {
                 hash,
@@ -922,7 +922,7 @@ impl CsTrie {
                 PatternWord::Literal(literal) => cnode.literal_hashed(hash, literal),
                 wildcard => cnode.branch(wildcard),
             };
-            let held = existing.map(|branch| &branch.subscribers).cloned().unwrap_or_default();
+            let held = existing.map(Branch::subscribers).cloned().unwrap_or_default();
             let (subscribers, count) = match held.shared() {
                 Some(_) => {
                     shared.extend_from_slice(&group[..enders]);
@@ -931,7 +931,7 @@ impl CsTrie {
                 None => with_all(&held, batch, &group[..enders], gen),
             };
             added += count;
-            let existing_child = existing.and_then(|branch| branch.child.as_ref());
+            let existing_child = existing.and_then(|branch| branch.child());
             let child = match (&mut group[enders..], existing_child) {
                 ([], _) => existing_child.cloned(),
                 (deeper, Some(Child::Node(child))) if gcas_read(child, ctx, guard).get().cnode().is_some() => {
@@ -984,7 +984,7 @@ impl CsTrie {
                 continue;
             }
             changed = true;
-            let branch = Branch { subscribers, child };
+            let branch = Branch::new(subscribers, child);
             match word {
                 PatternWord::Literal(literal) => literals.push(Leaf {
                     hash,

@@ -213,7 +213,7 @@ impl<'g> Walk<'g> {
         guard: &'g Guard,
         stack: &mut Vec<(Below<'g>, u32)>,
     ) -> Result<(), BuildError> {
-        let below = match &branch.child {
+        let below = match branch.child() {
             None => None,
             Some(Child::Node(child)) => gcas_read(child, ctx, guard)
                 .get()
@@ -224,12 +224,12 @@ impl<'g> Walk<'g> {
             Some(Child::Tail(tail)) if tail.subscribers.is_empty_in(ctx, guard) => None,
             Some(Child::Tail(tail)) => Some(Below::Tail(&tail.words, tail)),
         };
-        if branch.subscribers.is_empty_in(ctx, guard) && below.is_none() {
+        if branch.subscribers().is_empty_in(ctx, guard) && below.is_none() {
             return Ok(());
         }
         let child = self.new_node()?;
         self.kids.push((key, child));
-        self.add_subscribers(child, &branch.subscribers, ctx, guard);
+        self.add_subscribers(child, branch.subscribers(), ctx, guard);
         if let Some(below) = below {
             stack.push((below, child));
         }

@@ -440,18 +440,13 @@ impl CsTrie {
             };
             if rest.is_empty() {
                 let replace = |subscribers| {
-                    let child = branch.child.clone();
-                    commit(cnode.with_branch(word, Some(Branch { subscribers, child })))
+                    let child = branch.child().cloned();
+                    commit(cnode.with_branch(word, Some(Branch::new(subscribers, child))))
                 };
-                return self.add_to(&branch.subscribers, subscriber, start_gen, guard, replace);
+                return self.add_to(branch.subscribers(), subscriber, start_gen, guard, replace);
             }
-            let with_child = |child: Child| {
-                Some(Branch {
-                    subscribers: branch.subscribers.clone(),
-                    child: Some(child),
-                })
-            };
-            match &branch.child {
+            let with_child = |child: Child| Some(Branch::new(branch.subscribers().clone(), Some(child)));
+            match branch.child() {
                 None => return commit(cnode.with_branch(word, with_child(new_tail(rest, subscriber)))),
                 Some(Child::Tail(tail)) if tail.is(rest) => {
                     let replace =
@@ -525,7 +520,7 @@ impl CsTrie {
             // that (no branch when both are empty); a non-root C-node left empty is
             // tombed and pruned out of the path.
             let commit_removal = |subscribers: SubscriberSet, child: Option<Child>| {
-                let remaining = (!subscribers.is_empty() || child.is_some()).then(|| Branch { subscribers, child });
+                let remaining = (!subscribers.is_empty() || child.is_some()).then(|| Branch::new(subscribers, child));
                 let new = cnode.with_branch(word, remaining);
                 let tomb = depth > 0 && new.is_empty();
                 let kind = if tomb { MainKind::Tomb } else { MainKind::Branches(new) };
@@ -538,14 +533,14 @@ impl CsTrie {
                 Attempt::Done(true)
             };
             if depth + 1 == words.len() {
-                let child = branch.child.clone().filter(|child| match child {
+                let child = branch.child().cloned().filter(|child| match child {
                     Child::Node(child) => !is_tombed(child, ctx, guard),
                     Child::Tail(_) => true,
                 });
                 let replace = |set| commit_removal(set, child.clone());
-                return self.remove_from(&branch.subscribers, subscriber, prune_only, start_gen, guard, replace);
+                return self.remove_from(branch.subscribers(), subscriber, prune_only, start_gen, guard, replace);
             }
-            match &branch.child {
+            match branch.child() {
                 None => return Attempt::Done(false),
                 Some(Child::Tail(tail)) => {
                     if !tail.is(&words[depth + 1..]) {
@@ -553,7 +548,7 @@ impl CsTrie {
                     }
                     let replace = |set: SubscriberSet| {
                         let child = (!set.is_empty()).then(|| Child::tail(tail.words.clone(), set));
-                        commit_removal(branch.subscribers.clone(), child)
+                        commit_removal(branch.subscribers().clone(), child)
                     };
                     return self.remove_from(&tail.subscribers, subscriber, prune_only, start_gen, guard, replace);
                 }
@@ -681,17 +676,17 @@ impl CsTrie {
         gen: Generation,
         guard: &Guard,
     ) -> bool {
-        let Some(Child::Node(child)) = &branch.child else {
+        let Some(Child::Node(child)) = branch.child() else {
             return false;
         };
         debug_assert_ne!(child.gen, gen, "only an old-generation child is renewed");
         // The child's generation is dead, so no GCAS on it can ever commit
         // again: its committed main node is final and safe to share.
         let child_main = gcas_read(child, self.ctx(), guard).to_arc();
-        let renewed = Branch {
-            subscribers: branch.subscribers.clone(),
-            child: Some(Child::Node(INode::new(gen, child_main))),
-        };
+        let renewed = Branch::new(
+            branch.subscribers().clone(),
+            Some(Child::Node(INode::new(gen, child_main))),
+        );
         gcas(
             inode,
             main,
@@ -739,19 +734,16 @@ impl CsTrie {
             let main = gcas_read(parent, ctx, guard);
             let Some(cnode) = main.get().cnode() else { return false };
             let Some(branch) = cnode.branch(word) else { return false };
-            match &branch.child {
+            match branch.child() {
                 Some(Child::Node(child)) if std::ptr::eq(&**child, tombed) => {}
                 _ => return false,
             }
             if !is_tombed(tombed, ctx, guard) {
                 return false;
             }
-            let remaining = match branch.subscribers.is_empty() {
+            let remaining = match branch.subscribers().is_empty() {
                 true => None,
-                false => Some(Branch {
-                    subscribers: branch.subscribers.clone(),
-                    child: None,
-                }),
+                false => Some(Branch::new(branch.subscribers().clone(), None)),
             };
             let new = cnode.with_branch(word, remaining);
             let tomb = !std::ptr::eq(parent, root) && new.is_empty();
@@ -773,14 +765,8 @@ impl CsTrie {
 /// subscriber (no I-nodes until a second pattern shares the path).
 fn new_branch(rest: &[PatternWord<'_>], subscriber: &SmolStr) -> Branch {
     match rest {
-        [] => Branch {
-            subscribers: SubscriberSet::single(subscriber.clone()),
-            child: None,
-        },
-        rest => Branch {
-            subscribers: SubscriberSet::default(),
-            child: Some(new_tail(rest, subscriber)),
-        },
+        [] => Branch::new(SubscriberSet::single(subscriber.clone()), None),
+        rest => Branch::new(SubscriberSet::default(), Some(new_tail(rest, subscriber))),
     }
 }
 

@@ -132,13 +132,81 @@ impl SubscriberSet {
 
 /// One edge of a C-node: the subscribers whose pattern ends with this word,
 /// and what holds the longer patterns.
-#[derive(Clone, Default)]
-pub(crate) struct Branch {
-    pub(crate) subscribers: SubscriberSet,
-    /// Invariant (in a freshly written C-node): a branch with no subscribers
+///
+/// 24 bytes, as large as a [`SubscriberSet`], so that a branch table's slot
+/// (`hamt::Slot`, as large as its inline leaf) stays small: a slot of every
+/// table pays for it, node slots included. Nearly every branch has one half
+/// only (patterns end here, or pass through), so the rare branch with both
+/// holds them behind one pointer. As a struct of both halves it was 40
+/// bytes, and the tables of issue 59's 10M-pair table were most of its heap.
+#[derive(Clone)]
+pub(crate) enum Branch {
+    /// Patterns end here and none passes through. `Ends(Empty)` is only the
+    /// default value (what `Hamt::dismantle` leaves behind), never written
+    /// into a C-node.
+    Ends(SubscriberSet),
+    /// Patterns pass through and none ends here.
+    Below(Child),
+    /// Both; invariant: `subscribers` is not the empty value.
+    Both(Arc<BothHalves>),
+}
+
+/// A [`Branch::Both`]'s halves.
+pub(crate) struct BothHalves {
+    subscribers: SubscriberSet,
+    child: Child,
+}
+
+// The layout the docs above promise (a niche of `SmolStr` holds the tag).
+const _: () = assert!(std::mem::size_of::<Branch>() == 24);
+
+impl Default for Branch {
+    fn default() -> Self {
+        Branch::Ends(SubscriberSet::Empty)
+    }
+}
+
+impl Branch {
+    /// The branch holding `subscribers` and `child`.
+    ///
+    /// Invariant (of a freshly written C-node): a branch with no subscribers
     /// has a child. A [`Child::Node`] may later become a T-node; whoever sees
     /// that prunes the branch.
-    pub(crate) child: Option<Child>,
+    pub(crate) fn new(subscribers: SubscriberSet, child: Option<Child>) -> Branch {
+        match (subscribers, child) {
+            (subscribers, None) => Branch::Ends(subscribers),
+            (SubscriberSet::Empty, Some(child)) => Branch::Below(child),
+            (subscribers, Some(child)) => Branch::Both(Arc::new(BothHalves { subscribers, child })),
+        }
+    }
+
+    /// The subscribers whose pattern ends with this branch's word.
+    pub(crate) fn subscribers(&self) -> &SubscriberSet {
+        match self {
+            Branch::Ends(subscribers) => subscribers,
+            Branch::Below(_) => &NO_SUBSCRIBERS,
+            Branch::Both(both) => &both.subscribers,
+        }
+    }
+
+    /// What holds the longer patterns through this branch's word.
+    pub(crate) fn child(&self) -> Option<&Child> {
+        match self {
+            Branch::Ends(_) => None,
+            Branch::Below(child) => Some(child),
+            Branch::Both(both) => Some(&both.child),
+        }
+    }
+
+    /// The child, owned, when this branch holds the last reference to it
+    /// (what a dismantling drop takes apart).
+    fn into_child(self) -> Option<Child> {
+        match self {
+            Branch::Ends(_) => None,
+            Branch::Below(child) => Some(child),
+            Branch::Both(both) => Arc::into_inner(both).map(|both| both.child),
+        }
+    }
 }
 
 /// What lies below a branch: an I-node, or a [`Tail`] when exactly one
@@ -218,17 +286,14 @@ impl Tail {
             .count();
         let deepest = shared.min(words.len() - 1);
         let branch = if deepest + 1 == words.len() {
-            Branch {
-                subscribers: self.subscribers.clone(),
-                child: None,
-            }
+            Branch::new(self.subscribers.clone(), None)
         } else {
             // The words up to `deepest`, each with its separator.
             let offset: usize = words[..=deepest].iter().map(|word| word.len() + 1).sum();
-            Branch {
-                subscribers: SubscriberSet::Empty,
-                child: Some(Child::tail(smol(&self.words[offset..]), self.subscribers.clone())),
-            }
+            Branch::new(
+                SubscriberSet::Empty,
+                Some(Child::tail(smol(&self.words[offset..]), self.subscribers.clone())),
+            )
         };
         let single = |word: &str, branch: Branch| {
             let cnode = CNode::single(PatternWord::parse(word), branch);
@@ -236,10 +301,7 @@ impl Tail {
         };
         let mut node = single(words[deepest], branch);
         for &word in words[..deepest].iter().rev() {
-            let branch = Branch {
-                subscribers: SubscriberSet::Empty,
-                child: Some(Child::Node(node)),
-            };
+            let branch = Branch::new(SubscriberSet::Empty, Some(Child::Node(node)));
             node = single(word, branch);
         }
         node
@@ -446,8 +508,8 @@ impl Drop for INode {
                 }
             }
             if let MainKind::Branches(cnode) = std::mem::replace(&mut main.kind, MainKind::Tomb) {
-                cnode.dismantle(|mut branch| {
-                    if let Some(Child::Node(child)) = branch.child.take() {
+                cnode.dismantle(|branch| {
+                    if let Some(Child::Node(child)) = branch.into_child() {
                         if let Some(mut child) = Arc::into_inner(child) {
                             pending.extend(child.main.take());
                         }

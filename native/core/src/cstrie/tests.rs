@@ -426,7 +426,7 @@ fn leave_uncompressed_tomb(trie: &CsTrie, word: &str) {
         .get()
         .cnode()
         .and_then(|cnode| cnode.literal(word))
-        .and_then(|b| b.child.as_ref())
+        .and_then(|b| b.child())
         .and_then(Child::inode);
     let child = child.expect("an I-node under the word");
     let current = gcas_read(child, trie.ctx(), &guard);
@@ -475,7 +475,7 @@ fn live_inode<'g>(trie: &'g CsTrie, path: &[&str], guard: &'g Guard) -> &'g INod
         let cnode = gcas_read(inode, trie.ctx(), guard).get().cnode().expect("a C-node");
         inode = cnode
             .literal(word)
-            .and_then(|b| b.child.as_ref())
+            .and_then(|b| b.child())
             .and_then(Child::inode)
             .expect("an I-node child");
     }
@@ -509,10 +509,7 @@ fn a_write_racing_the_renewal_of_a_sibling_is_not_lost() {
 
     // Writer A reads `c.1` and builds its change ...
     let main = gcas_read(c1, trie.ctx(), &guard);
-    let leaf = Branch {
-        subscribers: SubscriberSet::single(SmolStr::from("t")),
-        child: None,
-    };
+    let leaf = Branch::new(SubscriberSet::single(SmolStr::from("t")), None);
     let proposal = main
         .cnode()
         .expect("C-node")

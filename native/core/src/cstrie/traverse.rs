@@ -42,9 +42,9 @@ impl<'g> Walk<'_, 'g, '_> {
     /// Take `branch` of `inode`'s C-node, arriving at key position `next`.
     fn follow(&mut self, inode: &INode, word: PatternWord<'_>, branch: &'g Branch, next: usize) {
         if next == self.key_len {
-            branch.subscribers.push_into(self.found, self.ctx, self.guard);
+            branch.subscribers().push_into(self.found, self.ctx, self.guard);
         }
-        match &branch.child {
+        match branch.child() {
             None => {}
             Some(Child::Node(child)) => match gcas_read(child, self.ctx, self.guard).get().cnode() {
                 Some(child_cnode) => self.stack.push((child, child_cnode, next)),
@@ -202,7 +202,7 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
         return sorted(cnode.empty_pattern(), ctx, guard);
     };
     for (at, word) in inner.iter().enumerate() {
-        match cnode.branch(*word).and_then(|branch| branch.child.as_ref()) {
+        match cnode.branch(*word).and_then(|branch| branch.child()) {
             Some(Child::Node(child)) => match gcas_read(child, ctx, guard).get().cnode() {
                 Some(child_cnode) => cnode = child_cnode,
                 None => return Vec::new(),
@@ -215,7 +215,7 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
     }
     cnode
         .branch(*last)
-        .map(|branch| sorted(&branch.subscribers, ctx, guard))
+        .map(|branch| sorted(branch.subscribers(), ctx, guard))
         .unwrap_or_default()
 }
 
@@ -245,10 +245,10 @@ pub(crate) fn for_each_pattern<'g>(
                 None => word_text.to_owned(),
                 Some(prefix) => format!("{prefix}{}{word_text}", crate::topic::SEPARATOR),
             };
-            if !branch.subscribers.is_empty_in(ctx, guard) {
-                visit(&pattern, &branch.subscribers);
+            if !branch.subscribers().is_empty_in(ctx, guard) {
+                visit(&pattern, branch.subscribers());
             }
-            match &branch.child {
+            match branch.child() {
                 None => {}
                 Some(Child::Node(child)) => {
                     if let Some(child_cnode) = gcas_read(child, ctx, guard).get().cnode() {
@@ -274,7 +274,7 @@ pub(crate) fn count_inodes(root: &INode, ctx: Ctx<'_>, guard: &Guard) -> usize {
             stack.extend(
                 cnode
                     .branches()
-                    .filter_map(|(_, branch)| branch.child.as_ref().and_then(Child::inode))
+                    .filter_map(|(_, branch)| branch.child().and_then(Child::inode))
                     .map(|child| &**child),
             );
         }
