@@ -184,7 +184,7 @@ impl<'g> Walk<'g> {
             };
             let kids_start = self.kids.len() as u32;
             for leaf in cnode.literals.iter() {
-                let key = self.words.intern(&leaf.key, leaf.hash);
+                let key = self.words.intern(&leaf.key, hash_word(&leaf.key));
                 self.branch(key, &leaf.value, ctx, guard, &mut stack)?;
             }
             if let Some(branch) = cnode.star() {

@@ -20,8 +20,13 @@
 //! already in the order a bulk build lays them out. A bitmap node is one slot
 //! array (`Arc<[Slot]>`, a single allocation) plus a bitmap with one bit per
 //! 4-bit chunk value, held by its parent's slot; its slots hold, in bit order,
-//! either a leaf or the node for the next 3 bits. A leaf holds its key, hash and value **inline** in the slot: no
+//! either a leaf or the node for the next 3 bits. A leaf holds its key and value **inline** in the slot: no
 //! allocation per binding and no pointer to chase before the key comparison.
+//! It keeps no hash: a slot is as large as its largest variant, so every
+//! slot, node slots included, would pay the 8 bytes, and only writes that
+//! place a held key again (a split, a bulk merge into it) need it; they
+//! compute it again. Writes take new bindings as [`Leaf`]s, with the hash
+//! their caller computed once.
 //! Keys are [`SmolStr`]s: texts of up to 23 bytes (nearly every word and
 //! subscriber id) live inline too, so copying a slot copies bytes and bumps no
 //! reference count, and dropping one releases nothing. Two distinct keys that
@@ -146,7 +151,8 @@ pub(crate) fn slot_index(bitmap: u32, bit: u32) -> usize {
     (bitmap & ((1u32 << bit) - 1)).count_ones() as usize
 }
 
-/// One binding, held inline in its slot.
+/// One binding with its key's hash: what writes take (and shared-set
+/// levels hold, `idset.rs`); a table slot holds it as an [`Entry`].
 #[derive(Clone)]
 pub(crate) struct Leaf<V> {
     /// Invariant: `hash_word(&key)` (tests may force other values).
@@ -167,20 +173,45 @@ impl<V> Leaf<V> {
     pub(crate) fn is(&self, hash: u64, key: &str) -> bool {
         self.hash == hash && self.key == key
     }
+
+    /// The binding as a slot holds it (the hash dropped).
+    fn into_entry(self) -> Entry<V> {
+        Entry {
+            key: self.key,
+            value: self.value,
+        }
+    }
+}
+
+/// One binding as a table slot holds it, inline: its key and value, without
+/// the key's hash. Lookups compare texts (a short `SmolStr` comparison is as
+/// cheap as the hash one that used to screen it), and the few writes that
+/// need a held key's hash (splitting a slot, merging a bulk load into a held
+/// leaf) compute it again. 8 bytes less in every slot, node slots included:
+/// a slot is as large as this.
+#[derive(Clone)]
+pub(crate) struct Entry<V> {
+    pub(crate) key: SmolStr,
+    pub(crate) value: V,
+}
+
+impl<V: Clone> Entry<V> {
+    /// The binding with its hash, for a write that places it again.
+    fn to_leaf(&self) -> Leaf<V> {
+        Leaf::new(self.key.clone(), self.value.clone())
+    }
 }
 
 #[derive(Clone)]
 enum Slot<V> {
-    Leaf(Leaf<V>),
+    /// Invariant: the key's [`hash_word`] leads to this slot.
+    Leaf(Entry<V>),
     /// A bitmap node. Invariant: `slots.len() == bitmap.count_ones()`, slots in
     /// ascending bit order; never empty and never a lone leaf.
-    Node {
-        bitmap: u32,
-        slots: Arc<[Slot<V>]>,
-    },
+    Node { bitmap: u32, slots: Arc<[Slot<V>]> },
     /// Invariant: only below the last level (all 64 bits equal), at least two
     /// leaves, all with the same hash, keys distinct.
-    Collision(Arc<[Leaf<V>]>),
+    Collision(Arc<[Entry<V>]>),
 }
 
 /// A persistent map from text to `V`. Cloning is O(1); writers build a new
@@ -280,7 +311,7 @@ fn inserted<V: Clone>(slots: &[Slot<V>], at: usize, new: Slot<V>) -> Arc<[Slot<V
 fn pair<V>(first: Leaf<V>, second: Leaf<V>, level: u32) -> Slot<V> {
     if level == LEVELS {
         debug_assert_eq!(first.hash, second.hash);
-        return Slot::Collision(Arc::from([first, second]));
+        return Slot::Collision(Arc::from([first.into_entry(), second.into_entry()]));
     }
     let (a, b) = (chunk(first.hash, level), chunk(second.hash, level));
     if a == b {
@@ -291,9 +322,9 @@ fn pair<V>(first: Leaf<V>, second: Leaf<V>, level: u32) -> Slot<V> {
         };
     }
     let slots: Arc<[Slot<V>]> = if a < b {
-        Arc::from([Slot::Leaf(first), Slot::Leaf(second)])
+        Arc::from([Slot::Leaf(first.into_entry()), Slot::Leaf(second.into_entry())])
     } else {
-        Arc::from([Slot::Leaf(second), Slot::Leaf(first)])
+        Arc::from([Slot::Leaf(second.into_entry()), Slot::Leaf(first.into_entry())])
     };
     Slot::Node {
         bitmap: (1 << a) | (1 << b),
@@ -309,7 +340,7 @@ fn get_in<'a, V>(mut bitmap: u32, mut slots: &'a [Slot<V>], hash: u64, key: &str
             return None;
         }
         match &slots[slot_index(bitmap, bit)] {
-            Slot::Leaf(leaf) => return leaf.is(hash, key).then_some(&leaf.value),
+            Slot::Leaf(leaf) => return (leaf.key == key).then_some(&leaf.value),
             Slot::Node {
                 bitmap: below,
                 slots: child,
@@ -335,12 +366,16 @@ fn insert_in<V: Clone>(bitmap: u32, slots: &[Slot<V>], leaf: Leaf<V>, level: u32
     let at = slot_index(bitmap, bit);
     if bitmap & (1 << bit) == 0 {
         prefetch_children(slots, usize::MAX);
-        return (bitmap | (1 << bit), inserted(slots, at, Slot::Leaf(leaf)), true);
+        return (
+            bitmap | (1 << bit),
+            inserted(slots, at, Slot::Leaf(leaf.into_entry())),
+            true,
+        );
     }
     prefetch_children(slots, at);
     let (slot, added) = match &slots[at] {
-        Slot::Leaf(held) if held.is(leaf.hash, &leaf.key) => (Slot::Leaf(leaf), false),
-        Slot::Leaf(held) => (pair(held.clone(), leaf, level + 1), true),
+        Slot::Leaf(held) if held.key == leaf.key => (Slot::Leaf(leaf.into_entry()), false),
+        Slot::Leaf(held) => (pair(held.to_leaf(), leaf, level + 1), true),
         Slot::Node {
             bitmap: below,
             slots: child,
@@ -361,11 +396,11 @@ fn insert_in<V: Clone>(bitmap: u32, slots: &[Slot<V>], leaf: Leaf<V>, level: u32
             let mut list = leaves.to_vec();
             let added = match held {
                 Some(at) => {
-                    list[at] = leaf;
+                    list[at] = leaf.into_entry();
                     false
                 }
                 None => {
-                    list.push(leaf);
+                    list.push(leaf.into_entry());
                     true
                 }
             };
@@ -391,7 +426,7 @@ fn remove_in<V: Clone>(bitmap: u32, slots: &[Slot<V>], hash: u64, key: &str, lev
     }
     let at = slot_index(bitmap, bit);
     let replacement = match &slots[at] {
-        Slot::Leaf(held) if held.is(hash, key) => None,
+        Slot::Leaf(held) if held.key == key => None,
         Slot::Leaf(_) => return Removed::Absent,
         Slot::Node {
             bitmap: below,
@@ -479,10 +514,10 @@ impl<V> Newcomers<V> {
 /// its final size.
 fn build<V>(new: &mut Newcomers<V>, range: std::ops::Range<usize>, level: u32) -> Slot<V> {
     if range.len() == 1 {
-        return Slot::Leaf(new.next());
+        return Slot::Leaf(new.next().into_entry());
     }
     if level == LEVELS {
-        return Slot::Collision(Arc::from(new.take(range.len())));
+        return Slot::Collision(new.take(range.len()).into_iter().map(Leaf::into_entry).collect());
     }
     let (bitmap, slots) = build_node(new, range, level);
     Slot::Node { bitmap, slots }
@@ -569,7 +604,7 @@ fn merge<V: Clone>(
 /// The subtree of the `held` leaves plus the newcomers in `range` (a
 /// newcomer replaces a held leaf with its key), from `level` on.
 fn rebuild_with<V: Clone>(
-    held: &[Leaf<V>],
+    held: &[Entry<V>],
     new: &mut Newcomers<V>,
     range: std::ops::Range<usize>,
     level: u32,
@@ -578,8 +613,8 @@ fn rebuild_with<V: Clone>(
     let newcomers = new.take(range.len());
     let mut all: Vec<Leaf<V>> = held
         .iter()
-        .filter(|old| !newcomers.iter().any(|leaf| leaf.is(old.hash, &old.key)))
-        .cloned()
+        .filter(|old| !newcomers.iter().any(|leaf| leaf.key == old.key))
+        .map(Entry::to_leaf)
         .collect();
     *added += newcomers.len() + all.len() - held.len();
     all.extend(newcomers);
@@ -747,7 +782,7 @@ impl<V: Clone> Hamt<V> {
             return Hamt {
                 bitmap: 1 << chunk(leaf.hash, 0),
                 len: 1,
-                slots: Some(Arc::from([Slot::Leaf(leaf)])),
+                slots: Some(Arc::from([Slot::Leaf(leaf.into_entry())])),
             };
         };
         let (bitmap, slots, added) = insert_in(self.bitmap, slots, leaf, 0);
@@ -766,7 +801,9 @@ impl<V: Clone> Hamt<V> {
             Removed::Empty => (0, None),
             // The root keeps its own node, even around a single leaf.
             Removed::Slot(Slot::Node { bitmap, slots }) => (bitmap, Some(slots)),
-            Removed::Slot(Slot::Leaf(leaf)) => (1 << chunk(leaf.hash, 0), Some(Arc::from([Slot::Leaf(leaf)]))),
+            Removed::Slot(Slot::Leaf(leaf)) => {
+                (1 << chunk(hash_word(&leaf.key), 0), Some(Arc::from([Slot::Leaf(leaf)])))
+            }
             Removed::Slot(Slot::Collision(_)) => unreachable!("a collision list is never at the root"),
         };
         Some(Hamt {
@@ -819,7 +856,7 @@ impl<V: Default> Hamt<V> {
     /// dismantled without recursion by a caller that loops.
     pub(crate) fn dismantle(self, mut take: impl FnMut(V)) {
         let mut pending: Vec<Arc<[Slot<V>]>> = self.slots.into_iter().collect();
-        let mut lists: Vec<Arc<[Leaf<V>]>> = Vec::new();
+        let mut lists: Vec<Arc<[Entry<V>]>> = Vec::new();
         while let Some(mut node) = pending.pop() {
             // Only the last owner takes the contents; shared nodes just lose a count.
             let Some(slots) = Arc::get_mut(&mut node) else { continue };
@@ -856,11 +893,11 @@ pub(crate) struct Iter<'a, V> {
     path: [std::slice::Iter<'a, Slot<V>>; MAX_DEPTH],
     depth: usize,
     /// The collision list being visited, if any (it is always a leaf level).
-    leaves: std::slice::Iter<'a, Leaf<V>>,
+    leaves: std::slice::Iter<'a, Entry<V>>,
 }
 
 impl<'a, V> Iterator for Iter<'a, V> {
-    type Item = &'a Leaf<V>;
+    type Item = &'a Entry<V>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
@@ -901,15 +938,11 @@ mod tests {
             .map_or(0, |slots| 1 + slots.iter().map(slot_depth).max().unwrap_or(0))
     }
 
-    /// Every invariant of the layout, checked on a whole map.
+    /// Every invariant of the layout, checked on a whole map (hashes are
+    /// `hash_word`'s, forced or not: slots hold none of their own).
     fn check<V>(map: &Hamt<V>) {
-        check_shape(map, true);
-    }
-
-    /// `check`, optionally for leaves whose hashes a test forced (not `hash_word`'s).
-    fn check_shape<V>(map: &Hamt<V>, real_hashes: bool) {
         /// Leaves under a bitmap node at `level` whose hashes agree with `prefix` on the levels above.
-        fn walk<V>(bitmap: u32, slots: &[Slot<V>], level: u32, prefix: u64, is_root: bool, real: bool) -> usize {
+        fn walk<V>(bitmap: u32, slots: &[Slot<V>], level: u32, prefix: u64, is_root: bool) -> usize {
             assert_eq!(slots.len(), bitmap.count_ones() as usize);
             if !is_root {
                 assert!(!slots.is_empty());
@@ -941,10 +974,7 @@ mod tests {
                     };
                     match slot {
                         Slot::Leaf(leaf) => {
-                            if real {
-                                assert_eq!(leaf.hash, hash_word(&leaf.key));
-                            }
-                            leaf_ok(leaf.hash);
+                            leaf_ok(hash_word(&leaf.key));
                             1
                         }
                         Slot::Node {
@@ -954,13 +984,14 @@ mod tests {
                             assert!(level + 1 < LEVELS, "a bitmap node below the last level");
                             let first = first_hash(child);
                             leaf_ok(first);
-                            walk(*below, child, level + 1, first, false, real)
+                            walk(*below, child, level + 1, first, false)
                         }
                         Slot::Collision(list) => {
                             assert_eq!(level + 1, LEVELS, "a collision list above the bottom");
                             assert!(list.len() >= 2);
-                            assert!(list.iter().all(|leaf| leaf.hash == list[0].hash));
-                            leaf_ok(list[0].hash);
+                            let hash = hash_word(&list[0].key);
+                            assert!(list.iter().all(|leaf| hash_word(&leaf.key) == hash));
+                            leaf_ok(hash);
                             list.len()
                         }
                     }
@@ -969,19 +1000,19 @@ mod tests {
         }
         fn first_hash<V>(slots: &[Slot<V>]) -> u64 {
             match &slots[0] {
-                Slot::Leaf(leaf) => leaf.hash,
+                Slot::Leaf(leaf) => hash_word(&leaf.key),
                 Slot::Node { slots, .. } => first_hash(slots),
-                Slot::Collision(list) => list[0].hash,
+                Slot::Collision(list) => hash_word(&list[0].key),
             }
         }
         let counted = map
             .slots
             .as_deref()
-            .map_or(0, |slots| walk(map.bitmap, slots, 0, 0, true, real_hashes));
+            .map_or(0, |slots| walk(map.bitmap, slots, 0, 0, true));
         assert_eq!(counted, map.len());
         assert_eq!(map.slots.is_none(), map.len == 0);
         // Iteration is in hash order.
-        let hashes: Vec<u64> = map.iter().map(|leaf| leaf.hash).collect();
+        let hashes: Vec<u64> = map.iter().map(|leaf| hash_word(&leaf.key)).collect();
         assert!(hashes.is_sorted(), "iteration out of hash order");
     }
 
@@ -1145,17 +1176,33 @@ mod tests {
         assert_eq!(model_of(&fresh), model_of(&single));
     }
 
-    /// Full 64-bit collisions (forced hashes): a collision list at the bottom,
-    /// reached through one-slot bitmap nodes, split again by removal.
+    /// The hash the collision test forces: most keys share one; `c`, `g` and
+    /// `z` differ from it in the last level only, `d` in the first.
+    const COLLIDING: u64 = 0xdead_beef_0bad_cafe;
+    fn forced_hash(key: &str) -> u64 {
+        match key {
+            "c" | "g" | "z" => COLLIDING ^ 1,
+            "d" => COLLIDING ^ (1 << 63),
+            _ => COLLIDING,
+        }
+    }
+
+    /// Full 64-bit collisions (forced hashes, through `hash_word`: a slot
+    /// keeps no hash of its own): a collision list at the bottom, reached
+    /// through one-slot bitmap nodes, split again by removal.
     #[test]
     fn full_hash_collisions_are_kept_apart_by_text() {
-        let hash = 0xdead_beef_0bad_cafe;
+        crate::word_hash::with_forced_hash(forced_hash, full_hash_collisions);
+    }
+
+    fn full_hash_collisions() {
+        let hash = COLLIDING;
         let near = hash ^ 1; // differs in the last level only
         let far = hash ^ (1 << 63); // differs in the first level
         let mut map: Hamt<u32> = Hamt::default();
         for (key, forced, value) in [("a", hash, 1), ("b", hash, 2), ("c", near, 3), ("d", far, 4)] {
             map = map.insert_leaf(leaf(key, forced, value));
-            check_shape(&map, false);
+            check(&map);
         }
         assert_eq!(map.len(), 4);
         assert_eq!(map.get_hashed(hash, "a"), Some(&1));
@@ -1176,22 +1223,22 @@ mod tests {
         );
         map = map.insert_leaf(leaf("e", hash, 5));
         map = map.insert_leaf(leaf("a", hash, 9));
-        check_shape(&map, false);
+        check(&map);
         assert_eq!((map.len(), map.get_hashed(hash, "a")), (5, Some(&9)));
         // A bulk merge into the collision list, and a bulk build of one.
         let (merged, added) = map.insert_many(vec![leaf("f", hash, 6), leaf("b", hash, 7), leaf("g", near, 8)]);
-        check_shape(&merged, false);
+        check(&merged);
         assert_eq!(added, 2);
         assert_eq!(merged.get_hashed(hash, "b"), Some(&7));
         assert_eq!(merged.get_hashed(hash, "f"), Some(&6));
         let built = Hamt::from_leaves(vec![leaf("x", hash, 1), leaf("y", hash, 2), leaf("z", near, 3)]);
-        check_shape(&built, false);
+        check(&built);
         assert_eq!(built.get_hashed(hash, "y"), Some(&2));
         // Removal shrinks the list back to a leaf pulled all the way up.
         let mut shrinking = map.clone();
         for key in ["b", "e", "c"] {
             shrinking = shrinking.remove_hashed_for_test(hash_of(key, hash, near), key);
-            check_shape(&shrinking, false);
+            check(&shrinking);
         }
         assert_eq!(shrinking.len(), 2);
         assert_eq!(
@@ -1217,7 +1264,9 @@ mod tests {
                 Removed::Absent => panic!("{key} is absent"),
                 Removed::Empty => (0, None),
                 Removed::Slot(Slot::Node { bitmap, slots }) => (bitmap, Some(slots)),
-                Removed::Slot(Slot::Leaf(leaf)) => (1 << chunk(leaf.hash, 0), Some(Arc::from([Slot::Leaf(leaf)]))),
+                Removed::Slot(Slot::Leaf(leaf)) => {
+                    (1 << chunk(hash_word(&leaf.key), 0), Some(Arc::from([Slot::Leaf(leaf)])))
+                }
                 Removed::Slot(Slot::Collision(_)) => unreachable!(),
             };
             Hamt {
