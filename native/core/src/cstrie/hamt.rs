@@ -183,6 +183,12 @@ impl<V> Leaf<V> {
     }
 }
 
+/// The size of a table slot holding `V`s (`node.rs` asserts the branch
+/// tables' at compile time).
+pub(crate) const fn slot_size<V>() -> usize {
+    std::mem::size_of::<Slot<V>>()
+}
+
 /// One binding as a table slot holds it, inline: its key and value, without
 /// the key's hash. Lookups compare texts (a short `SmolStr` comparison is as
 /// cheap as the hash one that used to screen it), and the few writes that

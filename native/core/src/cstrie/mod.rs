@@ -30,7 +30,7 @@
 //!   goes on into them. An expanded path stays expanded when patterns leave
 //!   it (tombs prune it only once it is empty). A wide node of
 //!   `tenant<i>.orders.#` is then one table slot and one tail per tenant:
-//!   166 heap bytes per pair instead of 467 (`tests/cstrie_footprint.rs`
+//!   143 heap bytes per pair instead of 467 (`tests/cstrie_footprint.rs`
 //!   counts them).
 //! * **T-node** (`node::MainKind::Tomb`): when an unsubscribe leaves a
 //!   non-root C-node with no branches, the I-node is tombed instead. A tomb is
@@ -69,6 +69,20 @@
 //! table slot holds its key without an allocation and copying it bumps no
 //! reference count (the cost that dominated writes to wide nodes and hot
 //! patterns before).
+//!
+//! # Memory layout
+//!
+//! At ten million pairs the trie is mostly branch tables, so their slot is
+//! what a pair costs: a HAMT slot is as large as its largest variant (an
+//! inline leaf), and an 8-way HAMT holds about half a node slot per key
+//! besides its leaves, so every byte of the leaf is paid ~1.5 times. The
+//! leaf is 48 bytes: its key (24, a `SmolStr`) and a [`Branch`](node::Branch)
+//! of 24 (an enum of its subscriber set or its child; a branch with both is
+//! rare and holds them behind a pointer), with no cached hash (`hamt.rs`
+//! says why). It was 72 (a hash, and a branch struct of both halves).
+//! Issue 59's multi-tenant table (`tests/cstrie_footprint_shapes.rs`, live
+//! heap at 2M pairs) went from 179 to 146 bytes per pair; what is left per
+//! one-subscriber pattern is mostly that slot and a 64-byte tail.
 //!
 //! Copies are counted (`hamt::slots_copied`, test builds only, shared-set
 //! levels included) and bounded in

@@ -157,8 +157,10 @@ pub(crate) struct BothHalves {
     child: Child,
 }
 
-// The layout the docs above promise (a niche of `SmolStr` holds the tag).
+// The layout the docs above promise (a niche of `SmolStr` holds the tag),
+// and the branch-table slot it makes: key 24 + branch 24, no hash.
 const _: () = assert!(std::mem::size_of::<Branch>() == 24);
+const _: () = assert!(super::hamt::slot_size::<Branch>() == 48);
 
 impl Default for Branch {
     fn default() -> Self {
