@@ -8,7 +8,10 @@
 //! hashed and stored, with cache misses once it is large), so it must keep
 //! earning its keep: after a first warm-up window of [`PROBE_ROWS`] keys, any
 //! window in which fewer than half the keys were repeats switches it off and
-//! the rest of the batch is matched row by row. The output is written straight into
+//! the rest of the batch is matched row by row. In a matcher too large for the
+//! caches, a lookahead (`crate::lookahead`) warms them for the keys
+//! `crate::lookahead::DEPTH` rows ahead, so that their cache misses overlap.
+//! The output is written straight into
 //! Arrow buffers (offsets, validity, UTF-8 bytes), with no per-row allocation.
 //!
 //! [`route_batch`] is the router's form, with its limits applied while
@@ -32,6 +35,7 @@ use hashbrown::HashMap;
 use crate::errors::NativeError;
 use crate::frozen::{FrozenMatcher, Scratch, NONE};
 use crate::layered::{Layered, LayeredScratch};
+use crate::lookahead::{Lookahead, DEPTH};
 
 /// What a batch matches with: one frozen matcher, or a base and its delta ([`Layered`]).
 pub trait Matches {
@@ -44,6 +48,11 @@ pub trait Matches {
     fn subscriber(&self, id: u32) -> &str;
     /// Every (pattern, subscriber) pair the matcher holds.
     fn subscriptions(&self) -> Vec<(String, &str)>;
+    /// The frozen matcher whose caches a batch's lookahead (`crate::lookahead`) warms: the one that holds nearly
+    /// all the pairs (a layered matcher's base).
+    fn lookahead_matcher(&self) -> &FrozenMatcher;
+    /// The part of `scratch` that [`Matches::lookahead_matcher`]'s lookups use.
+    fn lookahead_scratch(scratch: &mut Self::Scratch) -> &mut Scratch;
 }
 
 impl Matches for FrozenMatcher {
@@ -64,6 +73,14 @@ impl Matches for FrozenMatcher {
     fn subscriptions(&self) -> Vec<(String, &str)> {
         FrozenMatcher::subscriptions(self)
     }
+
+    fn lookahead_matcher(&self) -> &FrozenMatcher {
+        self
+    }
+
+    fn lookahead_scratch(scratch: &mut Scratch) -> &mut Scratch {
+        scratch
+    }
 }
 
 impl Matches for Layered {
@@ -83,6 +100,14 @@ impl Matches for Layered {
 
     fn subscriptions(&self) -> Vec<(String, &str)> {
         Layered::subscriptions(self)
+    }
+
+    fn lookahead_matcher(&self) -> &FrozenMatcher {
+        self.base()
+    }
+
+    fn lookahead_scratch(scratch: &mut LayeredScratch) -> &mut Scratch {
+        scratch.base_mut()
     }
 }
 
@@ -219,8 +244,16 @@ where
     let mut found: Vec<Found> = Vec::new();
     let mut result_ids: Vec<u32> = Vec::new();
     let mut row_results: Vec<u32> = Vec::with_capacity(rows);
-    let mut lookup = |key: &str, found: &mut Vec<Found>| -> u32 {
-        let ids = matcher.lookup_ids(key, &mut scratch);
+    // Keys DEPTH rows ahead, warmed in a large matcher (crate::lookahead); all null when lookahead is off.
+    let mut lookahead = Lookahead::over(matcher.lookahead_matcher());
+    let ahead = |row: usize| (row < rows && !keys.is_null(row)).then(|| keys.value(row));
+    if let Some(lookahead) = lookahead.as_mut() {
+        for row in 0..DEPTH {
+            lookahead.feed(ahead(row), M::lookahead_scratch(&mut scratch));
+        }
+    }
+    let lookup = |key: &str, found: &mut Vec<Found>, scratch: &mut M::Scratch, result_ids: &mut Vec<u32>| -> u32 {
+        let ids = matcher.lookup_ids(key, scratch);
         let kept = ids.len() <= max_fanout;
         let start = result_ids.len();
         let mut text_bytes = 0;
@@ -243,6 +276,11 @@ where
     let mut window_repeats = 0usize;
     let mut non_null = 0usize;
     for row in 0..rows {
+        if let Some(lookahead) = lookahead.as_mut() {
+            // A key the batch has matched already needs no warming.
+            let key = ahead(row + DEPTH).filter(|key| !(stats.deduplicated && distinct.contains_key(key)));
+            lookahead.feed(key, M::lookahead_scratch(&mut scratch));
+        }
         if keys.is_null(row) {
             if !row_results.is_empty() && bytes + ROW_BYTES > max_bytes {
                 break;
@@ -259,10 +297,10 @@ where
                     window_repeats += 1;
                     *seen.get()
                 }
-                Entry::Vacant(slot) => *slot.insert(lookup(key, &mut found)),
+                Entry::Vacant(slot) => *slot.insert(lookup(key, &mut found, &mut scratch, &mut result_ids)),
             }
         } else {
-            lookup(key, &mut found)
+            lookup(key, &mut found, &mut scratch, &mut result_ids)
         };
         let this = found[result as usize];
         if !row_results.is_empty() && bytes + this.row_bytes() > max_bytes {
@@ -368,6 +406,62 @@ mod tests {
                     .map(|k| matcher.lookup(k).into_iter().map(String::from).collect())
             })
             .collect()
+    }
+
+    /// Lookahead (`crate::lookahead`, on by itself in large matchers only) only warms caches: with
+    /// it forced on, every batch, limited or not, plain or layered, has exactly the rows of
+    /// per-key lookups, whatever the patterns (wildcards, `#` runs) and keys (nulls, empty words,
+    /// keys longer than a probe follows, enough distinct keys to switch de-duplication off).
+    #[test]
+    fn lookahead_changes_no_row() {
+        use crate::layered::DeltaBuilder;
+        let mut rng = Rng(29);
+        for round in 0..48 {
+            let pairs: Vec<(String, String)> = (0..1 + rng.below(40))
+                .map(|_| (rng.topic(true), format!("sub-{}", rng.below(9))))
+                .collect();
+            let base = Arc::new(FrozenMatcher::build(pairs.iter().map(|(p, s)| (p, s))).unwrap());
+            let count = if round % 6 == 0 { 3 * PROBE_ROWS } else { rng.below(80) };
+            let keys: Vec<Option<String>> = (0..count)
+                .map(|i| match rng.below(10) {
+                    0 => None,
+                    1 => Some(vec!["a"; crate::lookahead::MAX_WORDS + 1 + rng.below(3)].join(".")),
+                    2 => Some(format!("{}..{i}", rng.topic(false))),
+                    _ => Some(rng.topic(false)),
+                })
+                .collect();
+            let array = StringArray::from(keys.clone());
+            let (plain, _) = match_batch(base.as_ref(), &array, None).unwrap();
+            let (ahead, _) = crate::lookahead::always(|| match_batch(base.as_ref(), &array, None)).unwrap();
+            assert_eq!(rows(&ahead), expected(&base, &keys), "round {round}");
+            assert_eq!(ahead, plain);
+            let limits = RouteLimits {
+                max_rows: None,
+                max_fanout: Some(2),
+                max_bytes: Some(64 + rng.below(400)),
+            };
+            let cut = route_batch(base.as_ref(), &array, limits).unwrap();
+            let cut_ahead = crate::lookahead::always(|| route_batch(base.as_ref(), &array, limits)).unwrap();
+            assert_eq!((cut_ahead.subscribers, cut_ahead.fanout), (cut.subscribers, cut.fanout));
+            // A delta that hides some base pairs and adds others.
+            let mut builder = DeltaBuilder::new(base.clone()).unwrap();
+            let gone: Vec<(&str, &str)> = pairs.iter().step_by(3).map(|(p, s)| (p.as_str(), s.as_str())).collect();
+            builder.record(gone, false, 1);
+            let added: Vec<(String, String)> = (0..rng.below(6)).map(|_| (rng.topic(true), "new".to_owned())).collect();
+            builder.record(added.iter().map(|(p, s)| (p.as_str(), s.as_str())), true, 1);
+            let layered = Layered::new(base.clone(), Arc::new(builder.freeze().unwrap())).unwrap();
+            let (plain, _) = match_batch(&layered, &array, None).unwrap();
+            let (ahead, _) = crate::lookahead::always(|| match_batch(&layered, &array, None)).unwrap();
+            assert_eq!(ahead, plain, "layered, round {round}");
+            let per_key: Vec<Option<Vec<String>>> = keys
+                .iter()
+                .map(|key| {
+                    key.as_ref()
+                        .map(|k| layered.lookup(k).into_iter().map(String::from).collect())
+                })
+                .collect();
+            assert_eq!(rows(&ahead), per_key);
+        }
     }
 
     #[test]

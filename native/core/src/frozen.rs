@@ -66,14 +66,14 @@ pub(crate) use crate::layout::PREFETCH_AHEAD;
 pub struct Interned {
     /// All texts, concatenated in id order. Invariant: valid UTF-8, and every entry of `ends` is a
     /// char boundary of it (the decoder checks both; builders copy `str`s).
-    text: Array<u8>,
+    pub(crate) text: Array<u8>,
     /// `text[ends[i-1] .. ends[i]]` is text `i` (`ends[-1]` = 0). Invariant: ascending, the last
     /// equal to `text.len()`.
-    ends: Array<u32>,
+    pub(crate) ends: Array<u32>,
     /// Open-addressing slots of ids (see [`crate::layout`]); empty when the table is not indexed.
     /// Invariant: every slot is [`EMPTY`] or an id below `ends.len()`, and the length is 0 or a
     /// power of two.
-    index: Array<u32>,
+    pub(crate) index: Array<u32>,
     /// The SipHash key of `index`.
     key: [u64; 2],
 }
@@ -109,11 +109,18 @@ impl Interned {
             }
             return None;
         }
-        let mask = slots - 1;
-        let mut at = home_slot(self.key, text.as_bytes(), slots as u32) as usize;
+        self.find_from(self.home(text), text)
+    }
+
+    /// [`Interned::find`] in an indexed table, from `text`'s [`Interned::home`] slot (what a
+    /// caller that prefetched the slot computed already).
+    pub(crate) fn find_from(&self, home: usize, text: &str) -> Option<u32> {
+        let slots = self.index.len();
+        let mask = slots.wrapping_sub(1);
+        let mut at = home;
         // At most one pass over the slots, whatever they hold.
         for _ in 0..slots {
-            let id = self.index[at];
+            let id = *self.index.get(at)?;
             if id == EMPTY {
                 return None;
             }
@@ -123,6 +130,11 @@ impl Interned {
             at = (at + 1) & mask;
         }
         None
+    }
+
+    /// The `index` slot where the probe for `text` starts (the index must not be empty).
+    pub(crate) fn home(&self, text: &str) -> usize {
+        home_slot(self.key, text.as_bytes(), self.index.len() as u32) as usize
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
@@ -266,6 +278,11 @@ impl Scratch {
         }
     }
 
+    /// The batch memo, when this scratch has one.
+    pub(crate) fn memo_mut(&mut self) -> Option<&mut Memo> {
+        self.memo.as_deref_mut()
+    }
+
     /// `(node, key position)` states the last [`FrozenMatcher::lookup_ids`] visited.
     pub fn states_visited(&self) -> usize {
         self.states_visited
@@ -335,7 +352,7 @@ impl HashLow {
 /// matcher that filled them (`matcher`, its [`FrozenMatcher::id`]) and are
 /// cleared when another one uses the scratch.
 #[derive(Debug)]
-struct Memo {
+pub(crate) struct Memo {
     /// The [`FrozenMatcher::id`] the entries belong to (0: none yet).
     matcher: u64,
     /// `(hash_word(text), word id)`; `NONE` id: an empty slot. Only words
@@ -368,7 +385,7 @@ impl Memo {
     }
 
     /// Make the entries `matcher`'s, dropping any of another matcher.
-    fn serve(&mut self, matcher: &FrozenMatcher) {
+    pub(crate) fn serve(&mut self, matcher: &FrozenMatcher) {
         if self.matcher != matcher.id {
             self.words.fill((0, NONE));
             self.children.fill((u64::MAX, NONE));
@@ -387,6 +404,29 @@ impl Memo {
 
     fn child_slot(&self, key: u64) -> usize {
         Self::slot(key.wrapping_mul(0x9E37_79B9_7F4A_7C15), self.children.len())
+    }
+
+    /// Record that word `id` has the text whose [`hash_word`] is `hash` (the caller resolved it
+    /// exactly, with [`Interned::find`]).
+    pub(crate) fn remember_word(&mut self, hash: u64, id: u32) {
+        let at = self.word_slot(hash);
+        self.words[at] = (hash, id);
+    }
+
+    /// The recorded literal child of `(node, word)`: `Some(NONE)` when it has none, `None` when
+    /// nothing is recorded.
+    pub(crate) fn child(&self, node: u32, word: u32) -> Option<u32> {
+        let key = child_key(node, word);
+        let slot = self.children[self.child_slot(key)];
+        (slot.0 == key).then_some(slot.1)
+    }
+
+    /// Record the literal child of `(node, word)` (or [`NONE`]), as
+    /// [`FrozenMatcher::literal_child_uncached`] found it.
+    pub(crate) fn remember_child(&mut self, node: u32, word: u32, child: u32) {
+        let key = child_key(node, word);
+        let at = self.child_slot(key);
+        self.children[at] = (key, child);
     }
 }
 
@@ -415,14 +455,14 @@ pub struct FrozenMatcher {
     /// with more than [`WIDE_FANOUT`] of them. A binary search over a node with
     /// 100,000 children (a popular prefix above many tenants) costs ~17
     /// dependent cache misses; a probe here costs one or two.
-    wide: Array<u32>,
+    pub(crate) wide: Array<u32>,
     /// A delta's hidden base pairs, `base node << 32 | base subscriber id`,
     /// strictly ascending; empty in a base ([`crate::layout`], "Deltas").
     pub(crate) hidden: Array<u64>,
     /// A delta's base ([`crate::layout::base_id`]); 0 in a base.
     pub(crate) base: u64,
     /// The SipHash key of the `wide` index (the words' index holds its own copy).
-    index_key: [u64; 2],
+    pub(crate) index_key: [u64; 2],
     /// The bytes every array above views.
     storage: Arc<Storage>,
     /// A number no other matcher built in this process has (a clone keeps it:

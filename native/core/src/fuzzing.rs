@@ -4,6 +4,7 @@
 //!
 //! Each body must return normally on every input: a panic is a finding.
 
+use arrow_array::cast::AsArray;
 use arrow_array::{Array, StringArray};
 
 use crate::codec;
@@ -122,6 +123,18 @@ pub fn lookups_agree(data: &[u8]) {
     assert_eq!(list.len(), keys.len() + 1);
     assert!(list.is_null(keys.len()));
     assert_eq!(stats.null_rows, 1);
+    // With lookahead (on in large matchers only): the same rows, each as `expected`.
+    let (ahead, _) = crate::lookahead::always(|| crate::batch::match_batch(&frozen, &array, None)).expect("batch");
+    assert_eq!(ahead, list);
+    for (row, key) in keys.iter().enumerate() {
+        let value = ahead.value(row);
+        let got: Vec<&str> = value
+            .as_string::<i32>()
+            .iter()
+            .map(|s| s.expect("no null subscriber"))
+            .collect();
+        assert_eq!(got, expected(held.iter().copied(), key), "batch {key:?}");
+    }
 }
 
 /// Arbitrary text keys (split on NUL, lossily decoded) through lookup and a batch.
@@ -139,6 +152,9 @@ pub fn arbitrary_keys(data: &[u8]) {
     let array = StringArray::from(keys.clone());
     let (list, _) = crate::batch::match_batch(&frozen, &array, Some(keys.len())).expect("batch");
     assert_eq!(list.len(), keys.len());
+    let (ahead, _) =
+        crate::lookahead::always(|| crate::batch::match_batch(&frozen, &array, Some(keys.len()))).expect("batch");
+    assert_eq!(ahead, list);
 }
 
 /// A base and changes derived from the bytes: the layered matcher of the base and the builder's delta agrees

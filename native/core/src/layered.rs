@@ -61,6 +61,11 @@ pub struct LayeredScratch {
 }
 
 impl LayeredScratch {
+    /// The base layer's buffers (what a batch's lookahead warms).
+    pub(crate) fn base_mut(&mut self) -> &mut Scratch {
+        &mut self.base
+    }
+
     /// Buffers for a batch of about `keys` lookups, with a memo per layer.
     pub fn for_batch(keys: usize) -> Self {
         LayeredScratch {

@@ -18,7 +18,8 @@
 //!    keyed hash), [`storage`] (aligned or mapped bytes and typed views),
 //!    `prefetch`, `rng`;
 //! 2. [`layout`]: the frozen matcher's bytes, which are its memory;
-//! 3. [`frozen`]: the compact read-only matcher, read in place;
+//! 3. [`frozen`]: the compact read-only matcher, read in place, and
+//!    `lookahead` (a batch warming the caches for the keys it matches next);
 //! 4. [`codec`] (validating reads of bytes and files) and [`layered`] (a
 //!    base and a delta of the changes since, matched as one, and the delta's
 //!    builder);
@@ -35,6 +36,7 @@ pub mod errors;
 pub mod frozen;
 pub mod layered;
 pub mod layout;
+mod lookahead;
 mod prefetch;
 #[doc(hidden)]
 pub mod rng;
