@@ -175,6 +175,10 @@ def test_a_published_version_reaches_the_running_jvm_and_a_bad_one_is_refused(
     published.publish(1, [("probe", "first")])
     published.register()
     assert published.route([b"probe"]) == [(["first"], 1, None, 1)]
+    # The file is local, so the JVM (the driver's, in local mode) maps it rather than reading it into its heap.
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+    first = next(Path(published.files.directory).glob("1-*.frozen"))
+    assert str(first) in Path(f"/proc/{pid}/maps").read_text(), "the JVM does not map the snapshot file"
 
     second = published.publish(2, [("probe", "second"), ("#", "all")])
     published.wait_for_version(2)
@@ -194,13 +198,20 @@ def test_a_published_version_reaches_the_running_jvm_and_a_bad_one_is_refused(
     other.write(3, _native.FrozenMatcher.build([("probe", "intruder")]).to_bytes())
     foreign = next(Path(other.directory).glob("3-*.frozen"))
     (directory / foreign.name).write_bytes(foreign.read_bytes())
+    # And a good file of this table, its claim intact, with one matcher byte flipped: named by its new digest, so
+    # only the native checksum (the file is mapped) tells it from a good one.
+    staging = SnapshotFiles(str(tmp_path / "staging"), keep=1, table_id=published.table_id)
+    staging.write(7, _native.FrozenMatcher.build([("probe", "seventh")]).to_bytes())
+    flipped = bytearray(next(Path(staging.directory).glob("7-*.frozen")).read_bytes())
+    flipped[-64] ^= 0x10
+    (directory / file_name(7, bytes(flipped))).write_bytes(bytes(flipped))
     time.sleep(REFRESH_MS * 10 / 1000)  # ten checks
     assert published.route([b"probe"]) == [(["all", "second"], 2, None, 2)]
 
     # A good newer version still gets through after them.
-    published.publish(6, [("probe", "sixth")])
-    published.wait_for_version(6)
-    assert published.route([b"probe"]) == [(["sixth"], 1, None, 6)]
+    published.publish(8, [("probe", "eighth")])
+    published.wait_for_version(8)
+    assert published.route([b"probe"]) == [(["eighth"], 1, None, 8)]
 
 
 def test_an_idle_snapshot_is_freed_and_a_later_lookup_loads_the_newest(spark: SparkSession, tmp_path: Path) -> None:
@@ -249,6 +260,43 @@ def test_malformed_bytes_are_refused_with_the_format_error(spark: SparkSession) 
     assert matcher.subscriberCount() == 1 and matcher.subscriber(0) == "s"
     matcher.retire()
     assert not matcher.acquire()  # freed: no further lookup can reach the native matcher
+
+
+def test_a_local_snapshot_file_is_mapped_in_place_and_validated(spark: SparkSession, tmp_path: Path) -> None:
+    """``FrozenMatcher.fromFile`` (what the lane's ``SnapshotFiles`` opens a local file with) maps the file and reads
+    the matcher in place, after the same validation as a copy; a damaged file, a bad offset and a missing file are
+    refused with the exceptions a copy's would get."""
+    jvm: Any = spark._jvm
+    from_file = jvm.sparktopicrouter.udfs.FrozenMatcher.fromFile
+    good = _native.FrozenMatcher.build([("a.*", "s"), ("#", "all")])
+    sealed = tmp_path / "sealed"
+    sealed.write_bytes(bytes(16) + good.to_bytes())  # the matcher at offset 16, as after a claim
+
+    def path(file: Path) -> Any:
+        return jvm.java.io.File(str(file)).toPath()
+
+    matcher = from_file(path(sealed), 16)
+    try:
+        assert matcher.isMapped()
+        assert [matcher.subscriber(i) for i in range(matcher.subscriberCount())] == ["all", "s"]
+        ids = jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.Integer.TYPE, 4)
+        count = matcher.lookup(bytearray(b"a.b"), ids)
+        assert sorted(matcher.subscriber(ids[i]) for i in range(count)) == sorted(good.lookup("a.b"))
+    finally:
+        matcher.retire()
+    copied = jvm.sparktopicrouter.udfs.FrozenMatcher.fromBytes(bytearray(good.to_bytes()), 0, len(good.to_bytes()))
+    assert not copied.isMapped()
+    copied.retire()
+
+    damaged = tmp_path / "damaged"
+    data = bytearray(sealed.read_bytes())
+    data[-64] ^= 0x10
+    damaged.write_bytes(bytes(data))
+    assert java_exception_class(from_file, path(damaged), 16) == "sparktopicrouter.udfs.FrozenFormatException"
+    assert java_exception_class(from_file, path(sealed), -8) == "java.lang.IndexOutOfBoundsException"
+    for offset in (4, 1 << 40):  # misaligned; past the end
+        assert java_exception_class(from_file, path(sealed), offset) == "java.lang.IllegalArgumentException"
+    assert java_exception_class(from_file, path(tmp_path / "missing"), 0) == "java.lang.IllegalArgumentException"
 
 
 def test_the_udf_s_reason_codes_are_the_grammar_s(spark: SparkSession) -> None:

@@ -8,6 +8,7 @@
 //! | core `NativeError::Format`     | `sparktopicrouter.udfs.FrozenFormatException` (an `IllegalArgumentException`) |
 //! | core, any other                | `java.lang.IllegalArgumentException`             |
 //! | `Region` (offset or length out of the array) | `java.lang.IndexOutOfBoundsException` |
+//! | `NegativeOffset` (a file offset below 0) | `java.lang.IndexOutOfBoundsException` |
 //! | `TooLarge`                     | `java.lang.IllegalArgumentException`             |
 //! | `ClosedHandle`, `Reentered`    | `java.lang.IllegalStateException`                |
 //! | a JNI call failed              | the pending Java exception if there is one, else `java.lang.IllegalStateException` |
@@ -32,6 +33,8 @@ pub(crate) enum JvmError {
         length: i32,
         total: usize,
     },
+    /// A file offset below zero.
+    NegativeOffset(i64),
     /// A count that does not fit Java's `int`.
     TooLarge(&'static str),
     /// Handle `0`: a matcher that was never opened or is already released.
@@ -63,6 +66,7 @@ impl fmt::Display for JvmError {
                     "region [{offset}, {offset} + {length}) is not within an array of {total}"
                 )
             }
+            JvmError::NegativeOffset(offset) => write!(f, "file offset {offset} is negative"),
             JvmError::TooLarge(what) => write!(f, "{what} too large for Java's int indices"),
             JvmError::ClosedHandle => write!(f, "frozen matcher is closed"),
             JvmError::Reentered => write!(f, "frozen matcher lookup re-entered on one thread"),
@@ -76,7 +80,7 @@ impl JvmError {
         match self {
             JvmError::Core(NativeError::Format(_)) => "sparktopicrouter/udfs/FrozenFormatException",
             JvmError::Core(_) | JvmError::TooLarge(_) => "java/lang/IllegalArgumentException",
-            JvmError::Region { .. } => "java/lang/IndexOutOfBoundsException",
+            JvmError::Region { .. } | JvmError::NegativeOffset(_) => "java/lang/IndexOutOfBoundsException",
             JvmError::Jni(_) | JvmError::ClosedHandle | JvmError::Reentered => "java/lang/IllegalStateException",
         }
     }

@@ -17,6 +17,8 @@
 //! | Java `FrozenMatcher` native   | what it does                                          |
 //! |-------------------------------|-------------------------------------------------------|
 //! | `open(byte[], int, int)`      | decode (checksum verified) a region; a handle          |
+//! | `openFile(byte[], long)`      | map a file from an offset and validate it; a handle    |
+//! | `isMapped(long)`              | whether the matcher is a mapped file (not a copy)      |
 //! | `release(long)`               | free a handle                                          |
 //! | `subscriberText(long)`        | every subscriber id's UTF-8, concatenated              |
 //! | `subscriberEnds(long)`        | where each id ends in that text                        |
@@ -40,9 +42,10 @@
 mod errors;
 
 use std::cell::RefCell;
+use std::os::unix::ffi::OsStrExt;
 
 use jni::objects::{JByteArray, JClass, JIntArray};
-use jni::sys::{jint, jlong};
+use jni::sys::{jboolean, jint, jlong};
 use jni::EnvUnowned;
 use spark_topic_router_core::codec;
 use spark_topic_router_core::frozen::{FrozenMatcher, Scratch};
@@ -95,6 +98,51 @@ pub extern "system" fn Java_sparktopicrouter_udfs_FrozenMatcher_open<'local>(
                 return Err(JvmError::TooLarge("subscriber table"));
             }
             Ok(Box::into_raw(Box::new(matcher)) as jlong)
+        })
+        .resolve::<ThrowMapped>()
+}
+
+/// `static native long openFile(byte[] path, long offset)`: the matcher in the
+/// file at `path` (its name's bytes, as the OS takes them) from byte `offset`
+/// (a multiple of 8) to its end, mapped read-only and shared, and validated
+/// by the core's decoder as `open` validates a copy (checksum, then every
+/// structural check). Every JVM and Python worker of a machine that maps one
+/// snapshot file shares its pages; a copy costs each of them the file's size.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_sparktopicrouter_udfs_FrozenMatcher_openFile<'local>(
+    mut unowned: EnvUnowned<'local>,
+    _class: JClass<'local>,
+    path: JByteArray<'local>,
+    offset: jlong,
+) -> jlong {
+    unowned
+        .with_env(|env| -> Result<jlong, JvmError> {
+            let mut name = vec![0i8; path.len(env)?];
+            path.get_region(env, 0, &mut name)?;
+            let path = std::path::Path::new(std::ffi::OsStr::from_bytes(as_bytes(&name)));
+            let offset = u64::try_from(offset).map_err(|_| JvmError::NegativeOffset(offset))?;
+            let matcher = codec::open(path, offset)?;
+            if jint::try_from(matcher.subscriber_count()).is_err() {
+                return Err(JvmError::TooLarge("subscriber table"));
+            }
+            Ok(Box::into_raw(Box::new(matcher)) as jlong)
+        })
+        .resolve::<ThrowMapped>()
+}
+
+/// `static native boolean isMapped(long handle)`: whether the matcher reads a
+/// mapped file in place (`openFile`) rather than a copy (`open`).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_sparktopicrouter_udfs_FrozenMatcher_isMapped<'local>(
+    mut unowned: EnvUnowned<'local>,
+    _class: JClass<'local>,
+    handle: jlong,
+) -> jboolean {
+    unowned
+        .with_env(|_env| -> Result<jboolean, JvmError> {
+            // SAFETY: the handle is live for this call (the module's invariant).
+            let matcher = unsafe { matcher(handle)? };
+            Ok(matcher.is_mapped())
         })
         .resolve::<ThrowMapped>()
 }

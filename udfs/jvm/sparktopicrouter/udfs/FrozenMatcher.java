@@ -54,6 +54,27 @@ public final class FrozenMatcher {
         }
     }
 
+    /**
+     * Map the file {@code path} from byte {@code offset} (a multiple of 8) and validate the matcher there as
+     * {@link #fromBytes} validates a copy; a {@link FrozenFormatException} if it is not intact, an
+     * {@link IllegalArgumentException} if it cannot be mapped. Every process of a machine that maps one file
+     * shares its pages.
+     */
+    public static FrozenMatcher fromFile(java.nio.file.Path path, long offset) {
+        long handle = openFile(path.toString().getBytes(StandardCharsets.UTF_8), offset);
+        try {
+            return new FrozenMatcher(handle);
+        } catch (RuntimeException | Error e) {
+            release(handle);
+            throw e;
+        }
+    }
+
+    /** Whether the matcher reads a mapped file in place ({@link #fromFile}), not a copy; call holding a use. */
+    public boolean isMapped() {
+        return isMapped(handle);
+    }
+
     /** Take a use for a lookup; false if the matcher is already freed (the caller takes the newer one). */
     public boolean acquire() {
         for (long count = uses.get(); count > 0; count = uses.get()) {
@@ -107,6 +128,10 @@ public final class FrozenMatcher {
 
     // The JNI library's functions (native/jvm/src/lib.rs): every handle passed is live (see the class docs).
     private static native long open(byte[] bytes, int offset, int length);
+
+    private static native long openFile(byte[] path, long offset);
+
+    private static native boolean isMapped(long handle);
 
     private static native void release(long handle);
 

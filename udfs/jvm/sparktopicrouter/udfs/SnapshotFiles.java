@@ -20,6 +20,7 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 
 /**
@@ -27,16 +28,22 @@ import org.apache.hadoop.fs.Path;
  * them and trusting nothing: {@code <version>-<sha256>.frozen} files in the table's directory, each the
  * frozen matcher sealed with a claim ({@code STRSNAP2}, a u16 little-endian length, the JSON
  * {@code {"table_id", "version"}}, zeros up to a multiple of 8, then the matcher's bytes). A file is used only
- * if its bytes hash to the digest in its name and its claim names this table and the version in its name; the
- * native decoder then validates the matcher itself. Anything else is refused with a reason, never half-used.
+ * if its claim names this table and the version in its name and the native decoder validates the matcher
+ * (its checksum, then every structural check). A file on the local file system is then <b>mapped</b>, as the
+ * micro-batch lane's Python workers map it: every JVM and worker of a machine shares one copy in the page
+ * cache, and no Java array bounds the file's size. A file elsewhere (HDFS, an object store) is read into the
+ * heap, and its bytes must also hash to the digest in its name. Anything else is refused with a reason, never
+ * half-used.
  * Only whole snapshots ({@code .frozen}) are read here: the micro-batch lane's deltas ({@code .delta}, over a
  * base) need their base, and the real-time lane's publisher writes whole snapshots only.
  */
 final class SnapshotFiles {
     static final byte[] MAGIC = "STRSNAP2".getBytes(StandardCharsets.US_ASCII);
     static final int MAX_CLAIM_BYTES = 1024;
-    /** A Java array's reach: a larger file is refused (no snapshot within the table limits comes close). */
+    /** A Java array's reach: a larger file that must be read (not local, so not mapped) is refused. */
     static final long MAX_FILE_BYTES = Integer.MAX_VALUE - 8;
+    /** The most of a file its claim can take: magic, length, claim, padding. */
+    static final int MAX_SEAL_BYTES = MAGIC.length + 2 + MAX_CLAIM_BYTES + 8;
 
     private static final Pattern NAME = Pattern.compile("^(\\d{1,19})-([0-9a-f]{64})\\.frozen$");
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -91,10 +98,13 @@ final class SnapshotFiles {
         return found;
     }
 
-    /** Read, verify and decode {@code candidate}; a {@link RefusedException} saying why it is not usable. */
+    /** Verify and open {@code candidate}; a {@link RefusedException} saying why it is not usable. */
     Loaded load(Candidate candidate) throws IOException, RefusedException {
         FileSystem fs = candidate.path().getFileSystem(conf);
         long size = fs.getFileStatus(candidate.path()).getLen();
+        if (fs instanceof LocalFileSystem local) {
+            return map(local, candidate, size);
+        }
         if (size > MAX_FILE_BYTES) {
             throw new RefusedException("it is " + size + " bytes, over " + MAX_FILE_BYTES);
         }
@@ -113,7 +123,24 @@ final class SnapshotFiles {
         }
     }
 
-    /** Where the matcher's bytes start in {@code sealed}, a file that must claim this table at {@code version}. */
+    /** A local file's claim checked from its head, then its matcher mapped and validated in place. */
+    private Loaded map(LocalFileSystem fs, Candidate candidate, long size) throws IOException, RefusedException {
+        byte[] head = new byte[(int) Math.min(size, MAX_SEAL_BYTES)];
+        try (FSDataInputStream in = fs.open(candidate.path())) {
+            in.readFully(0, head);
+        }
+        int start = unsealedStart(head, candidate.version());
+        try {
+            return new Loaded(candidate.version(), FrozenMatcher.fromFile(fs.pathToFile(candidate.path()).toPath(), start));
+        } catch (IllegalArgumentException e) { // FrozenFormatException too: not intact, or not mappable
+            throw new RefusedException("its matcher does not validate: " + e.getMessage());
+        }
+    }
+
+    /**
+     * Where the matcher's bytes start in {@code sealed} (the file, or at least its first {@link #MAX_SEAL_BYTES}),
+     * a file that must claim this table at {@code version}.
+     */
     int unsealedStart(byte[] sealed, long version) throws RefusedException {
         int head = MAGIC.length + 2;
         if (sealed.length < head || !Arrays.equals(sealed, 0, MAGIC.length, MAGIC, 0, MAGIC.length)) {
