@@ -17,7 +17,8 @@
 //!    `word_hash` (the one text hash of a process), [`siphash`] (the format's
 //!    keyed hash), [`storage`] (aligned or mapped bytes and typed views),
 //!    `prefetch`, `rng`;
-//! 2. [`layout`]: the frozen matcher's bytes, which are its memory;
+//! 2. [`layout`]: the frozen matcher's bytes, which are its memory, and
+//!    [`groups`]: which member of a subscriber group gets a message;
 //! 3. [`frozen`]: the compact read-only matcher, read in place, and
 //!    `lookahead` (a batch warming the caches for the keys it matches next);
 //! 4. [`codec`] (validating reads of bytes and files) and [`layered`] (a
@@ -34,6 +35,7 @@ pub mod codec;
 pub mod cstrie;
 pub mod errors;
 pub mod frozen;
+pub mod groups;
 pub mod layered;
 pub mod layout;
 mod lookahead;
