@@ -140,9 +140,13 @@ native-test:
 # every interleaving up to a preemption bound (2 for the two-writer models, 1 for the others; set
 # LOOM_MAX_PREEMPTIONS to override all). Not part of `make test`: ~3 min on 2 cores, plus ~2 min for
 # the first build. --cfg loom rebuilds every crate, so it gets its own target dir (no LTO: build time).
+# Then the models of crate-private parts (modules `loom_models`, e.g. the tails' counts in
+# cstrie/thin_arc.rs): the filter, since the library's other unit tests are no loom models.
+LOOM_CARGO := RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_LTO=false \
+	CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo test --release -p spark_topic_router_core
 loom:
-	cd native && RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_LTO=false \
-		CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo test --release -p spark_topic_router_core --test cstrie_loom
+	cd native && $(LOOM_CARGO) --test cstrie_loom
+	cd native && $(LOOM_CARGO) --lib loom_models
 
 # The fuzzing record (bench/fuzz.py --help): each cargo-fuzz target for FUZZ_MINUTES minutes, one libFuzzer
 # job at a time; the minimized corpus goes to native/fuzz/corpus/<target>/ (commit it) and the figures to

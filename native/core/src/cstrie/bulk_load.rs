@@ -66,7 +66,7 @@
 use std::sync::Arc;
 
 use super::gcas::{gcas, gcas_read, read_root};
-use super::hamt::{smol, sort_by_hash_key, Leaf, SmolStr, RADIX_SORT_MIN};
+use super::hamt::{smol, sort_by_hash_key, Leaf, RADIX_SORT_MIN};
 use super::idset;
 use super::node::{Branch, CNode, Child, Generation, INode, MainKind, MainNode, SubscriberSet};
 use super::scratch::scratch_vec;
@@ -144,14 +144,14 @@ impl<'a> Batch<'a> {
 
     /// The words of `item` from `depth` on, joined: a tail's text. The words
     /// are slices of one parse of the pattern's text, the first at its start,
-    /// so this is the pattern from the byte where word `depth` starts: one
-    /// copy, not one per word and separator.
-    fn suffix(&self, item: u32, depth: usize) -> SmolStr {
+    /// so this is the pattern from the byte where word `depth` starts: a
+    /// slice of it, which the tail copies once.
+    fn suffix(&self, item: u32, depth: usize) -> &'a str {
         let words = &self.words[self.items[item as usize].start as usize..];
         // Both are slices of the text that was parsed (an equal earlier row's, when consecutive rows repeat a
         // pattern), so the difference is a byte offset into it, and so into this row's equal text.
         let offset = (words[depth].text.as_ptr() as usize).wrapping_sub(words[0].text.as_ptr() as usize);
-        smol(&self.patterns[item as usize][offset..])
+        &self.patterns[item as usize][offset..]
     }
 }
 
@@ -408,7 +408,7 @@ fn with_all(set: &SubscriberSet, batch: &Batch<'_>, items: &[u32], gen: Generati
 /// least `depth + 1` words long) is the same pattern: what a [`Child::Tail`]
 /// of them holds. Items sharing a word path are one pattern exactly when
 /// their texts are equal.
-fn one_pattern_suffix(batch: &Batch<'_>, items: &[u32], depth: usize, one_parse: bool) -> Option<SmolStr> {
+fn one_pattern_suffix<'a>(batch: &Batch<'a>, items: &[u32], depth: usize, one_parse: bool) -> Option<&'a str> {
     let (&first, others) = items.split_first()?;
     if !one_parse && !others.is_empty() {
         let start = batch.items[first as usize].start;
@@ -945,18 +945,19 @@ impl CsTrie {
                     Some(Child::Node(child))
                 }
                 (deeper, Some(Child::Tail(tail))) => {
-                    if one_pattern_suffix(batch, deeper, depth + 1, one_parse).is_some_and(|words| words == tail.words)
+                    if one_pattern_suffix(batch, deeper, depth + 1, one_parse)
+                        .is_some_and(|words| words == tail.words())
                     {
-                        if tail.subscribers.shared().is_some() {
+                        if tail.subscribers().shared().is_some() {
                             shared.extend_from_slice(deeper);
                             existing_child.cloned()
                         } else {
                             // More subscribers of the tail's own pattern.
-                            let (set, count) = with_all(&tail.subscribers, batch, deeper, gen);
+                            let (set, count) = with_all(tail.subscribers(), batch, deeper, gen);
                             added += count;
                             match count {
                                 0 => existing_child.cloned(),
-                                _ => Some(Child::tail(tail.words.clone(), set)),
+                                _ => Some(Child::tail(tail.words(), set)),
                             }
                         }
                     } else {

@@ -221,8 +221,8 @@ impl<'g> Walk<'g> {
                 .filter(|child| !child.is_empty())
                 .map(Below::Node),
             // A tail whose shared set died and is not yet dropped holds nothing.
-            Some(Child::Tail(tail)) if tail.subscribers.is_empty_in(ctx, guard) => None,
-            Some(Child::Tail(tail)) => Some(Below::Tail(&tail.words, tail)),
+            Some(Child::Tail(tail)) if tail.subscribers().is_empty_in(ctx, guard) => None,
+            Some(Child::Tail(tail)) => Some(Below::Tail(tail.words(), tail)),
         };
         if branch.subscribers().is_empty_in(ctx, guard) && below.is_none() {
             return Ok(());
@@ -272,7 +272,7 @@ impl<'g> Walk<'g> {
         temp.kids_start = kids_start;
         temp.kids_len = 1;
         match rest {
-            None => self.add_subscribers(child, &tail.subscribers, ctx, guard),
+            None => self.add_subscribers(child, tail.subscribers(), ctx, guard),
             Some(rest) => stack.push((Below::Tail(rest, tail), child)),
         }
         Ok(())

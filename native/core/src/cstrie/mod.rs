@@ -30,7 +30,7 @@
 //!   goes on into them. An expanded path stays expanded when patterns leave
 //!   it (tombs prune it only once it is empty). A wide node of
 //!   `tenant<i>.orders.#` is then one table slot and one tail per tenant:
-//!   143 heap bytes per pair instead of 467 (`tests/cstrie_footprint.rs`
+//!   119 heap bytes per pair instead of 467 (`tests/cstrie_footprint.rs`
 //!   counts them).
 //! * **T-node** (`node::MainKind::Tomb`): when an unsubscribe leaves a
 //!   non-root C-node with no branches, the I-node is tombed instead. A tomb is
@@ -80,9 +80,28 @@
 //! of 24 (an enum of its subscriber set or its child; a branch with both is
 //! rare and holds them behind a pointer), with no cached hash (`hamt.rs`
 //! says why). It was 72 (a hash, and a branch struct of both halves).
+//!
+//! Below the slot, nearly every one-subscriber pattern of such a table ends
+//! in a [`Tail`](node::Tail): one allocation of a 4-byte count, a 4-byte
+//! length, the 24-byte subscriber set and the words' own bytes
+//! (`thin_arc.rs`), behind one word, so a [`Child`](node::Child) stays 16
+//! bytes and the branch 24. `k3.#` with one subscriber is 36 bytes (40 in
+//! mimalloc's size classes); as an `Arc` (strong and weak counts) of a
+//! `SmolStr` and a set it was 64.
+//!
 //! Issue 59's multi-tenant table (`tests/cstrie_footprint_shapes.rs`, live
-//! heap at 2M pairs) went from 179 to 146 bytes per pair; what is left per
-//! one-subscriber pattern is mostly that slot and a 64-byte tail.
+//! heap at 2M pairs, bytes per pair; the mix was 179 with 72-byte slots):
+//!
+//! | shape | 48-byte slots, `Arc` tails | thin tails |
+//! |---|---|---|
+//! | hot (`hot.<n>.#`, ~1,000 subscribers each) | 71 | 71 |
+//! | tenant (`t<x>.svc<y>.k<z>.#`, one each) | 164 | 136 |
+//! | user (`u.<i>.*.alerts`, one each) | 143 | 119 |
+//! | the mix (1 : 5 : 4) | 146 | 123 |
+//!
+//! What is left per one-subscriber pattern is mostly the slot (~72 bytes
+//! with the HAMT's inner nodes) and the tail; a tenant's pattern also pays
+//! a fifth of its tenant's I-node, main node and table.
 //!
 //! Copies are counted (`hamt::slots_copied`, test builds only, shared-set
 //! levels included) and bounded in
@@ -170,7 +189,7 @@
 //! | module | what |
 //! |---|---|
 //! | `sync`, `scratch` | the atomics and epochs (std or loom); huge-page scratch vectors |
-//! | `atomic_arc`, `hamt` | the epoch-reclaimed atomic `Arc` slot; the persistent branch tables |
+//! | `atomic_arc`, `thin_arc`, `hamt` | the epoch-reclaimed atomic `Arc` slot; a header and a text behind one counted word (tails); the persistent branch tables |
 //! | `node` | every node type: I-node, main node, C-node, tail, subscriber set, shared-set level |
 //! | `gcas` | GCAS on I-nodes, RDCSS on the root |
 //! | `idset` | shared subscriber sets, and the subscriber set's reads that walk one |
@@ -187,6 +206,7 @@ mod idset;
 mod node;
 mod scratch;
 mod sync;
+mod thin_arc;
 mod traverse;
 
 use std::sync::{Arc, OnceLock};
@@ -463,9 +483,8 @@ impl CsTrie {
             match branch.child() {
                 None => return commit(cnode.with_branch(word, with_child(new_tail(rest, subscriber)))),
                 Some(Child::Tail(tail)) if tail.is(rest) => {
-                    let replace =
-                        |set| commit(cnode.with_branch(word, with_child(Child::tail(tail.words.clone(), set))));
-                    return self.add_to(&tail.subscribers, subscriber, start_gen, guard, replace);
+                    let replace = |set| commit(cnode.with_branch(word, with_child(Child::tail(tail.words(), set))));
+                    return self.add_to(tail.subscribers(), subscriber, start_gen, guard, replace);
                 }
                 Some(Child::Tail(tail)) => {
                     // Another pattern below this branch: expand the path it shares
@@ -561,10 +580,10 @@ impl CsTrie {
                         return Attempt::Done(false);
                     }
                     let replace = |set: SubscriberSet| {
-                        let child = (!set.is_empty()).then(|| Child::tail(tail.words.clone(), set));
+                        let child = (!set.is_empty()).then(|| Child::tail(tail.words(), set));
                         commit_removal(branch.subscribers().clone(), child)
                     };
-                    return self.remove_from(&tail.subscribers, subscriber, prune_only, start_gen, guard, replace);
+                    return self.remove_from(tail.subscribers(), subscriber, prune_only, start_gen, guard, replace);
                 }
                 Some(Child::Node(child)) if child.gen == start_gen => {
                     path.push(inode);
@@ -786,7 +805,7 @@ fn new_branch(rest: &[PatternWord<'_>], subscriber: &SmolStr) -> Branch {
 
 /// A tail of the (at least one) words `rest` holding `subscriber`.
 fn new_tail(rest: &[PatternWord<'_>], subscriber: &SmolStr) -> Child {
-    Child::tail(joined(rest), SubscriberSet::single(subscriber.clone()))
+    Child::tail(&joined(rest), SubscriberSet::single(subscriber.clone()))
 }
 
 /// A frozen, read-only view of a [`CsTrie`]. Cheap to clone; `Send + Sync`.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::atomic_arc::AtomicArc;
 use super::hamt::{smol, Hamt, Leaf, SmolStr};
+use super::thin_arc::ThinArc;
 use crate::topic::PatternWord;
 
 /// A generation stamp. Each root I-node gets a fresh one (a per-trie counter),
@@ -216,7 +217,7 @@ impl Branch {
 #[derive(Clone)]
 pub(crate) enum Child {
     Node(Arc<INode>),
-    Tail(Arc<Tail>),
+    Tail(Tail),
 }
 
 /// The Ctrie's S-node, for patterns: the only pattern below a branch, kept
@@ -228,13 +229,24 @@ pub(crate) enum Child {
 /// snapshot can share it. A fresh path (`tenant<i>.orders.#` under a wide
 /// node) then costs one allocation instead of an I-node, a main node and a
 /// table per word.
-pub(crate) struct Tail {
-    /// The words after the branch's word, joined by `.`: at least one word
-    /// (split with `str::split`, so `""` is one empty word).
-    pub(crate) words: SmolStr,
-    /// Invariant: not empty (a tail that loses its last subscriber is removed).
-    pub(crate) subscribers: SubscriberSet,
-}
+///
+/// One allocation behind one word ([`ThinArc`]): the subscribers as its
+/// header, the words' bytes after them. `k3.#` with one subscriber is 36
+/// heap bytes; as an `Arc` of a `SmolStr` and a set it was 64, and nearly
+/// every one-subscriber pattern of a large table ends in a tail.
+#[derive(Clone)]
+pub(crate) struct Tail(
+    /// Header: the subscribers; invariant: not empty (a tail that loses its
+    /// last subscriber is removed). Text: the words after the branch's word,
+    /// joined by `.`; at least one word (split with `str::split`, so `""` is
+    /// one empty word).
+    ThinArc<SubscriberSet>,
+);
+
+// What the docs above promise: a tail is one pointer, so a child is two
+// words and a branch (above) stays 24 bytes.
+const _: () = assert!(std::mem::size_of::<Tail>() == 8);
+const _: () = assert!(std::mem::size_of::<Child>() == 16);
 
 impl Child {
     /// The I-node, when the child is one.
@@ -249,21 +261,32 @@ impl Child {
     pub(crate) fn same(&self, other: &Child) -> bool {
         match (self, other) {
             (Child::Node(left), Child::Node(right)) => Arc::ptr_eq(left, right),
-            (Child::Tail(left), Child::Tail(right)) => Arc::ptr_eq(left, right),
+            (Child::Tail(left), Child::Tail(right)) => ThinArc::ptr_eq(&left.0, &right.0),
             _ => false,
         }
     }
 
-    pub(crate) fn tail(words: SmolStr, subscribers: SubscriberSet) -> Child {
+    /// A tail of `words` (see [`Tail`]'s invariants) holding `subscribers`.
+    pub(crate) fn tail(words: &str, subscribers: SubscriberSet) -> Child {
         debug_assert!(!subscribers.is_empty(), "a tail holds at least one subscriber");
-        Child::Tail(Arc::new(Tail { words, subscribers }))
+        Child::Tail(Tail(ThinArc::new(subscribers, words)))
     }
 }
 
 impl Tail {
+    /// The words after the branch's word, joined by `.` (at least one).
+    pub(crate) fn words(&self) -> &str {
+        self.0.text()
+    }
+
+    /// The subscribers of the tail's pattern (never the empty value).
+    pub(crate) fn subscribers(&self) -> &SubscriberSet {
+        self.0.header()
+    }
+
     /// The tail's words, parsed.
     pub(crate) fn pattern_words(&self) -> impl Iterator<Item = PatternWord<'_>> {
-        self.words.split(crate::topic::SEPARATOR).map(PatternWord::parse)
+        self.words().split(crate::topic::SEPARATOR).map(PatternWord::parse)
     }
 
     /// Whether the tail holds exactly the pattern words `rest`.
@@ -280,7 +303,7 @@ impl Tail {
     /// shared path costs O(words), not one expansion (and one copy of the
     /// rest) per word. With `along` empty, one level.
     pub(crate) fn expand(&self, along: &[PatternWord<'_>], gen: Generation) -> Arc<INode> {
-        let words: Vec<&str> = self.words.split(crate::topic::SEPARATOR).collect();
+        let words: Vec<&str> = self.words().split(crate::topic::SEPARATOR).collect();
         let shared = words
             .iter()
             .zip(along)
@@ -288,13 +311,13 @@ impl Tail {
             .count();
         let deepest = shared.min(words.len() - 1);
         let branch = if deepest + 1 == words.len() {
-            Branch::new(self.subscribers.clone(), None)
+            Branch::new(self.subscribers().clone(), None)
         } else {
             // The words up to `deepest`, each with its separator.
             let offset: usize = words[..=deepest].iter().map(|word| word.len() + 1).sum();
             Branch::new(
                 SubscriberSet::Empty,
-                Some(Child::tail(smol(&self.words[offset..]), self.subscribers.clone())),
+                Some(Child::tail(&self.words()[offset..], self.subscribers().clone())),
             )
         };
         let single = |word: &str, branch: Branch| {
@@ -311,7 +334,7 @@ impl Tail {
 }
 
 /// `words` joined by `.`: the text of a tail.
-pub(crate) fn joined(words: &[PatternWord<'_>]) -> SmolStr {
+pub(crate) fn joined(words: &[PatternWord<'_>]) -> String {
     let mut text = String::new();
     for (at, word) in words.iter().enumerate() {
         if at > 0 {
@@ -319,7 +342,7 @@ pub(crate) fn joined(words: &[PatternWord<'_>]) -> SmolStr {
         }
         text.push_str(word.text());
     }
-    SmolStr::new(text)
+    text
 }
 
 /// An immutable branch table. Writers copy it (O(1): the tables inside are

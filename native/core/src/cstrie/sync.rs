@@ -15,9 +15,49 @@
 //! the models check the trie's logic and orderings, not reclamation.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicIsize, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicIsize, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+/// Raw allocation for hand-counted values (`thin_arc.rs`): `std`'s, or
+/// loom's, which fails a model that leaks an allocation or frees one twice.
+#[cfg(loom)]
+pub(crate) use loom::alloc::{alloc, dealloc};
+#[cfg(not(loom))]
+pub(crate) use std::alloc::{alloc, dealloc};
+
+/// The accesses to a hand-counted allocation (`thin_arc.rs`), for loom to
+/// check: under loom a cell whose reads and final write it orders, so a model
+/// fails when a free does not happen after every read (a count decremented
+/// without `Release`, or freed without the `Acquire` fence). Zero-sized and
+/// free in a plain build.
+pub(crate) struct Accesses {
+    #[cfg(loom)]
+    cell: loom::cell::UnsafeCell<()>,
+}
+
+impl Accesses {
+    pub(crate) fn new() -> Self {
+        Accesses {
+            #[cfg(loom)]
+            cell: loom::cell::UnsafeCell::new(()),
+        }
+    }
+
+    /// A read of the allocation.
+    #[inline(always)]
+    pub(crate) fn read(&self) {
+        #[cfg(loom)]
+        self.cell.with(|_| ());
+    }
+
+    /// The drop before the free: it must happen after every read.
+    #[inline(always)]
+    pub(crate) fn last_write(&self) {
+        #[cfg(loom)]
+        self.cell.with_mut(|_| ());
+    }
+}
 
 /// Exclusive access to an atomic pointer's value (`get_mut` in `std`; loom
 /// spells it `with_mut`, and checks that no other thread's access races it).

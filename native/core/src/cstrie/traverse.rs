@@ -57,7 +57,7 @@ impl<'g> Walk<'_, 'g, '_> {
             Some(Child::Tail(tail)) => {
                 let pattern: SmallVec<[PatternWord<'g>; 8]> = tail.pattern_words().collect();
                 if tail_matches(&pattern, &self.key[next..]) {
-                    tail.subscribers.push_into(self.found, self.ctx, self.guard);
+                    tail.subscribers().push_into(self.found, self.ctx, self.guard);
                 }
             }
         }
@@ -208,7 +208,7 @@ pub(crate) fn exact(root: &INode, pattern: &[PatternWord<'_>], ctx: Ctx<'_>, gua
                 None => return Vec::new(),
             },
             Some(Child::Tail(tail)) if tail.is(&pattern[at + 1..]) => {
-                return sorted(&tail.subscribers, ctx, guard);
+                return sorted(tail.subscribers(), ctx, guard);
             }
             Some(Child::Tail(_)) | None => return Vec::new(),
         }
@@ -255,9 +255,9 @@ pub(crate) fn for_each_pattern<'g>(
                         stack.push((child_cnode, Some(pattern)));
                     }
                 }
-                Some(Child::Tail(tail)) if tail.subscribers.is_empty_in(ctx, guard) => {}
+                Some(Child::Tail(tail)) if tail.subscribers().is_empty_in(ctx, guard) => {}
                 Some(Child::Tail(tail)) => {
-                    visit(&format!("{pattern}{SEPARATOR}{}", tail.words), &tail.subscribers);
+                    visit(&format!("{pattern}{SEPARATOR}{}", tail.words()), tail.subscribers());
                 }
             }
         }
