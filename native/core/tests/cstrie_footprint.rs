@@ -40,8 +40,10 @@ fn a_wide_node_costs_one_table_slot_and_one_tail_per_pattern() {
         let (per_pair, inodes) = bytes_per_pair(&wide, bulk);
         eprintln!("wide node, bulk {bulk}: {per_pair} bytes per pair");
         // A root table slot (48 bytes, plus the HAMT's inner nodes) and a
-        // 64-byte tail: 143 (166 with 72-byte slots). As chains (two I-nodes,
-        // two main nodes, a table and a wildcard record per pattern) it was 467.
+        // 40-byte tail (`orders.#` after its count, length and set): 119 (143
+        // with a 64-byte `Arc` tail, 166 with 72-byte slots too). As chains
+        // (two I-nodes, two main nodes, a table and a wildcard record per
+        // pattern) it was 467.
         assert!(per_pair < 200, "bulk {bulk}: {per_pair} bytes per pair");
         assert_eq!(inodes, 1, "bulk {bulk}: only the root is an I-node");
     }
