@@ -82,9 +82,9 @@
 //! says why). It was 72 (a hash, and a branch struct of both halves).
 //!
 //! Below the slot, nearly every one-subscriber pattern of such a table ends
-//! in a [`Tail`](node::Tail): one allocation of a 4-byte count, a 4-byte
+//! in a tail (`node::Tail`): one allocation of a 4-byte count, a 4-byte
 //! length, the 24-byte subscriber set and the words' own bytes
-//! (`thin_arc.rs`), behind one word, so a [`Child`](node::Child) stays 16
+//! (`thin_arc.rs`), behind one word, so a child (`node::Child`) stays 16
 //! bytes and the branch 24. `k3.#` with one subscriber is 36 bytes (40 in
 //! mimalloc's size classes); as an `Arc` (strong and weak counts) of a
 //! `SmolStr` and a set it was 64.
