@@ -93,13 +93,18 @@ pub extern "system" fn Java_sparktopicrouter_udfs_FrozenMatcher_open<'local>(
             let (start, count) = region(offset, length, total)?;
             let mut region = vec![0i8; count];
             bytes.get_region(env, start as jint, &mut region)?;
-            let matcher = codec::decode(as_bytes(&region))?;
-            if jint::try_from(matcher.subscriber_count()).is_err() {
-                return Err(JvmError::TooLarge("subscriber table"));
-            }
-            Ok(Box::into_raw(Box::new(matcher)) as jlong)
+            into_handle(codec::decode(as_bytes(&region))?)
         })
         .resolve::<ThrowMapped>()
+}
+
+/// A new handle owning `matcher` (see "Handles"), which `open` and `openFile`
+/// return; refused when its subscriber ids would not fit Java's `int`.
+fn into_handle(matcher: FrozenMatcher) -> Result<jlong, JvmError> {
+    if jint::try_from(matcher.subscriber_count()).is_err() {
+        return Err(JvmError::TooLarge("subscriber table"));
+    }
+    Ok(Box::into_raw(Box::new(matcher)) as jlong)
 }
 
 /// `static native long openFile(byte[] path, long offset)`: the matcher in the
@@ -121,11 +126,7 @@ pub extern "system" fn Java_sparktopicrouter_udfs_FrozenMatcher_openFile<'local>
             path.get_region(env, 0, &mut name)?;
             let path = std::path::Path::new(std::ffi::OsStr::from_bytes(as_bytes(&name)));
             let offset = u64::try_from(offset).map_err(|_| JvmError::NegativeOffset(offset))?;
-            let matcher = codec::open(path, offset)?;
-            if jint::try_from(matcher.subscriber_count()).is_err() {
-                return Err(JvmError::TooLarge("subscriber table"));
-            }
-            Ok(Box::into_raw(Box::new(matcher)) as jlong)
+            into_handle(codec::open(path, offset)?)
         })
         .resolve::<ThrowMapped>()
 }
