@@ -96,7 +96,18 @@ $(JVM_UDF_JAR): $(JVM_UDF_SOURCES) $(JVM_UDF_NATIVE) $(JARS_STAMP) | $(INSTALLED
 		build/jvm-udfs/classes/sparktopicrouter/udfs/native/$(JVM_UDF_PLATFORM)/
 	jar --create --file $@.tmp -C build/jvm-udfs/classes . && mv $@.tmp $@
 
-jars: $(JARS_STAMP) $(LOCAL_FS_JAR) $(JVM_UDF_JAR)
+# Benchmark tooling (bench/jvm/): bench/realtime.py's latency consumer, compiled against the broker's own client jars
+# (var/jars/kafka/): a Python consumer cost the shared cores more than half of one at the router's rates.
+BENCH_JAR := $(JARS_DIR)/bench/spark-topic-router-bench.jar
+BENCH_SOURCES := $(wildcard bench/jvm/sparktopicrouter/bench/*.java)
+
+$(BENCH_JAR): $(BENCH_SOURCES) $(JARS_STAMP) | $(INSTALLED)
+	@command -v javac >/dev/null || { echo "error: javac not found; a JDK 17+ is required" >&2; exit 1; }
+	rm -rf build/bench-jvm && mkdir -p build/bench-jvm/classes $(dir $@)
+	javac --release 17 -Xlint:all,-path -Werror -d build/bench-jvm/classes -cp "$(JARS_DIR)/kafka/*" $(BENCH_SOURCES)
+	jar --create --file $@.tmp -C build/bench-jvm/classes . && mv $@.tmp $@
+
+jars: $(JARS_STAMP) $(LOCAL_FS_JAR) $(JVM_UDF_JAR) $(BENCH_JAR)
 
 # Development tooling: the driver JVMs' class-data archive (dev/class_archive.py), which every Spark JVM the demo,
 # the tests and the benchmarks start maps (through $(LOCAL_SPARK), below) and starts faster. Written once per JDK,
@@ -109,7 +120,7 @@ jvm-archive: install
 # (PYSPARK_SUBMIT_ARGS). The tests write their own (tests/conftest.py).
 LOCAL_SPARK := PYSPARK_SUBMIT_ARGS="$$($(PY) -m dev.local_spark || echo pyspark-shell)"
 
-install: $(INSTALLED) $(JARS_STAMP) $(LOCAL_FS_JAR) $(JVM_UDF_JAR)
+install: $(INSTALLED) $(JARS_STAMP) $(LOCAL_FS_JAR) $(JVM_UDF_JAR) $(BENCH_JAR)
 
 # What a cluster runs (see conf/spark-submit/): the wheel with the native extension, a venv-pack'ed
 # environment (cached under build/ by the wheel's content) and the Spark jars. Idempotent.

@@ -14,12 +14,14 @@ out, and never waits for the system. Keys are ``jobs.produce``'s vocab distribut
 
 Receive: a consumer of the output topic
 ---------------------------------------
-A consumer process of its own (confluent-kafka, its own interpreter: neither the producer nor the Spark driver
-can stall it) reads the variant's output topic and records, per message, ``receive - intended`` in the
-step's HDR histogram (microseconds, 1 us .. 1 h). Every output record carries the source's headers, so the
-schedule stamp arrives with it. The routers' records are timed through the catch-all subscription
-``#`` of ``bench-realtime-all`` (one record per message, whatever else it matched); the copy's records are its
-messages.
+A consumer process of its own (``bench/jvm``'s ``LatencyConsumer``, a Java ``KafkaConsumer`` in a JVM of its
+own: neither the producer nor the Spark driver can stall it) reads the variant's output topic and records, per
+message, ``receive - intended`` in the step's HDR histogram (microseconds, 1 us .. 1 h). Every output record
+carries the source's headers, so the schedule stamp arrives with it. The routers' records are timed through the
+catch-all subscription ``#`` of ``bench-realtime-all`` (one record per message, whatever else it matched); the
+copy's records are its messages. Java, because a Python consumer (confluent-kafka, a Python object per record)
+took more than half of one of the two cores at 20,000 routed msg/s (~60,000 records a second), and the Spark
+task was left a quarter of a core: the harness, not the router, set the sustained rate.
 
 Variants (in one run)
 ---------------------
@@ -64,17 +66,16 @@ cores; the load average is printed with the results.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import dataclasses
 import json
-import multiprocessing
+import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
-from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,8 +104,6 @@ from jobs.demo import create_topics, delete_topics
 from routing.settings import REPO_ROOT, Settings, add_settings_arguments, load_settings, parse_overrides
 
 if TYPE_CHECKING:
-    from multiprocessing.connection import Connection
-
     from hdrh.histogram import HdrHistogram
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
@@ -263,116 +262,102 @@ class StepResult:
 
 # --- the consumer (its own process) ----------------------------------------------------------------------------
 
+#: bench/jvm/'s consumer (``make jars``) and the broker's client jars it runs on.
+CONSUMER_CLASS = "sparktopicrouter.bench.LatencyConsumer"
+CONSUMER_CLASS_PATH = (
+    REPO_ROOT / "var" / "jars" / "bench" / "spark-topic-router-bench.jar",
+    REPO_ROOT / "var" / "jars" / "kafka" / "*",
+)
 
-def consume(settings: Settings, topic: str, timed_suffix: str | None, control: Connection) -> None:
-    """Read ``topic`` from its start; per step, the latency of each timed record (every record, or those whose
-    key ends with ``timed_suffix``). Answers ``"counts"`` with {step: count}, ``"late"`` with the epoch
-    microseconds the first record for :data:`LATE_SUBSCRIBER` arrived (None before), and ``"stop"`` with the
-    results."""
-    from confluent_kafka import Consumer
-    from hdrh.histogram import HdrHistogram
 
-    consumer = Consumer(
+def consumer_config(settings: Settings, topic: str, timed_suffix: str | None) -> dict[str, str]:
+    """The Java consumer's configs: the cluster's Java client configs (SASL included), its reading options and
+    what it times (``bench/jvm/sparktopicrouter/bench/LatencyConsumer.java``)."""
+    config = {name.removeprefix("kafka."): value for name, value in settings.spark_kafka_options().items()}
+    config.update(
         {
-            **settings.kafka_client_config(),
             "group.id": f"bench-realtime-{topic}",
             "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 5,
-            "topic.metadata.refresh.interval.ms": 1000,
+            "enable.auto.commit": "false",
+            # A fetch answers at the first record (fetch.min.bytes 1) or after 5 ms: latency, not throughput.
+            "fetch.max.wait.ms": "5",
+            "metadata.max.age.ms": "1000",
+            "bench.topic": topic,
+            "bench.schedule.header": SCHEDULE_HEADER,
+            "bench.late.suffix": f"|{LATE_SUBSCRIBER}",
+            "bench.histogram.max.us": str(HISTOGRAM_MAX_US),
         }
     )
-    consumer.subscribe([topic])
-    histograms: dict[int, HdrHistogram] = {}
-    receive_us: dict[int, array[int]] = {}
-    worst: dict[int, dict[int, int]] = {}
-    suffix = None if timed_suffix is None else timed_suffix.encode()
-    late_suffix = f"|{LATE_SUBSCRIBER}".encode()
-    late_us: int | None = None
-    while True:
-        if control.poll():
-            command = control.recv()
-            if command == "counts":
-                control.send({step: int(h.get_total_count()) for step, h in histograms.items()})
-                continue
-            if command == "late":
-                control.send(late_us)
-                continue
-            break
-        # poll returns at the first record; consume(timeout=0) then takes what is already fetched. (A batch
-        # consume with a timeout waits it out whenever fewer records than asked for are there: latency.)
-        first = consumer.poll(0.05)
-        batch = [] if first is None else [first, *consumer.consume(10_000, timeout=0)]
-        now_us = time.time_ns() // 1000
-        for message in batch:
-            if late_us is None and message.error() is None and (message.key() or b"").endswith(late_suffix):
-                late_us = now_us
-            if message.error() is not None or (suffix is not None and not (message.key() or b"").endswith(suffix)):
-                continue
-            headers: Any = message.headers() or []  # confluent-kafka's stubs type it loosely
-            stamp = next((value for name, value in headers if name == SCHEDULE_HEADER), None)
-            if stamp is None:
-                continue
-            step_text, _, intended_text = bytes(stamp).decode().split(":")
-            step, intended = int(step_text), int(intended_text)
-            histogram = histograms.setdefault(step, HdrHistogram(1, HISTOGRAM_MAX_US, 3))
-            latency = max(1, now_us - intended)
-            histogram.record_value(min(latency, HISTOGRAM_MAX_US))
-            receive_us.setdefault(step, array("q")).append(now_us)
-            ticks = worst.setdefault(step, {})
-            tick = intended // 100_000
-            ticks[tick] = max(ticks.get(tick, 0), latency)
-    consumer.close()
-    results = {}
-    for step, histogram in histograms.items():
-        results[step] = {
-            "count": int(histogram.get_total_count()),
-            "receive_seconds": (max(receive_us[step]) - min(receive_us[step])) / 1e6,
-            "histogram": base64.b64encode(histogram.encode()).decode(),
-            "worst_by_tick": worst[step],
-        }
-    control.send(results)
-    control.close()
+    if timed_suffix is not None:
+        config["bench.timed.suffix"] = timed_suffix
+    return config
 
 
 class ConsumerProcess:
+    """The output topic's consumer: a JVM of its own (neither the producer nor the Spark driver can stall it)
+    that reads ``topic`` from its start and times each record (or those whose key ends with ``timed_suffix``)."""
+
     def __init__(self, settings: Settings, topic: str, timed_suffix: str | None) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.control, child = context.Pipe()
-        self.process = context.Process(target=consume, args=(settings, topic, timed_suffix, child), daemon=True)
-        self.process.start()
+        if not CONSUMER_CLASS_PATH[0].is_file():
+            raise RuntimeError(f"the latency consumer is not built ({CONSUMER_CLASS_PATH[0]}): run `make jars`")
+        self.process = subprocess.Popen(
+            [
+                "java",
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-cp",
+                os.pathsep.join(map(str, CONSUMER_CLASS_PATH)),
+                CONSUMER_CLASS,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        lines = [f"{name}={value}" for name, value in consumer_config(settings, topic, timed_suffix).items()]
+        if any("\n" in line for line in lines):
+            raise ValueError("a consumer config holds a line break")
+        self.process.stdin.write("\n".join(lines) + "\n\n")
+        self.process.stdin.flush()
+
+    def _ask(self, command: str) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(
+                f"the latency consumer exited (status {self.process.poll()}) before answering {command!r}"
+            )
+        return json.loads(line)
 
     def counts(self) -> dict[int, int]:
-        self.control.send("counts")
-        return dict(self.control.recv())
+        return {int(step): int(count) for step, count in self._ask("counts").items()}
 
     def late_received_us(self) -> int | None:
-        self.control.send("late")
-        value = self.control.recv()
+        value = self._ask("late")
         return None if value is None else int(value)
 
     def stop(self) -> dict[int, Received]:
         from hdrh.histogram import HdrHistogram
 
-        self.control.send("stop")
-        if not self.control.poll(120):
-            raise RuntimeError("the consumer sent no results")
-        raw = self.control.recv()
-        self.process.join(30)
+        raw = self._ask("stop")
+        self.process.wait(30)
         received = {}
         for step, figures in raw.items():
-            histogram = HdrHistogram.decode(base64.b64decode(figures["histogram"]))
             received[int(step)] = Received(
                 int(figures["count"]),
-                float(figures["receive_seconds"]),
-                histogram,
+                (int(figures["last_us"]) - int(figures["first_us"])) / 1e6,
+                HdrHistogram.decode(figures["histogram"]),
                 {int(k): int(v) for k, v in figures["worst_by_tick"].items()},
             )
         return received
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.process.poll() is None:
             self.process.kill()
+            self.process.wait(30)
 
 
 # --- the variants ----------------------------------------------------------------------------------------------

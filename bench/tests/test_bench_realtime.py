@@ -3,6 +3,7 @@ The lane it measures runs end to end in ``tests/integration/test_realtime.py``."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -143,3 +144,54 @@ def test_where_the_time_goes_subtracts_the_layers_at_each_rate(realtime: ModuleT
         result("r2", 10_000, 20_000, 6_000),  # no (r0) or (r1) at this rate: no row
     ]
     assert realtime.where_rows(results) == [["10,000", "10,000", "1.0", "4.0", "5.0", "2.0", "1.0"]]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_the_consumer_times_the_suffixed_records_of_each_step(
+    realtime: ModuleType, settings: Any, kafka_broker: object
+) -> None:
+    """The Java consumer against a real broker: every record whose key ends with the timed suffix is in its
+    step's histogram at its latency, no other record is, and the late subscriber's first record is seen."""
+    from confluent_kafka import Producer
+    from hdrh.histogram import HdrHistogram
+
+    from jobs.demo import create_topics, delete_topics
+
+    topic = f"bench.tests.realtime-consumer.{time.time_ns()}"
+    create_topics(settings, [topic], partitions=2)
+    producer = Producer(settings.kafka_client_config())
+    now_us = time.time_ns() // 1000
+    # (key, step, microseconds before now it was intended): two steps, and records the consumer must not time
+    timed = [(f"t|0|{i}|{realtime.CATCH_ALL[1]}", 1 + i % 2, 1_000_000 * (1 + i % 3)) for i in range(30)]
+    others = [(f"t|0|{i}|someone-else", 1, 0) for i in range(20)]
+    late = [(f"t|0|99|{realtime.LATE_SUBSCRIBER}", 1, 0)]
+    for key, step, before_us in [*timed, *others, *late]:
+        stamp = f"{step}:0:{now_us - before_us}".encode()
+        producer.produce(topic, key=key.encode(), value=b"x", headers=[(realtime.SCHEDULE_HEADER, stamp)])
+    producer.produce(topic, key=f"t|0|7|{realtime.CATCH_ALL[1]}".encode(), value=b"no schedule header")
+    assert producer.flush(30) == 0
+    consumer = realtime.ConsumerProcess(settings, topic, f"|{realtime.CATCH_ALL[1]}")
+    try:
+        deadline = time.monotonic() + 120
+        while sum(consumer.counts().values()) < len(timed) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert consumer.late_received_us() is not None
+        received = consumer.stop()
+    finally:
+        consumer.kill()
+        delete_topics(settings, [topic])
+    assert {step: r.count for step, r in received.items()} == {1: 15, 2: 15}
+    for step, result in received.items():
+        assert isinstance(result.histogram, HdrHistogram)
+        assert result.histogram.get_total_count() == 15
+        # intended 1, 2 or 3 s before it was sent, received within the test's two minutes
+        assert 1_000_000 <= result.histogram.get_min_value() <= result.histogram.get_max_value() < 125_000_000
+        assert result.worst_by_tick and max(result.worst_by_tick.values()) >= 3_000_000 * (step == 1)
+
+
+def test_the_consumer_is_given_the_clusters_java_configs(realtime: ModuleType, settings: Any) -> None:
+    config = realtime.consumer_config(settings, "some.topic", None)
+    assert config["bootstrap.servers"] == settings.kafka.bootstrap_servers
+    assert config["bench.topic"] == "some.topic" and "bench.timed.suffix" not in config
+    assert not any(name.startswith("kafka.") for name in config)
