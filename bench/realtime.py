@@ -743,7 +743,8 @@ def report(plan: Plan, results: Sequence[StepResult], extras: Sequence[RunExtras
             "consumer's receive time minus the intended send time (HDR histograms). "
             f"Real-Time Mode checkpoint interval {plan.interval_seconds:g} s, micro-batch trigger "
             f"{plan.trigger_seconds:g} s, steps of {plan.step_seconds:g} s after a {plan.warmup_seconds:g} s warm-up. "
-            "The producer, the consumer, the broker and Spark share the machine's two cores.",
+            "The producer (Python, confluent-kafka), the consumer (Java, `bench/jvm`), the broker and Spark share the "
+            "machine's two cores.",
             "",
             "## Latency by rate",
             "",
@@ -859,14 +860,14 @@ def parse_args(argv: Sequence[str]) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument(
         "--rates",
         type=positive_int_list,
-        default=(2_000, 10_000, 20_000, 30_000, 40_000),
-        help="offered rates in msg/s (default 2000,10000,20000,30000,40000)",
+        default=(2_000, 10_000, 20_000, 30_000, 40_000, 50_000),
+        help="offered rates in msg/s (default 2000,10000,20000,30000,40000,50000)",
     )
     parser.add_argument(
         "--step-seconds",
         type=float,
-        default=150.0,
-        help="length of each step (default 150: two or three boundaries at the default interval)",
+        default=120.0,
+        help="length of each step (default 120: two boundaries at the default interval)",
     )
     parser.add_argument("--warmup-seconds", type=float, default=60.0, help="warm-up at the lowest rate (default 60)")
     parser.add_argument(
