@@ -71,6 +71,7 @@ import dataclasses
 import json
 import os
 import random
+import select
 import shutil
 import statistics
 import subprocess
@@ -268,6 +269,8 @@ CONSUMER_CLASS_PATH = (
     REPO_ROOT / "var" / "jars" / "bench" / "spark-topic-router-bench.jar",
     REPO_ROOT / "var" / "jars" / "kafka" / "*",
 )
+#: Seconds the consumer may take to answer a command (its results included) before the run fails.
+CONSUMER_ANSWER_S = 120.0
 
 
 def consumer_config(settings: Settings, topic: str, timed_suffix: str | None) -> dict[str, str]:
@@ -322,9 +325,15 @@ class ConsumerProcess:
         self.process.stdin.flush()
 
     def _ask(self, command: str) -> Any:
+        """Send ``command`` and read its one-line answer, waiting at most :data:`CONSUMER_ANSWER_S`."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
+        # One command is in flight at a time and each answer is one line, so nothing is left buffered between
+        # answers and the pipe's readiness says whether this one has begun.
+        ready, _, _ = select.select([self.process.stdout], [], [], CONSUMER_ANSWER_S)
+        if not ready:
+            raise RuntimeError(f"the latency consumer did not answer {command!r} within {CONSUMER_ANSWER_S:g} s")
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError(

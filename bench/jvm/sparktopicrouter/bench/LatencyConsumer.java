@@ -69,12 +69,11 @@ public final class LatencyConsumer {
             config.setProperty(line.substring(0, equals), line.substring(equals + 1));
         }
         String topic = take(config, "bench.topic", null);
-        byte[] scheduleHeader = take(config, "bench.schedule.header", null).getBytes(StandardCharsets.UTF_8);
+        String header = take(config, "bench.schedule.header", null);
         String timed = take(config, "bench.timed.suffix", "");
         byte[] timedSuffix = timed.isEmpty() ? null : timed.getBytes(StandardCharsets.UTF_8);
         byte[] lateSuffix = take(config, "bench.late.suffix", null).getBytes(StandardCharsets.UTF_8);
         long maxUs = Long.parseLong(take(config, "bench.histogram.max.us", null));
-        String header = new String(scheduleHeader, StandardCharsets.UTF_8);
 
         // Commands arrive on their own thread, so a poll never waits on stdin.
         LinkedBlockingQueue<String> commands = new LinkedBlockingQueue<>();
